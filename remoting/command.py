@@ -1,0 +1,291 @@
+"""``RemotingCommand``: one request or response, and its JSON / ROCKETMQ header encode and decode.
+
+Frame layout (protocol §1), the 4-byte total length is handled by ``remoting.frame``::
+
+    int32 headerLenAndType (type << 24 | header length) | header bytes | body
+
+Inbound, the header length is masked with 0xFFFFFF (J semantics) and every extFields value is
+normalised to ``str`` because C and N send JSON numbers and booleans there. Outbound, extFields
+values are always strings: C silently reads a non-string as 0 and G cannot decode the frame at all.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from remoting.codes import LanguageCode, SerializeType
+from remoting.errors import RemotingCommandError
+
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+# J MQVersion.Version.V4_9_8.ordinal(): what a 4.9.8 broker puts in its responses.
+DEFAULT_VERSION = 409
+
+_HEAD = struct.Struct(">II")  # total length, headerLenAndType
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+# code int16, language int8, version int16, opaque int32, flag int32 (RocketMQSerializable)
+_BIN_FIXED = struct.Struct(">hbhii")
+
+_SERIALIZE_NAMES = ("JSON", "ROCKETMQ")
+_LANG_BY_NUMBER = {lc.value: lc.name for lc in LanguageCode}
+_LANG_NUMBER = {lc.name: lc.value for lc in LanguageCode}
+
+
+def _ext_value_to_str(value: Any) -> str | None:
+    """J coerces extFields into Map<String,String>; mirror that for values C/N send untyped."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return str(value)
+    # Nested objects/arrays: keep their JSON text so nothing is silently lost.
+    return orjson.dumps(value).decode()
+
+
+def _normalise_ext(ext: dict[str, Any]) -> dict[str, str]:
+    for value in ext.values():
+        if type(value) is not str:
+            break
+    else:
+        return ext  # the common case (J, G, our own client): already str → str, no copy
+    out: dict[str, str] = {}
+    for key, value in ext.items():
+        text = value if type(value) is str else _ext_value_to_str(value)
+        if text is not None:
+            out[key] = text
+    return out
+
+
+def _outbound_ext(ext: dict[str, str]) -> dict[str, str]:
+    for value in ext.values():
+        if type(value) is not str:
+            break
+    else:
+        return ext
+    out: dict[str, str] = {}
+    for key, value in ext.items():
+        text = value if isinstance(value, str) else _ext_value_to_str(value)
+        if text is not None:
+            out[str(key)] = text
+    return out
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    code: int
+    opaque: int = 0
+    flag: int = 0  # bit0 response, bit1 oneway
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes | memoryview | None = None
+    language: str = "JAVA"
+    version: int = DEFAULT_VERSION
+    serialize_type: int = SerializeType.JSON
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def request(cls, code: int, ext_fields: dict[str, str] | None = None,
+                body: bytes | memoryview | None = None, *, opaque: int = 0,
+                oneway: bool = False, serialize_type: int = SerializeType.JSON) -> RemotingCommand:
+        """A request; the sender (client or channel) assigns the opaque from its own counter."""
+        return cls(code=int(code), opaque=opaque, flag=FLAG_ONEWAY if oneway else 0,
+                   ext_fields=ext_fields if ext_fields is not None else {}, body=body,
+                   serialize_type=serialize_type)
+
+    def response(self, code: int, remark: str | None = None,
+                 ext_fields: dict[str, str] | None = None,
+                 body: bytes | memoryview | None = None) -> RemotingCommand:
+        """The answer to this request: same opaque, response bit, same serialization type."""
+        return RemotingCommand(code=int(code), opaque=self.opaque, flag=FLAG_RESPONSE, remark=remark,
+                               ext_fields=ext_fields if ext_fields is not None else {}, body=body,
+                               serialize_type=self.serialize_type)
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    # ---- encode -------------------------------------------------------------------------
+    def encode(self) -> list[bytes | memoryview]:
+        """``[length + headerLenAndType + header, body]`` ready for ``transport.writelines``.
+
+        The body is passed through untouched so large pull/send bodies are never copied here.
+        """
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            header = self._encode_binary_header()
+        else:
+            header = self._encode_json_header()
+        hlen = len(header)
+        if hlen > 0xFFFFFF:
+            raise RemotingCommandError(f"header too long to encode: {hlen} bytes")
+        body = self.body
+        blen = len(body) if body is not None else 0
+        prefix = bytearray(8 + hlen)
+        _HEAD.pack_into(prefix, 0, 4 + hlen + blen, (int(self.serialize_type) << 24) | hlen)
+        prefix[8:] = header
+        if blen:
+            return [prefix, body]  # type: ignore[list-item]
+        return [prefix]
+
+    def to_bytes(self) -> bytes:
+        """The whole frame in one buffer (tests, tools; the server uses ``encode``)."""
+        return b"".join(self.encode())
+
+    def _encode_json_header(self) -> bytes:
+        # Key order as fastjson writes it (alphabetical); remark omitted when None like J.
+        obj: dict[str, Any] = {
+            "code": int(self.code),
+            "extFields": _outbound_ext(self.ext_fields) if self.ext_fields else {},
+            "flag": int(self.flag),
+            "language": self.language,
+            "opaque": int(self.opaque),
+        }
+        if self.remark is not None:
+            obj["remark"] = self.remark
+        obj["serializeTypeCurrentRPC"] = _SERIALIZE_NAMES[int(self.serialize_type)]
+        obj["version"] = int(self.version)
+        try:
+            return orjson.dumps(obj)
+        except TypeError as exc:
+            raise RemotingCommandError(f"cannot encode JSON header: {exc}") from exc
+
+    def _encode_binary_header(self) -> bytes:
+        remark = self.remark.encode() if self.remark is not None else b""
+        parts: list[bytes] = []
+        for key, value in _outbound_ext(self.ext_fields).items():
+            kb = key.encode()
+            vb = value.encode()
+            parts += (_I16.pack(len(kb)), kb, _I32.pack(len(vb)), vb)
+        ext = b"".join(parts)
+        try:
+            fixed = _BIN_FIXED.pack(int(self.code), _LANG_NUMBER.get(self.language, LanguageCode.OTHER),
+                                    int(self.version), int(self.opaque), int(self.flag))
+        except struct.error as exc:
+            raise RemotingCommandError(f"cannot encode ROCKETMQ header: {exc}") from exc
+        return b"".join((fixed, _I32.pack(len(remark)), remark, _I32.pack(len(ext)), ext))
+
+    # ---- decode -------------------------------------------------------------------------
+    @classmethod
+    def decode(cls, frame: memoryview | bytes | bytearray) -> RemotingCommand:
+        """Decode the bytes that follow the 4-byte total length. The body is copied out of the
+        frame (frames are views into the connection's receive buffer, which is reused)."""
+        flen = len(frame)
+        if flen < 4:
+            raise RemotingCommandError(f"frame too short for a header length: {flen} bytes")
+        (word,) = _U32.unpack_from(frame, 0)
+        stype = word >> 24
+        hlen = word & 0xFFFFFF
+        if hlen > flen - 4:
+            raise RemotingCommandError(
+                f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)")
+        header = frame[4:4 + hlen]
+        if stype == SerializeType.JSON:
+            cmd = cls._decode_json_header(header)
+        elif stype == SerializeType.ROCKETMQ:
+            cmd = cls._decode_binary_header(header)
+        else:
+            raise RemotingCommandError(f"unknown serialization type {stype} (expected 0 JSON or 1 ROCKETMQ)")
+        if flen > 4 + hlen:
+            cmd.body = bytes(frame[4 + hlen:])
+        return cmd
+
+    @classmethod
+    def _decode_json_header(cls, header: memoryview | bytes | bytearray) -> RemotingCommand:
+        try:
+            obj = orjson.loads(header)
+        except orjson.JSONDecodeError as exc:
+            raise RemotingCommandError(f"invalid JSON header: {exc}") from exc
+        if type(obj) is not dict:
+            raise RemotingCommandError(f"JSON header is not an object but {type(obj).__name__}")
+        # Read opaque/flag first so a later field error can still be answered.
+        opaque = obj.get("opaque", 0)
+        flag = obj.get("flag", 0)
+        if type(opaque) is not int or type(flag) is not int:
+            raise RemotingCommandError(f"JSON header: opaque/flag must be integers, got {opaque!r}/{flag!r}")
+        code = obj.get("code", 0)
+        version = obj.get("version", 0)
+        language = obj.get("language", "JAVA")
+        remark = obj.get("remark")
+        ext = obj.get("extFields")
+        try:
+            if type(code) is not int:
+                raise RemotingCommandError(f"JSON header: 'code' must be an integer, got {code!r}")
+            if type(version) is not int:
+                raise RemotingCommandError(f"JSON header: 'version' must be an integer, got {version!r}")
+            if type(language) is not str:
+                raise RemotingCommandError(f"JSON header: 'language' must be a string, got {language!r}")
+            if remark is not None and type(remark) is not str:
+                raise RemotingCommandError(f"JSON header: 'remark' must be a string, got {remark!r}")
+            if ext is None:
+                ext = {}
+            elif type(ext) is dict:
+                ext = _normalise_ext(ext)
+            else:
+                raise RemotingCommandError(
+                    f"JSON header: 'extFields' must be an object, got {type(ext).__name__}")
+        except RemotingCommandError as exc:
+            exc.opaque = opaque
+            exc.flag = flag
+            raise
+        return cls(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
+                   language=language, version=version, serialize_type=SerializeType.JSON)
+
+    @classmethod
+    def _decode_binary_header(cls, header: memoryview | bytes | bytearray) -> RemotingCommand:
+        n = len(header)
+        if n < _BIN_FIXED.size + 8:
+            raise RemotingCommandError(f"ROCKETMQ header truncated: {n} bytes")
+        code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+        try:
+            pos = _BIN_FIXED.size
+            (rlen,) = _I32.unpack_from(header, pos)
+            pos += 4
+            if rlen < 0 or pos + rlen > n - 4:
+                raise RemotingCommandError(f"ROCKETMQ header: remark length {rlen} out of bounds")
+            remark = bytes(header[pos:pos + rlen]).decode() if rlen else None
+            pos += rlen
+            (elen,) = _I32.unpack_from(header, pos)
+            pos += 4
+            if elen < 0 or pos + elen > n:
+                raise RemotingCommandError(f"ROCKETMQ header: extFields length {elen} out of bounds")
+            end = pos + elen
+            ext: dict[str, str] = {}
+            while pos < end:
+                if pos + 2 > end:
+                    raise RemotingCommandError("ROCKETMQ header: truncated extFields key length")
+                (klen,) = _I16.unpack_from(header, pos)
+                pos += 2
+                if klen < 0 or pos + klen + 4 > end:
+                    raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
+                key = bytes(header[pos:pos + klen]).decode()
+                pos += klen
+                (vlen,) = _I32.unpack_from(header, pos)
+                pos += 4
+                if vlen < 0 or pos + vlen > end:
+                    raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
+                ext[key] = bytes(header[pos:pos + vlen]).decode()
+                pos += vlen
+        except UnicodeDecodeError as exc:
+            raise RemotingCommandError(f"ROCKETMQ header: invalid UTF-8: {exc}",
+                                       opaque=opaque, flag=flag, serialize_type=1) from exc
+        except RemotingCommandError as exc:
+            exc.opaque = opaque
+            exc.flag = flag
+            exc.serialize_type = SerializeType.ROCKETMQ
+            raise
+        return cls(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
+                   language=_LANG_BY_NUMBER.get(lang, "OTHER"), version=version,
+                   serialize_type=SerializeType.ROCKETMQ)

@@ -1,0 +1,92 @@
+"""``FrameDecoder``: a byte stream in, complete length-prefixed frames out (as memoryviews), with length checks.
+
+Each frame is ``int32 length | length bytes``; a yielded frame is the ``length`` bytes after the prefix.
+Reads may split a frame or carry many; the decoder keeps a read index into one buffer and never
+re-copies consumed bytes, so cost stays linear in the bytes received.
+
+Lifetime rule: a yielded memoryview is valid until the next ``append``/``feed`` call (consumers
+copy what they keep — ``RemotingCommand.decode`` copies the body). Views kept longer stay
+readable: the decoder then abandons the buffer instead of resizing it under them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from remoting.errors import FrameError, FrameTooLargeError
+
+# J NettyDecoder: com.rocketmq.remoting.frameMaxLength default.
+DEFAULT_FRAME_MAX = 16 * 1024 * 1024
+
+_LEN = struct.Struct(">i")
+# Compact the buffer once this many consumed bytes sit in front of the read index.
+_COMPACT_AT = 256 * 1024
+
+
+class FrameDecoder:
+    __slots__ = ("_buf", "_pos", "max_frame")
+
+    def __init__(self, max_frame: int = DEFAULT_FRAME_MAX) -> None:
+        self.max_frame = max_frame
+        # bytes when a whole received chunk is being parsed in place (no copy); bytearray once
+        # a partial frame has to be kept across reads.
+        self._buf: bytes | bytearray = b""
+        self._pos = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        buf = self._buf
+        if self._pos >= len(buf):
+            # Nothing pending: parse the new chunk where it lies. Copy only if it is mutable.
+            self._buf = data if type(data) is bytes else bytes(data)
+            self._pos = 0
+            return
+        if type(buf) is bytes:
+            # A partial frame left over from an in-place chunk: now we need a growable buffer.
+            self._buf = bytearray(memoryview(buf)[self._pos:])
+            self._pos = 0
+            self._buf += data
+            return
+        try:
+            if self._pos >= _COMPACT_AT or self._pos * 2 >= len(buf):
+                del buf[:self._pos]  # CPython removes a bytearray prefix without moving the tail
+                self._pos = 0
+            buf += data
+        except BufferError:
+            # Someone still holds a view of a returned frame: leave them the old buffer.
+            fresh = bytearray(memoryview(buf)[self._pos:])
+            fresh += data
+            self._buf = fresh
+            self._pos = 0
+
+    def next_frame(self) -> memoryview | None:
+        """The next complete frame, or None if more bytes are needed. Raises FrameError."""
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            return None
+        (length,) = _LEN.unpack_from(buf, pos)
+        if length <= 0:
+            raise FrameError(f"invalid frame length {length} (must be positive)")
+        if length > self.max_frame:
+            raise FrameTooLargeError(f"frame length {length} exceeds the maximum {self.max_frame}")
+        if avail - 4 < length:
+            return None
+        start = pos + 4
+        end = start + length
+        self._pos = end
+        return memoryview(buf)[start:end]
+
+    def feed(self, data: bytes | bytearray | memoryview) -> Iterator[memoryview]:
+        """Append ``data`` and yield every complete frame (iterate it to the end)."""
+        self.append(data)
+        while (frame := self.next_frame()) is not None:
+            yield frame

@@ -1,0 +1,136 @@
+"""``Channel``: one TCP connection as the rest of the code sees it — send, close, and invoke the peer.
+
+Used on both sides: the server hands a Channel to processors (and invokes clients through it:
+CHECK_TRANSACTION_STATE, NOTIFY_CONSUMER_IDS_CHANGED, ...), the client invokes servers through
+one. Requests we send carry opaques from this channel's own counter; the peer's responses
+(flag bit0) complete them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
+
+if TYPE_CHECKING:
+    from remoting.protocol import RemotingProtocol
+
+log = structlog.get_logger(__name__)
+
+_OPAQUE_MAX = 0x7FFFFFFF  # opaques are int32 in the binary header
+
+
+def _format_addr(peer: Any) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer) if peer is not None else "?"
+
+
+class Channel:
+    __slots__ = ("id", "remote_addr", "local_addr", "attrs", "_transport", "_protocol",
+                 "_pending", "_next_opaque", "_closed", "_loop", "__weakref__")
+
+    def __init__(self, transport: asyncio.Transport, protocol: RemotingProtocol, channel_id: int) -> None:
+        self.id = channel_id
+        self.remote_addr = _format_addr(transport.get_extra_info("peername"))
+        self.local_addr = _format_addr(transport.get_extra_info("sockname"))
+        self.attrs: dict[str, Any] = {}
+        self._transport = transport
+        self._protocol = protocol
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._next_opaque = 0
+        self._closed = False
+        self._loop = asyncio.get_running_loop()
+
+    def __repr__(self) -> str:
+        return f"Channel(id={self.id}, remote={self.remote_addr}, active={self.is_active})"
+
+    @property
+    def is_active(self) -> bool:
+        return not self._closed and not self._transport.is_closing()
+
+    @property
+    def write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+    @property
+    def pending_invokes(self) -> int:
+        return len(self._pending)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write a command. Never blocks; a closed channel drops it (the peer is gone anyway)."""
+        if self._closed or self._transport.is_closing():
+            log.debug("dropping write on a closed channel", remote=self.remote_addr, code=cmd.code,
+                      opaque=cmd.opaque)
+            return
+        self._transport.writelines(cmd.encode())
+
+    def close(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.close()
+
+    # ---- requests to the peer -------------------------------------------------------------
+    def _assign_opaque(self, request: RemotingCommand) -> int:
+        # Start at 1: N treats a decoded opaque 0 as missing.
+        self._next_opaque = self._next_opaque % _OPAQUE_MAX + 1
+        request.opaque = self._next_opaque
+        return request.opaque
+
+    async def invoke(self, request: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a request and await the peer's response (matched by opaque)."""
+        if not self.is_active:
+            raise RemotingSendRequestError(f"channel to {self.remote_addr} is closed")
+        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        opaque = self._assign_opaque(request)
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        self._pending[opaque] = fut
+        timer = self._loop.call_later(timeout_s, self._expire, opaque, fut, timeout_s)
+        try:
+            self.send(request)
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Send a request flagged oneway; no response is expected."""
+        if not self.is_active:
+            raise RemotingSendRequestError(f"channel to {self.remote_addr} is closed")
+        request.flag = (request.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        self._assign_opaque(request)
+        self.send(request)
+
+    def _expire(self, opaque: int, fut: asyncio.Future[RemotingCommand], timeout_s: float) -> None:
+        if not fut.done():
+            fut.set_exception(RemotingTimeoutError(
+                f"wait response on the channel <{self.remote_addr}> timeout, {int(timeout_s * 1000)}(ms), "
+                f"opaque {opaque}"))
+
+    # ---- called by the protocol -------------------------------------------------------------
+    def response_received(self, response: RemotingCommand) -> None:
+        fut = self._pending.pop(response.opaque, None)
+        if fut is None or fut.done():
+            # Late (timed out) or unsolicited; J logs and drops it too.
+            log.debug("response for an unknown opaque", remote=self.remote_addr, opaque=response.opaque,
+                      code=response.code)
+            return
+        fut.set_result(response)
+
+    def request_started(self) -> None:
+        self._protocol.request_started()
+
+    def request_finished(self) -> None:
+        self._protocol.request_finished()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._closed = True
+        pending, self._pending = self._pending, {}
+        for opaque, fut in pending.items():
+            if not fut.done():
+                fut.set_exception(RemotingConnectError(
+                    f"connection to {self.remote_addr} closed before the response to opaque {opaque}"
+                    + (f": {exc}" if exc else "")))

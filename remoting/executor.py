@@ -1,0 +1,221 @@
+"""``RequestTask`` and ``RequestExecutor``: a bounded request queue drained by N worker coroutines.
+
+This is J's ``BrokerFixedThreadPoolExecutor`` + ``RequestTask``: each request family waits in its own
+queue, so a slow family (pull, send under a busy store) cannot delay another, and each queue
+can be measured, bounded ([OVERLOAD] when full) and swept by the broker's fast-failure component,
+which pops expired tasks from the head (``queue[0]``) and answers them with ``return_response``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.errors import RemotingError
+
+if TYPE_CHECKING:
+    from remoting.channel import Channel
+
+log = structlog.get_logger(__name__)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def exception_remark(exc: BaseException) -> str:
+    """Remark of the SYSTEM_ERROR answer for a failed request: our own errors carry a complete
+    message; anything else is prefixed with its type so a bare KeyError stays readable."""
+    if isinstance(exc, RemotingError):
+        return str(exc)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(slots=True)
+class RequestTask:
+    channel: Channel
+    request: RemotingCommand
+    create_ms: int
+    stopped: bool = False  # set by whoever answered the task outside the worker (sweeper)
+    processor: Any = None  # RequestProcessor; None only for tasks built by hand in tests
+    finished: bool = False  # the channel's in-flight count has been released
+
+    def return_response(self, code: int, remark: str) -> None:
+        """Answer the request now (unless oneway) and make the worker skip it."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if not self.request.flag & FLAG_ONEWAY:
+            self.channel.send(self.request.response(code, remark))
+        self.finish()
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.channel.request_finished()
+
+    async def run(self) -> None:
+        """Run the processor and write its answer. Never raises (except cancellation)."""
+        request = self.request
+        oneway = request.flag & FLAG_ONEWAY
+        try:
+            response = await self.processor.process_request(self.channel, request)
+        except asyncio.CancelledError:
+            self.finish()
+            raise
+        except Exception as exc:  # a processor bug must cost one request, not the worker
+            log.warning("request processing failed", code=request.code, opaque=request.opaque,
+                        remote=self.channel.remote_addr, error=exception_remark(exc),
+                        exc_info=not isinstance(exc, RemotingError))
+            response = None if oneway else request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+        try:
+            if response is not None and not oneway:
+                response.opaque = request.opaque
+                response.flag |= FLAG_RESPONSE
+                self.channel.send(response)
+        except Exception as exc:
+            log.error("cannot write response", code=request.code, opaque=request.opaque,
+                      remote=self.channel.remote_addr, error=exception_remark(exc))
+        finally:
+            self.finish()
+
+
+class RequestExecutor:
+    """Bounded FIFO of ``RequestTask`` plus ``workers`` coroutines running them."""
+
+    def __init__(self, name: str, workers: int, capacity: int, *,
+                 now_ms: Callable[[], int] = wall_ms) -> None:
+        if workers < 1:
+            raise ValueError(f"executor {name}: workers must be ≥ 1, got {workers}")
+        if capacity < 1:
+            raise ValueError(f"executor {name}: capacity must be ≥ 1, got {capacity}")
+        self.name = name
+        self.workers = workers
+        self.capacity = capacity
+        self.now_ms = now_ms
+        self.queue: deque[RequestTask] = deque()
+        self.peak = 0
+        self.rejected = 0
+        self.expired = 0  # incremented by the fast-failure sweeper (see expire_head)
+        self.completed = 0
+        self.active = 0
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._worker_tasks: list[asyncio.Task[None]] = []
+        self._accepting = False
+        self._drained: asyncio.Event | None = None
+
+    # ---- counters -----------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self.queue)
+
+    @property
+    def running(self) -> bool:
+        return bool(self._worker_tasks)
+
+    def head_wait_ms(self) -> int:
+        """How long the oldest queued task has waited (0 when empty)."""
+        if not self.queue:
+            return 0
+        return max(0, self.now_ms() - self.queue[0].create_ms)
+
+    # ---- producer side ------------------------------------------------------------------
+    def submit(self, task: RequestTask) -> bool:
+        """Queue a task; False when the queue is full or the executor is stopping."""
+        queue = self.queue
+        if not self._accepting or len(queue) >= self.capacity:
+            self.rejected += 1
+            return False
+        queue.append(task)
+        if len(queue) > self.peak:
+            self.peak = len(queue)
+        idle = self._idle
+        while idle:
+            waiter = idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+        return True
+
+    def expire_head(self, code: int, remark: str) -> RequestTask | None:
+        """Pop the head and answer it (fast failure); None if the queue is empty."""
+        if not self.queue:
+            return None
+        task = self.queue.popleft()
+        self.expired += 1
+        task.return_response(code, remark)
+        return task
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the workers on the running loop (idempotent)."""
+        if self._worker_tasks:
+            return
+        self._accepting = True
+        self._drained = asyncio.Event()
+        self._worker_tasks = [asyncio.create_task(self._work(), name=f"{self.name}-{i}")
+                              for i in range(self.workers)]
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Refuse new tasks, let queued and running ones finish for up to ``grace_s``, then cancel."""
+        self._accepting = False
+        if not self._worker_tasks:
+            return
+        if self.queue or self.active:
+            assert self._drained is not None
+            self._wake_all()
+            try:
+                await asyncio.wait_for(self._drained.wait(), grace_s)
+            except TimeoutError:
+                log.warning("executor did not drain in time", executor=self.name,
+                            queued=len(self.queue), active=self.active)
+        tasks, self._worker_tasks = self._worker_tasks, []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        dropped = len(self.queue)
+        if dropped:
+            for task in self.queue:
+                task.finish()
+            self.queue.clear()
+            log.warning("executor stopped with queued requests dropped", executor=self.name, dropped=dropped)
+
+    def _wake_all(self) -> None:
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue = self.queue
+        while True:
+            if not queue:
+                if not self._accepting:
+                    if self.active == 0 and self._drained is not None:
+                        self._drained.set()
+                    # keep parked so stop() can cancel us
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
+            task = queue.popleft()
+            if task.stopped:
+                continue
+            self.active += 1
+            try:
+                await task.run()
+            finally:
+                self.active -= 1
+                self.completed += 1
+            if not self._accepting and not queue and self.active == 0 and self._drained is not None:
+                self._drained.set()

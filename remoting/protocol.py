@@ -1,0 +1,171 @@
+"""``RemotingProtocol``: one asyncio ``Protocol`` per connection — decode frames, dispatch, write, back-pressure.
+
+Incoming bytes → ``FrameDecoder`` → ``RemotingCommand``; responses (flag bit0) complete our own
+pending invokes on the ``Channel``, requests go to the dispatcher (the server's dispatch table or
+the client's handler table). A broken stream (bad length, undecodable header without an opaque)
+costs one log line and the connection; a request whose header is readable enough to carry an
+opaque is answered with SYSTEM_ERROR instead.
+
+Reading pauses while the peer does not drain our writes or has too many requests in flight
+(``FlowControl``); frames already received stay in the decoder until reading resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import structlog
+
+from remoting.channel import Channel
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.errors import FrameError, RemotingCommandError
+from remoting.flow_control import FlowControl
+from remoting.frame import DEFAULT_FRAME_MAX, FrameDecoder
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
+DEFAULT_WRITE_LOW_WATER = 1024 * 1024
+DEFAULT_MAX_INFLIGHT = 1024
+
+
+class Dispatcher(Protocol):
+    """What a connection needs from its owner (server or client)."""
+
+    def channel_connected(self, channel: Channel) -> None: ...
+    def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
+    def channel_error(self, channel: Channel, exc: BaseException) -> None: ...
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None: ...
+
+
+class RemotingProtocol(asyncio.Protocol):
+    def __init__(self, dispatcher: Dispatcher, channel_id: int, *, frame_max: int = DEFAULT_FRAME_MAX,
+                 max_inflight: int = DEFAULT_MAX_INFLIGHT, write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
+                 write_low_water: int = DEFAULT_WRITE_LOW_WATER) -> None:
+        self._dispatcher = dispatcher
+        self._channel_id = channel_id
+        self._decoder = FrameDecoder(frame_max)
+        self._max_inflight = max_inflight
+        self._resume_inflight = max(0, max_inflight // 2)
+        self._high = write_high_water
+        self._low = write_low_water
+        self._inflight = 0
+        self._transport: asyncio.Transport | None = None
+        self._flow: FlowControl | None = None
+        self._process_scheduled = False
+        self._broken = False
+        self.channel: Channel | None = None
+
+    # ---- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport; they implement its interface.
+        self._transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=self._high, low=self._low)  # type: ignore[attr-defined]
+        self._flow = FlowControl(transport)  # type: ignore[arg-type]
+        self.channel = Channel(transport, self, self._channel_id)  # type: ignore[arg-type]
+        self._dispatcher.channel_connected(self.channel)
+
+    def data_received(self, data: bytes) -> None:
+        if self._broken:
+            return
+        self._decoder.append(data)
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def pause_writing(self) -> None:
+        assert self._flow is not None
+        self._flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        assert self._flow is not None
+        self._flow.resume_writing()
+        self._schedule_process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        channel = self.channel
+        if channel is None:
+            return
+        channel.connection_lost(exc)
+        if exc is not None:
+            self._dispatcher.channel_error(channel, exc)
+        self._dispatcher.channel_closed(channel, exc)
+
+    # ---- in-flight accounting (RequestTask) --------------------------------------------------
+    def request_started(self) -> None:
+        self._inflight += 1
+        if self._inflight >= self._max_inflight:
+            assert self._flow is not None
+            self._flow.set_busy(True)
+
+    def request_finished(self) -> None:
+        self._inflight -= 1
+        flow = self._flow
+        if flow is not None and flow.busy and self._inflight <= self._resume_inflight:
+            flow.set_busy(False)
+            self._schedule_process()
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
+    def read_paused(self) -> bool:
+        return self._flow is not None and self._flow.read_paused
+
+    # ---- frames ------------------------------------------------------------------------------
+    def _schedule_process(self) -> None:
+        # Frames held back while paused are processed from a fresh callback, never re-entrantly
+        # from inside a worker's send().
+        if not self._process_scheduled and self._decoder.buffered and self._transport is not None:
+            self._process_scheduled = True
+            asyncio.get_running_loop().call_soon(self._deferred_process)
+
+    def _deferred_process(self) -> None:
+        self._process_scheduled = False
+        if not self._broken and self._transport is not None and not self._transport.is_closing():
+            self._process()
+
+    def _process(self) -> None:
+        decoder = self._decoder
+        flow = self._flow
+        channel = self.channel
+        dispatcher = self._dispatcher
+        assert flow is not None and channel is not None
+        while not flow.read_paused:
+            try:
+                frame = decoder.next_frame()
+            except FrameError as exc:
+                self._fail(exc, "bad frame")
+                return
+            if frame is None:
+                return
+            try:
+                cmd = RemotingCommand.decode(frame)
+            except RemotingCommandError as exc:
+                if exc.opaque is None or exc.flag & FLAG_RESPONSE:
+                    self._fail(exc, "undecodable command")
+                    return
+                log.warning("bad request header", remote=channel.remote_addr, opaque=exc.opaque, error=str(exc))
+                if not exc.flag & FLAG_ONEWAY:
+                    answer = RemotingCommand(code=ResponseCode.SYSTEM_ERROR, opaque=exc.opaque, flag=FLAG_RESPONSE,
+                                             remark=str(exc), serialize_type=exc.serialize_type)
+                    channel.send(answer)
+                continue
+            finally:
+                del frame
+            if cmd.flag & FLAG_RESPONSE:
+                channel.response_received(cmd)
+            else:
+                dispatcher.dispatch(channel, cmd)
+
+    def _fail(self, exc: Exception, what: str) -> None:
+        self._broken = True
+        channel = self.channel
+        assert channel is not None and self._transport is not None
+        log.warning(f"{what}, closing the connection", remote=channel.remote_addr, error=str(exc))
+        self._dispatcher.channel_error(channel, exc)
+        self._transport.close()

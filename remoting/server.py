@@ -1,0 +1,193 @@
+"""``RemotingServer``: the dispatch table request code → (processor, executor), and the listening socket.
+
+Dispatch order for each request (J ``NettyRemotingAbstract.processRequestCommand``):
+1. no processor for the code (and no default) → 3 ``" request type <code> not supported"``;
+2. ``processor.reject_request()`` → 2 ``[REJECTREQUEST]…`` (before queueing);
+3. the executor's queue is full → 2 ``[OVERLOAD]…``;
+4. otherwise a worker runs the processor later; its exceptions → 1 SYSTEM_ERROR.
+Oneway requests are never answered, not even with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from remoting.channel import Channel
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, RemotingCommand
+from remoting.executor import RequestExecutor, RequestTask, wall_ms
+from remoting.frame import DEFAULT_FRAME_MAX
+from remoting.protocol import (DEFAULT_MAX_INFLIGHT, DEFAULT_WRITE_HIGH_WATER, DEFAULT_WRITE_LOW_WATER,
+                               RemotingProtocol)
+
+__all__ = ["Channel", "ChannelEventListener", "RemotingServer", "RequestProcessor",
+           "REJECT_REQUEST_REMARK", "OVERLOAD_REMARK"]
+
+log = structlog.get_logger(__name__)
+
+REJECT_REQUEST_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+
+def not_supported_remark(code: int) -> str:
+    return f" request type {code} not supported"  # the leading space is J's
+
+
+class RequestProcessor(Protocol):
+    async def process_request(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None: ...
+    def reject_request(self) -> bool: ...
+
+
+class ChannelEventListener(Protocol):
+    def on_channel_connect(self, remote: str, channel: Channel) -> None: ...
+    def on_channel_close(self, remote: str, channel: Channel) -> None: ...
+    def on_channel_exception(self, remote: str, channel: Channel) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    processor: Any
+    executor: RequestExecutor
+    reject: Callable[[], bool] | None
+
+
+class RemotingServer:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 listener: ChannelEventListener | None = None,
+                 now_ms: Callable[[], int] = wall_ms,
+                 frame_max: int = DEFAULT_FRAME_MAX,
+                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT,
+                 write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
+                 write_low_water: int = DEFAULT_WRITE_LOW_WATER,
+                 backlog: int = 1024) -> None:
+        self.host = host
+        self._requested_port = port
+        self.listener = listener
+        self.now_ms = now_ms
+        self.frame_max = frame_max
+        self.max_inflight_per_connection = max_inflight_per_connection
+        self.write_high_water = write_high_water
+        self.write_low_water = write_low_water
+        self.backlog = backlog
+        self._routes: dict[int, _Route] = {}
+        self._default: _Route | None = None
+        self._executors: list[RequestExecutor] = []
+        self._channels: dict[int, Channel] = {}
+        self._channel_ids = itertools.count(1)
+        self._server: asyncio.AbstractServer | None = None
+        self._port: int | None = None
+
+    # ---- the table ---------------------------------------------------------------------------
+    def register_processor(self, code: int, processor: RequestProcessor, executor: RequestExecutor) -> None:
+        self._routes[int(code)] = self._route(processor, executor)
+
+    def register_default_processor(self, processor: RequestProcessor, executor: RequestExecutor) -> None:
+        self._default = self._route(processor, executor)
+
+    def _route(self, processor: Any, executor: RequestExecutor) -> _Route:
+        if not any(e is executor for e in self._executors):
+            self._executors.append(executor)
+            if self._server is not None:
+                executor.start()
+        return _Route(processor, executor, getattr(processor, "reject_request", None))
+
+    @property
+    def executors(self) -> tuple[RequestExecutor, ...]:
+        return tuple(self._executors)
+
+    @property
+    def channels(self) -> tuple[Channel, ...]:
+        return tuple(self._channels.values())
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("server not started")
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for executor in self._executors:
+            executor.start()
+        self._server = await loop.create_server(self._new_protocol, self.host, self._requested_port,
+                                                backlog=self.backlog, reuse_address=True)
+        self._port = self._server.sockets[0].getsockname()[1]
+        log.info("remoting server listening", host=self.host, port=self._port)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let queued requests finish for up to ``grace_s``, close every connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        await asyncio.gather(*(e.stop(grace_s) for e in self._executors))
+        for channel in list(self._channels.values()):
+            channel.close()
+        await server.wait_closed()
+        # Let connection_lost callbacks run so listeners see every close.
+        for _ in range(3):
+            if not self._channels:
+                break
+            await asyncio.sleep(0)
+        log.info("remoting server stopped", port=self._port)
+
+    def _new_protocol(self) -> RemotingProtocol:
+        return RemotingProtocol(self, next(self._channel_ids), frame_max=self.frame_max,
+                                max_inflight=self.max_inflight_per_connection,
+                                write_high_water=self.write_high_water, write_low_water=self.write_low_water)
+
+    # ---- Dispatcher (called by RemotingProtocol) ----------------------------------------------
+    def channel_connected(self, channel: Channel) -> None:
+        self._channels[channel.id] = channel
+        log.debug("channel connected", remote=channel.remote_addr)
+        if self.listener is not None:
+            self._notify("on_channel_connect", channel)
+
+    def channel_error(self, channel: Channel, exc: BaseException) -> None:
+        if self.listener is not None:
+            self._notify("on_channel_exception", channel)
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        self._channels.pop(channel.id, None)
+        log.debug("channel closed", remote=channel.remote_addr)
+        if self.listener is not None:
+            self._notify("on_channel_close", channel)
+
+    def _notify(self, event: str, channel: Channel) -> None:
+        try:
+            getattr(self.listener, event)(channel.remote_addr, channel)
+        except Exception:
+            log.exception("channel event listener failed", listener_event=event, remote=channel.remote_addr)
+
+    def dispatch(self, channel: Channel, request: RemotingCommand) -> None:
+        route = self._routes.get(request.code) or self._default
+        oneway = request.flag & FLAG_ONEWAY
+        if route is None:
+            log.warning("request code not supported", code=request.code, remote=channel.remote_addr)
+            if not oneway:
+                channel.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                              not_supported_remark(request.code)))
+            return
+        if route.reject is not None and route.reject():
+            if not oneway:
+                channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
+            return
+        executor = route.executor
+        task = RequestTask(channel, request, executor.now_ms(), processor=route.processor)
+        if not executor.submit(task):
+            log.debug("executor full", executor=executor.name, code=request.code, remote=channel.remote_addr)
+            if not oneway:
+                channel.send(request.response(ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK))
+            return
+        channel.request_started()

@@ -1,0 +1,50 @@
+"""Helpers shared by the remoting tests (imported by name: pytest puts this directory on sys.path)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+
+from remoting.command import RemotingCommand
+
+
+class FnProcessor:
+    """A processor built from a coroutine function, with a switchable reject flag."""
+
+    def __init__(self, fn: Callable[..., Awaitable[RemotingCommand | None]] | None = None) -> None:
+        self.fn = fn
+        self.reject = False
+        self.calls: list[RemotingCommand] = []
+
+    async def process_request(self, channel, request):
+        self.calls.append(request)
+        if self.fn is None:
+            return request.response(0, None, dict(request.ext_fields), request.body)
+        return await self.fn(channel, request)
+
+    def reject_request(self) -> bool:
+        return self.reject
+
+
+async def read_frame(reader: asyncio.StreamReader, timeout: float = 5.0) -> RemotingCommand:
+    head = await asyncio.wait_for(reader.readexactly(4), timeout)
+    (length,) = struct.unpack(">i", head)
+    frame = await asyncio.wait_for(reader.readexactly(length), timeout)
+    return RemotingCommand.decode(memoryview(frame))
+
+
+async def expect_silence(reader: asyncio.StreamReader, seconds: float = 0.3) -> None:
+    """Assert that nothing arrives for a while (oneway requests are never answered)."""
+    try:
+        data = await asyncio.wait_for(reader.read(1), seconds)
+    except TimeoutError:
+        return
+    raise AssertionError(f"expected no response, got {data!r}")
+
+
+def raw_frame(header: bytes, body: bytes = b"", *, stype: int = 0, header_len: int | None = None,
+              length: int | None = None) -> bytes:
+    hlen = len(header) if header_len is None else header_len
+    total = 4 + len(header) + len(body) if length is None else length
+    return struct.pack(">iI", total, (stype << 24) | hlen) + header + body

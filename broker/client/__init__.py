@@ -1,0 +1,1 @@
+"""Bookkeeping of connected clients: consumer groups, producer groups and orderly-consumption locks."""

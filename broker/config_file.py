@@ -1,0 +1,64 @@
+"""Crash-safe JSON config files (topics.json, consumerOffset.json, ...), as upstream's ConfigManager.
+
+A write goes to ``<file>.tmp``, the old file is copied to ``<file>.bak``, then the tmp file is renamed
+over it; a load falls back to ``.bak`` when the main file is missing or unreadable. Files written by a
+Java broker use fastjson's unquoted integer keys (``{0:12}``), so loading quotes those first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def loads_lenient(data: bytes | str) -> Any:
+    """Parse JSON, accepting fastjson's unquoted integer map keys."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return orjson.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if path.exists():
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+
+
+def read_config(path: str | os.PathLike) -> Any | None:
+    """The parsed content of ``path`` (or of its ``.bak``), or None when neither exists."""
+    path = Path(path)
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            data = candidate.read_bytes()
+        except FileNotFoundError:
+            continue
+        if not data.strip():
+            continue
+        try:
+            return loads_lenient(data)
+        except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
+            log.error("config file unreadable, trying the backup", file=str(candidate), error=str(exc))
+    return None
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS)

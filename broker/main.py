@@ -1,0 +1,86 @@
+"""``mqbroker``: start the embedded name server and the broker in one process.
+
+``mqbroker [-c broker.conf] [--set KEY=VALUE ...]``. A bad configuration prints one line and exits 2.
+On SIGTERM/SIGINT the broker stops accepting, answers what is in flight, flushes, persists offsets
+and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import structlog
+
+from broker.config import ConfigError, load_config
+from broker.logging_setup import configure
+from remoting import loop as loop_choice
+from store.config import StoreConfigError
+
+log = structlog.get_logger("broker")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mqbroker", description="mini-rocketmq: a RocketMQ-compatible broker")
+    parser.add_argument("-c", "--config", dest="config", help="broker.conf (Java properties, RocketMQ key names)")
+    parser.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one broker.conf key; repeatable")
+    parser.add_argument("-p", "--print-config", action="store_true", help="print the effective config and exit")
+    return parser.parse_args(argv)
+
+
+async def run(config) -> int:
+    from broker.controller import BrokerController
+
+    controller = BrokerController(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await controller.start()
+    except OSError as exc:
+        print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
+        await controller.shutdown()
+        return 1
+    msg = f"The broker[{config.broker_name}, {config.broker_addr}] boot success. serializeType=JSON"
+    if config.namesrv_listen_port >= 0:
+        msg += f" and name server is {config.broker_ip1}:{config.namesrv_listen_port}"
+        if config.namesrv_addr:
+            msg += f";{config.namesrv_addr}"
+    elif config.namesrv_addr:
+        msg += f" and name server is {config.namesrv_addr}"
+    print(msg, flush=True)
+    await stop.wait()
+    log.info("shutting down")
+    await controller.shutdown()
+    print(f"The broker[{config.broker_name}, {config.broker_addr}] shutdown OK", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config, inert = load_config(args.config, args.assignments)
+        config.to_store_config().validate()
+    except (ConfigError, StoreConfigError) as exc:
+        print(f"mqbroker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        for key, value in sorted(config.wire_items().items()):
+            print(f"{key}={value}")
+        return 0
+    configure()
+    if inert:
+        log.warning("config keys accepted but without effect in mini-rocketmq", keys=sorted(inert))
+    if config.fault_injection_enable:
+        log.warning("fault injection is ENABLED: brokerSleepMs/brokerStallAppendMs properties and FAULT_INJECT "
+                    "requests will stall this broker on purpose")
+    with asyncio.Runner(loop_factory=loop_choice.new_event_loop) as runner:
+        return runner.run(run(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The embedded name server: routes, broker registrations and KV config, served on its own port."""

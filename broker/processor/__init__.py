@@ -1,0 +1,1 @@
+"""One request processor per family of requests, as upstream's broker has them."""

@@ -1,0 +1,269 @@
+"""AdminBrokerProcessor: the default processor — topic admin, offsets, locks, runtime info, config, stats.
+
+As upstream, every code without a processor of its own lands here; a code this processor does not
+know is answered REQUEST_CODE_NOT_SUPPORTED with upstream's remark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import orjson
+import structlog
+
+from broker.config import ConfigError
+from broker.topic import TopicConfig, check_topic_name
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import (CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader,
+                              DeleteTopicRequestHeader, FaultInjectRequestHeader, GetConsumeStatsRequestHeader,
+                              GetConsumerConnectionListRequestHeader, GetEarliestMsgStoretimeRequestHeader,
+                              GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
+                              GetProducerConnectionListRequestHeader, GetTopicStatsInfoRequestHeader,
+                              SearchOffsetRequestHeader, decode_header)
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+BROKER_VERSION_DESC = "V4_9_8"
+BROKER_VERSION = 409
+
+
+def mq_key(topic: str, broker_name: str, queue_id: int) -> str:
+    """A MessageQueue used as a JSON object key, the way fastjson writes it (protocol.md §4.5)."""
+    return orjson.dumps({"brokerName": broker_name, "queueId": queue_id, "topic": topic},
+                        option=orjson.OPT_SORT_KEYS).decode()
+
+
+def fastjson_mq_map(entries: dict[str, Any]) -> str:
+    """Serialize ``{mq_key: value}`` with object keys unquoted, as Java admin tools expect."""
+    return "{" + ",".join(f"{k}:{orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()}"
+                          for k, v in entries.items()) + "}"
+
+
+class AdminBrokerProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+        self._handlers: dict[int, Callable[[Any, RemotingCommand], RemotingCommand]] = {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.FAULT_INJECT: self.fault_inject,
+        }
+
+    def reject_request(self) -> bool:
+        return False
+
+    def register(self, code: int, handler: Callable[[Any, RemotingCommand], RemotingCommand]) -> None:
+        """Other components (transactions, consumer management) add their admin codes here."""
+        self._handlers[code] = handler
+
+    async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                    f" request type {request.code} not supported")
+        result = handler(channel, request)
+        if hasattr(result, "__await__"):
+            result = await result
+        return result
+
+    # -- topics ----------------------------------------------------------------------------
+    def update_and_create_topic(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(CreateTopicRequestHeader, request.ext_fields)
+        reason = check_topic_name(hdr.topic)
+        if reason is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, reason)
+        if hdr.topic == self.c.config.broker_cluster_name or self.c.topic_config_manager.is_system_topic(hdr.topic):
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    f"The topic[{hdr.topic}] is conflict with system topic.")
+        if hdr.read_queue_nums <= 0 or hdr.write_queue_nums <= 0 or hdr.read_queue_nums > 1024 \
+                or hdr.write_queue_nums > 1024:
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    "readQueueNums and writeQueueNums must be between 1 and 1024")
+        tc = TopicConfig(hdr.topic, read_queue_nums=hdr.read_queue_nums, write_queue_nums=hdr.write_queue_nums,
+                         perm=hdr.perm, topic_filter_type=hdr.topic_filter_type,
+                         topic_sys_flag=hdr.topic_sys_flag or 0, order=hdr.order)
+        self.c.topic_config_manager.update_topic_config(tc)
+        return request.response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(DeleteTopicRequestHeader, request.ext_fields)
+        self.c.topic_config_manager.delete_topic_config(hdr.topic)
+        self.c.consumer_offset_manager.remove_topic(hdr.topic)
+        self.c.store.delete_topics({hdr.topic})
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, channel, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.c.topic_config_manager.to_json()))
+
+    def get_topic_stats_info(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetTopicStatsInfoRequestHeader, request.ext_fields)
+        tc = self.c.topic_config_manager.select_topic_config(hdr.topic)
+        if tc is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{hdr.topic}] not exist")
+        store = self.c.store
+        entries = {}
+        for qid in range(tc.write_queue_nums):
+            max_offset = store.get_max_offset_in_queue(hdr.topic, qid)
+            last = store.get_message_store_timestamp(hdr.topic, qid, max_offset - 1) if max_offset > 0 else 0
+            entries[mq_key(hdr.topic, self.c.config.broker_name, qid)] = {
+                "lastUpdateTimestamp": last, "maxOffset": max_offset,
+                "minOffset": store.get_min_offset_in_queue(hdr.topic, qid)}
+        body = '{"offsetTable":' + fastjson_mq_map(entries) + "}"
+        return request.response(ResponseCode.SUCCESS, body=body.encode())
+
+    # -- offsets ---------------------------------------------------------------------------
+    def get_max_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetMaxOffsetRequestHeader, request.ext_fields)
+        offset = self.c.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def get_min_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetMinOffsetRequestHeader, request.ext_fields)
+        offset = self.c.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def search_offset_by_timestamp(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(SearchOffsetRequestHeader, request.ext_fields)
+        offset = self.c.store.get_offset_in_queue_by_time(hdr.topic, hdr.queue_id, hdr.timestamp)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def get_earliest_msg_storetime(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetEarliestMsgStoretimeRequestHeader, request.ext_fields)
+        ts = self.c.store.get_earliest_message_time(hdr.topic, hdr.queue_id)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
+
+    def get_all_consumer_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, body=self.c.consumer_offset_manager.snapshot())
+
+    def get_consume_stats(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetConsumeStatsRequestHeader, request.ext_fields)
+        com = self.c.consumer_offset_manager
+        topics = [hdr.topic] if hdr.topic else sorted(com.which_topic_by_consumer(hdr.consumer_group))
+        entries: dict[str, Any] = {}
+        for topic in topics:
+            tc = self.c.topic_config_manager.select_topic_config(topic)
+            if tc is None:
+                continue
+            for qid in range(tc.read_queue_nums):
+                broker_offset = self.c.store.get_max_offset_in_queue(topic, qid)
+                consumer_offset = max(com.query_offset(hdr.consumer_group, topic, qid), 0)
+                last = 0
+                if consumer_offset > 0:
+                    last = self.c.store.get_message_store_timestamp(topic, qid, consumer_offset - 1)
+                entries[mq_key(topic, self.c.config.broker_name, qid)] = {
+                    "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last}
+        tps = self.c.stats.consume_tps(hdr.consumer_group)
+        body = '{"consumeTps":' + orjson.dumps(float(tps)).decode() + ',"offsetTable":' + \
+            fastjson_mq_map(entries) + "}"
+        return request.response(ResponseCode.SUCCESS, body=body.encode())
+
+    # -- orderly locks ---------------------------------------------------------------------
+    def _lock_body(self, request: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+        body = orjson.loads(bytes(request.body or b"{}"))
+        mqs = [(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in body.get("mqSet") or []]
+        return str(body.get("consumerGroup", "")), str(body.get("clientId", "")), mqs
+
+    def lock_batch_mq(self, channel, request: RemotingCommand) -> RemotingCommand:
+        try:
+            group, client_id, mqs = self._lock_body(request)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad lock batch body: {exc}")
+        locked = self.c.rebalance_lock_manager.try_lock_batch(group, mqs, client_id)
+        body = {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in locked]}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def unlock_batch_mq(self, channel, request: RemotingCommand) -> RemotingCommand:
+        try:
+            group, client_id, mqs = self._lock_body(request)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad unlock batch body: {exc}")
+        self.c.rebalance_lock_manager.unlock_batch(group, mqs, client_id)
+        return request.response(ResponseCode.SUCCESS)
+
+    # -- config and runtime ----------------------------------------------------------------
+    def get_broker_runtime_info(self, channel, request: RemotingCommand) -> RemotingCommand:
+        table = {k: str(v) for k, v in self.c.runtime_info().items()}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
+
+    def get_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
+        text = "\n".join(f"{k}={v}" for k, v in sorted(self.c.config.wire_items().items())) + "\n"
+        version = orjson.dumps(self.c.config_data_version.to_json()).decode()
+        return request.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode())
+
+    def update_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
+        if not request.body:
+            return request.response(ResponseCode.SYSTEM_ERROR, "updateBrokerConfig needs properties in the body")
+        items = []
+        for line in bytes(request.body).decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, _, value = line.partition("=")
+            items.append((key.strip(), value.strip()))
+        try:
+            self.c.update_config(items)
+        except ConfigError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return request.response(ResponseCode.SUCCESS)
+
+    # -- groups and connections -----------------------------------------------------------
+    def get_all_subscription_group_config(self, channel, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.c.subscription_group_manager.to_json()))
+
+    def delete_subscription_group(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(DeleteSubscriptionGroupRequestHeader, request.ext_fields)
+        self.c.subscription_group_manager.delete_subscription_group_config(hdr.group_name)
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_consumer_connection_list(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetConsumerConnectionListRequestHeader, request.ext_fields)
+        info = self.c.consumer_manager.get(hdr.consumer_group)
+        if info is None:
+            return request.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                    f"the consumer group[{hdr.consumer_group}] not online")
+        body = {"connectionSet": [ci.to_connection_json() for ci in info.channels.values()],
+                "consumeFromWhere": info.consume_from_where, "consumeType": info.consume_type,
+                "messageModel": info.message_model,
+                "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()}}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def get_producer_connection_list(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(GetProducerConnectionListRequestHeader, request.ext_fields)
+        conns = self.c.producer_manager.connections(hdr.producer_group)
+        if not conns:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{hdr.producer_group}] not exist")
+        body = {"connectionSet": [ci.to_connection_json() for ci in conns]}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    # -- fault injection (ours) ------------------------------------------------------------
+    def fault_inject(self, channel, request: RemotingCommand) -> RemotingCommand:
+        if not self.c.config.fault_injection_enable:
+            return request.response(ResponseCode.NO_PERMISSION,
+                                    "fault injection is disabled; start the broker with faultInjectionEnable=true")
+        hdr = decode_header(FaultInjectRequestHeader, request.ext_fields)
+        try:
+            self.c.fault_injector.inject(hdr.kind, hdr.target, hdr.duration_ms or 0, hdr.value)
+        except ValueError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return request.response(ResponseCode.SUCCESS)
+

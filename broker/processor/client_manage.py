@@ -1,0 +1,98 @@
+"""ClientManageProcessor: HEART_BEAT (34), UNREGISTER_CLIENT (35), CHECK_CLIENT_CONFIG (46).
+
+A heartbeat registers the channel in each producer and consumer group it names, auto-creates the
+consumer's subscription group and its ``%RETRY%<group>`` topic, and triggers rebalance notifications
+when a group's membership changes, as upstream's ClientManageProcessor does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+import structlog
+
+from broker.client.channel_info import ClientChannelInfo
+from broker.heartbeat import HeartbeatError, parse_heartbeat
+from broker.topic import PERM_READ, PERM_WRITE, retry_topic
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import UnregisterClientRequestHeader, decode_header
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+
+class ClientManageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+
+    def reject_request(self) -> bool:
+        return False
+
+    async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
+        if request.code == RequestCode.HEART_BEAT:
+            return self.heart_beat(channel, request)
+        if request.code == RequestCode.UNREGISTER_CLIENT:
+            return self.unregister_client(channel, request)
+        if request.code == RequestCode.CHECK_CLIENT_CONFIG:
+            return self.check_client_config(channel, request)
+        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+
+    def heart_beat(self, channel, request: RemotingCommand) -> RemotingCommand:
+        if not request.body:
+            return request.response(ResponseCode.SYSTEM_ERROR, "heartbeat without a body")
+        try:
+            data = parse_heartbeat(orjson.loads(bytes(request.body)))
+        except (orjson.JSONDecodeError, HeartbeatError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
+        now = self.c.now_ms()
+        channel.attrs["client_id"] = data.client_id
+        channel.attrs["language"] = request.language
+        channel.attrs["version"] = request.version
+        for consumer in data.consumers:
+            sgc = self.c.subscription_group_manager.find_subscription_group_config(consumer.group_name)
+            notify = True
+            if sgc is not None:
+                notify = sgc.notify_consumer_ids_changed_enable
+                if sgc.retry_queue_nums > 0:
+                    self.c.topic_config_manager.create_topic_in_send_message_back_method(
+                        retry_topic(consumer.group_name), sgc.retry_queue_nums, PERM_WRITE | PERM_READ)
+            info = ClientChannelInfo(channel, data.client_id, request.language, request.version, now)
+            self.c.consumer_manager.register_consumer(
+                consumer, info, notify=notify and self.c.config.notify_consumer_ids_changed_enable)
+        for group in data.producer_groups:
+            info = ClientChannelInfo(channel, data.client_id, request.language, request.version, now)
+            self.c.producer_manager.register_producer(group, info)
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(UnregisterClientRequestHeader, request.ext_fields)
+        if hdr.producer_group:
+            self.c.producer_manager.unregister_producer(hdr.producer_group, channel)
+        if hdr.consumer_group:
+            sgc = self.c.subscription_group_manager.table.get(hdr.consumer_group)
+            notify = sgc.notify_consumer_ids_changed_enable if sgc else True
+            self.c.consumer_manager.unregister_consumer(hdr.consumer_group, channel, notify=notify)
+        return request.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, channel, request: RemotingCommand) -> RemotingCommand:
+        if not request.body:
+            return request.response(ResponseCode.SUCCESS)
+        try:
+            body = orjson.loads(bytes(request.body))
+        except orjson.JSONDecodeError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad check client config body: {exc}")
+        sub = (body or {}).get("subscriptionData") or {}
+        expr_type = (sub.get("expressionType") or "TAG").upper()
+        if expr_type != "TAG":
+            if not self.c.config.enable_property_filter:
+                return request.response(ResponseCode.SYSTEM_ERROR,
+                                        f"The broker does not support consumer to filter message by {expr_type}")
+            try:
+                self.c.compile_expression(expr_type, sub.get("subString") or "")
+            except ValueError as exc:
+                return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse expression failed: {exc}")
+        return request.response(ResponseCode.SUCCESS)

@@ -1,0 +1,177 @@
+"""PullMessageProcessor: PULL_MESSAGE (11), with long polling.
+
+Checks follow upstream: group permission, topic and queue, then the subscription — from the request
+when the subscription bit is set (C++, Node, Java), from the group's heartbeat otherwise (Go). The
+store's status maps to a response code and nextBeginOffset (protocol.md §2.3); PULL_NOT_FOUND with
+the suspend bit parks the request in the PullRequestHoldService instead of answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.filter import ExpressionMessageFilter, TagMessageFilter
+from broker.heartbeat import build_subscription
+from broker.long_polling import PullRequest
+from broker.topic import is_readable
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import PullMessageRequestHeader, decode_header
+from store.results import GetMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+
+_STATUS_CODE = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+}
+
+
+class PullMessageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+        self.config = controller.config
+        self.store = controller.store
+
+    def reject_request(self) -> bool:
+        return False
+
+    async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
+        return self._process(channel, request, broker_allow_suspend=True)
+
+    def execute_request_when_wakeup(self, pr: PullRequest) -> None:
+        """Re-run a parked pull (arrival or deadline) and answer it; never parks again."""
+        if not pr.channel.is_active:
+            return
+        try:
+            response = self._process(pr.channel, pr.request, broker_allow_suspend=False)
+        except Exception as exc:  # noqa: BLE001 - a woken pull must still get an answer
+            log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
+            response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if response is not None:
+            pr.channel.send(response)
+
+    def _process(self, channel, request: RemotingCommand, broker_allow_suspend: bool) -> RemotingCommand | None:
+        hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
+        cfg = self.config
+        if not is_readable(cfg.broker_permission):
+            return request.response(ResponseCode.NO_PERMISSION,
+                                    f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
+        sgc = self.c.subscription_group_manager.find_subscription_group_config(hdr.consumer_group)
+        if sgc is None:
+            return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                    f"subscription group [{hdr.consumer_group}] does not exist, "
+                                    "See http://rocketmq.apache.org/docs/faq/ for further details.")
+        if not sgc.consume_enable:
+            return request.response(ResponseCode.NO_PERMISSION,
+                                    f"subscription group no permission, {hdr.consumer_group}")
+        has_commit_offset = bool(hdr.sys_flag & FLAG_COMMIT_OFFSET)
+        has_suspend = bool(hdr.sys_flag & FLAG_SUSPEND)
+        has_subscription = bool(hdr.sys_flag & FLAG_SUBSCRIPTION)
+        suspend_ms = hdr.suspend_timeout_millis if has_suspend else 0
+
+        tc = self.c.topic_config_manager.select_topic_config(hdr.topic)
+        if tc is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST,
+                                    f"topic[{hdr.topic}] not exist, apply first please! "
+                                    "See http://rocketmq.apache.org/docs/faq/ for further details.")
+        if not is_readable(tc.perm):
+            return request.response(ResponseCode.NO_PERMISSION, f"the topic[{hdr.topic}] pulling message is forbidden")
+        if hdr.queue_id < 0 or hdr.queue_id >= tc.read_queue_nums:
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    f"queueId[{hdr.queue_id}] is illegal, topic:[{hdr.topic}] "
+                                    f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.remote_addr}]")
+
+        if has_subscription:
+            try:
+                subscription = build_subscription(hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version)
+            except ValueError as exc:
+                return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                        f"parse the consumer's subscription failed: {exc}")
+        else:
+            group_info = self.c.consumer_manager.get(hdr.consumer_group)
+            if group_info is None:
+                return request.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                        f"the consumer's group info not exist, group: {hdr.consumer_group}")
+            if not sgc.consume_broadcast_enable and group_info.message_model == "BROADCASTING":
+                return request.response(ResponseCode.NO_PERMISSION,
+                                        f"the consumer group[{hdr.consumer_group}] can not consume by broadcast way")
+            subscription = group_info.subscriptions.get(hdr.topic)
+            if subscription is None:
+                return request.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                        f"the consumer's subscription not exist, topic: {hdr.topic}")
+            if subscription.sub_version < hdr.sub_version:
+                return request.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                        "the consumer's subscription not latest")
+
+        message_filter = self._build_filter(request, subscription)
+        if isinstance(message_filter, RemotingCommand):
+            return message_filter
+
+        result = self.store.get_message(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.queue_offset,
+                                        hdr.max_msg_nums, message_filter)
+        status = result.status
+        code = _STATUS_CODE.get(status)
+        if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
+            code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(result.next_begin_offset),
+               "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
+
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
+            self.c.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
+            response = request.response(code, status.name, ext_fields=ext, body=body)
+        elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
+            timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
+            pr = PullRequest(request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription,
+                             message_filter)
+            self.c.pull_hold_service.suspend(pr, timeout)
+            response = None
+        else:
+            if code == ResponseCode.PULL_OFFSET_MOVED:
+                log.info("pull offset moved", group=hdr.consumer_group, topic=hdr.topic, queue_id=hdr.queue_id,
+                         request_offset=hdr.queue_offset, suggested=result.next_begin_offset,
+                         min_offset=result.min_offset, max_offset=result.max_offset, status=status.name)
+            response = request.response(code, status.name, ext_fields=ext)
+
+        if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
+            self.c.consumer_offset_manager.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id,
+                                                         hdr.commit_offset, channel.remote_addr)
+        return response
+
+    def _build_filter(self, request: RemotingCommand, subscription):
+        if subscription.expression_type == "TAG":
+            return TagMessageFilter(subscription)
+        if not self.config.enable_property_filter:
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    "The broker does not support consumer to filter message by "
+                                    f"{subscription.expression_type}")
+        try:
+            predicate = self.c.compile_expression(subscription.expression_type, subscription.sub_string)
+        except ValueError as exc:
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                    f"parse the consumer's subscription[{subscription.sub_string}] failed: {exc}")
+        return ExpressionMessageFilter(predicate)
+
+
+def wake_in_loop(processor: PullMessageProcessor):
+    """The wake callback for the hold service: defer to the loop so arrival paths never re-enter pulls."""
+    def wake(pr: PullRequest) -> None:
+        asyncio.get_running_loop().call_soon(processor.execute_request_when_wakeup, pr)
+    return wake

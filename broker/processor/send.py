@@ -1,0 +1,341 @@
+"""SendMessageProcessor: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36) — the requests that wait in the send queue.
+
+Follows upstream's SendMessageProcessor: message checks (permissions, topic auto-creation, queue id),
+retry → DLQ promotion, transaction half messages, then the store's put result mapped to a response
+code and remark. The C++ client sends batches as code 10 with ``batch="1"``; upstream stores that
+blob as one message (a long-standing bug), we store the messages inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.topic import (PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX,
+                          TRANS_HALF_TOPIC, check_topic_name, dlq_topic, is_writeable, retry_topic)
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import (ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader,
+                              SendMessageRequestHeaderV2, decode_header)
+from broker.message_const import MessageConst
+from store.message import (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExtBrokerInner,
+                           decode_properties, encode_properties, tags_hash)
+from store.results import PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+PC_SYNCHRONIZED = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+MAX_PROPERTIES_LENGTH = 32767
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+# Batch element: totalSize, magic, bodyCRC, flag, bodyLen (upstream MessageDecoder.encodeMessage).
+_BATCH_HEAD = struct.Struct(">iiiii")
+
+
+class SendError(Exception):
+    """A send refused before storing: carries the response code and remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def parse_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[str, str]]]:
+    """Split a batch body into (flag, body, properties) per message; SendError on a malformed batch."""
+    view = memoryview(body)
+    out = []
+    pos, end = 0, len(view)
+    while pos < end:
+        if end - pos < _BATCH_HEAD.size + 2:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message truncated at byte {pos}")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        if total < _BATCH_HEAD.size + 2 or pos + total > end or body_len < 0 or body_len > total:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message has a bad size at byte {pos}")
+        b0 = pos + _BATCH_HEAD.size
+        msg_body = bytes(view[b0:b0 + body_len])
+        (prop_len,) = _I16.unpack_from(view, b0 + body_len)
+        p0 = b0 + body_len + 2
+        if prop_len < 0 or p0 + prop_len > pos + total:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message has bad properties at byte {pos}")
+        props = decode_properties(bytes(view[p0:p0 + prop_len]).decode("utf-8", "replace"))
+        out.append((flag, msg_body, props))
+        pos += total
+    if not out:
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+    return out
+
+
+class SendMessageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+        self.config = controller.config
+        self.store = controller.store
+
+    def reject_request(self) -> bool:
+        # Upstream: page cache busy or no free buffer in the transient store pool.
+        return self.store.is_os_page_cache_busy() or self.store.is_transient_store_pool_deficient()
+
+    async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
+        if request.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+            return await self.consumer_send_msg_back(channel, request)
+        if request.code == RequestCode.SEND_MESSAGE:
+            hdr = decode_header(SendMessageRequestHeader, request.ext_fields)
+        else:
+            hdr = SendMessageRequestHeader.from_v2(decode_header(SendMessageRequestHeaderV2, request.ext_fields))
+        raw_batch = request.ext_fields.get("batch") or request.ext_fields.get("m") or ""
+        is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or hdr.batch or raw_batch == "1"
+        try:
+            if is_batch:
+                response = await self.send_batch_message(channel, request, hdr)
+            else:
+                response = await self.send_message(channel, request, hdr)
+        except SendError as exc:
+            response = request.response(exc.code, exc.remark)
+        if response.code != ResponseCode.SUCCESS:
+            log.debug("send refused", topic=hdr.topic, code=int(response.code), remark=response.remark,
+                      remote=channel.remote_addr)
+        return response
+
+    # -- checks ---------------------------------------------------------------------------
+    def _msg_check(self, channel, hdr: SendMessageRequestHeader):
+        cfg = self.config
+        if not is_writeable(cfg.broker_permission) and not self.c.topic_config_manager.is_system_topic(hdr.topic):
+            raise SendError(ResponseCode.NO_PERMISSION,
+                            f"the broker[{cfg.broker_ip1}] sending message is forbidden")
+        if cfg.broker_role == "SLAVE":
+            raise SendError(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is a slave, it does not accept writes")
+        reason = check_topic_name(hdr.topic)
+        if reason is not None:
+            raise SendError(ResponseCode.SYSTEM_ERROR, reason)
+        if hdr.topic == cfg.broker_cluster_name or hdr.topic in ("SCHEDULE_TOPIC_XXXX",):
+            raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{hdr.topic}] is forbidden.")
+        tcm = self.c.topic_config_manager
+        tc = tcm.select_topic_config(hdr.topic)
+        if tc is None:
+            sys_flag = 0
+            if hdr.unit_mode:
+                sys_flag = 1 if not hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 3
+            tc = tcm.create_topic_in_send_message(hdr.topic, hdr.default_topic, channel.remote_addr,
+                                                  hdr.default_topic_queue_nums, sys_flag)
+            if tc is None and hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = tcm.create_topic_in_send_message_back_method(hdr.topic, 1, PERM_WRITE | PERM_READ, sys_flag)
+            if tc is None:
+                raise SendError(ResponseCode.TOPIC_NOT_EXIST,
+                                f"topic[{hdr.topic}] not exist, apply first please!"
+                                "\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
+        queue_nums = max(tc.write_queue_nums, tc.read_queue_nums)
+        if hdr.queue_id >= queue_nums:
+            raise SendError(ResponseCode.SYSTEM_ERROR,
+                            f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: "
+                            f"{channel.remote_addr}")
+        return tc
+
+    def _check_size(self, body_len: int, props_len: int) -> None:
+        if body_len > self.config.max_message_size:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                            f"the message body size {body_len} bytes is over the broker's maxMessageSize "
+                            f"{self.config.max_message_size} bytes")
+        if props_len > MAX_PROPERTIES_LENGTH:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                            f"the message properties length {props_len} is over the limit {MAX_PROPERTIES_LENGTH}")
+
+    def _handle_retry_and_dlq(self, hdr: SendMessageRequestHeader, props: dict[str, str], tc, request) -> str:
+        """For a send to ``%RETRY%group``: promote to ``%DLQ%group`` past maxReconsumeTimes."""
+        topic = hdr.topic
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        sgc = self.c.subscription_group_manager.find_subscription_group_config(group)
+        if sgc is None:
+            raise SendError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                            f"subscription group not exist, {group}"
+                            "\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
+        max_times = sgc.retry_max_times
+        if request.version >= 121 and hdr.max_reconsume_times is not None:
+            max_times = hdr.max_reconsume_times
+        reconsume = hdr.reconsume_times or 0
+        if reconsume >= max_times:
+            dlq = dlq_topic(group)
+            self.c.topic_config_manager.create_topic_in_send_message_back_method(dlq, 1, PERM_WRITE | PERM_READ)
+            props.pop(MessageConst.DELAY, None)
+            return dlq
+        return topic
+
+    def _inner(self, channel, hdr: SendMessageRequestHeader, topic: str, queue_id: int, flag: int, body: bytes,
+               props: dict[str, str], sys_flag: int) -> MessageExtBrokerInner:
+        props[MessageConst.CLUSTER] = self.config.broker_cluster_name
+        props.pop(MessageConst.WAIT, None)
+        tags = props.get(MessageConst.TAGS)
+        return MessageExtBrokerInner(
+            topic=topic, queue_id=queue_id, flag=flag, body=body, properties=props,
+            properties_string=encode_properties(props),
+            tags_code=tags_hash(tags) if tags else 0, sys_flag=sys_flag, born_timestamp=hdr.born_timestamp,
+            born_host=self.c.born_host(channel), store_host=self.c.store_host,
+            reconsume_times=hdr.reconsume_times or 0)
+
+    def _queue_id(self, hdr: SendMessageRequestHeader, tc) -> int:
+        if hdr.queue_id < 0:
+            return random.randrange(max(tc.write_queue_nums, 1))
+        return hdr.queue_id
+
+    async def _fault_sleep(self, props: dict[str, str]) -> int:
+        """Fault injection: ``brokerSleepMs`` stalls this send worker; returns ``brokerStallAppendMs``."""
+        if not self.config.fault_injection_enable:
+            return 0
+        sleep_ms = _int_or_zero(props.get(MessageConst.BROKER_SLEEP_MS))
+        if sleep_ms > 0:
+            await asyncio.sleep(sleep_ms / 1000)
+        return _int_or_zero(props.get(MessageConst.BROKER_STALL_APPEND_MS))
+
+    # -- single message ---------------------------------------------------------------------
+    async def send_message(self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader) -> RemotingCommand:
+        tc = self._msg_check(channel, hdr)
+        body = bytes(request.body) if request.body is not None else b""
+        props_text = hdr.properties or ""
+        self._check_size(len(body), len(props_text.encode("utf-8")))
+        props = decode_properties(props_text)
+        topic = self._handle_retry_and_dlq(hdr, props, tc, request)
+        queue_id = 0 if topic != hdr.topic else self._queue_id(hdr, tc)
+        sys_flag = hdr.sys_flag
+        tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
+        if props.get(MessageConst.TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
+            if self.config.reject_transaction_message:
+                raise SendError(ResponseCode.NO_PERMISSION,
+                                f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden")
+            msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
+            msg = self.c.transaction_service.prepare_half_message(msg)
+        else:
+            msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
+            msg = self.c.schedule_service.maybe_delay(msg)
+        stall_ms = await self._fault_sleep(props)
+        result = await self.store.put_message(msg, stall_append_ms=stall_ms)
+        return self._put_result_to_response(request, result, msg, queue_id)
+
+    # -- batch ------------------------------------------------------------------------------
+    async def send_batch_message(self, channel, request: RemotingCommand,
+                                 hdr: SendMessageRequestHeader) -> RemotingCommand:
+        tc = self._msg_check(channel, hdr)
+        if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {hdr.topic}")
+        if request.body is None:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch request has no body")
+        batch_props = decode_properties(hdr.properties or "")
+        elements = parse_batch_body(request.body)
+        queue_id = self._queue_id(hdr, tc)
+        msgs = []
+        stall_ms = 0
+        for flag, body, props in elements:
+            self._check_size(len(body), 0)
+            merged = {**batch_props, **props}
+            stall_ms = max(stall_ms, await self._fault_sleep(merged) if self.config.fault_injection_enable else 0)
+            msgs.append(self._inner(channel, hdr, hdr.topic, queue_id, flag, body, merged, hdr.sys_flag))
+        result = await self.store.put_messages(msgs, stall_append_ms=stall_ms)
+        return self._put_result_to_response(request, result, msgs[0], queue_id)
+
+    # -- results ----------------------------------------------------------------------------
+    def _put_result_to_response(self, request: RemotingCommand, result, msg: MessageExtBrokerInner,
+                                queue_id: int) -> RemotingCommand:
+        status = result.status
+        if status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                      PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE):
+            code = {PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+                    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE}[status]
+            ar = result.append_result
+            msg_ids = getattr(ar, "msg_ids", None)
+            ext = {"msgId": ",".join(msg_ids) if msg_ids else ar.msg_id,
+                   "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
+                   "queueOffset": str(ar.logics_offset),
+                   "MSG_REGION": self.config.region_id,
+                   "TRACE_ON": "true" if self.config.trace_on else "false"}
+            self.c.stats.on_put(msg.topic, getattr(ar, "msg_num", 1) or 1, ar.wrote_bytes)
+            return request.response(code, ext_fields=ext)
+        if status == PutMessageStatus.OS_PAGECACHE_BUSY:
+            self.c.stats.on_busy("PC_SYNCHRONIZED")
+            return request.response(ResponseCode.SYSTEM_ERROR, PC_SYNCHRONIZED)
+        if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+            return request.response(ResponseCode.MESSAGE_ILLEGAL,
+                                    "the message is illegal, maybe msg body or properties length not matched. "
+                                    f"msg body length limit {self.config.max_message_size}B, "
+                                    "msg properties length limit 32KB.")
+        if status == PutMessageStatus.CREATE_MAPPED_FILE_FAILED:
+            return request.response(ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken.")
+        if status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                    "service not available now. It may be caused by one of the following reasons: "
+                                    "the broker's disk is full, messages are put to the slave, message store has "
+                                    "been shut down, etc.")
+        return request.response(ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status.name}")
+
+    # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
+    async def consumer_send_msg_back(self, channel, request: RemotingCommand) -> RemotingCommand:
+        hdr = decode_header(ConsumerSendMsgBackRequestHeader, request.ext_fields)
+        sgc = self.c.subscription_group_manager.find_subscription_group_config(hdr.group)
+        if sgc is None:
+            return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                    f"subscription group not exist, {hdr.group}"
+                                    "\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
+        if not is_writeable(self.config.broker_permission):
+            return request.response(ResponseCode.NO_PERMISSION,
+                                    f"the broker[{self.config.broker_ip1}] sending message is forbidden")
+        if sgc.retry_queue_nums <= 0:
+            return request.response(ResponseCode.SUCCESS)
+        new_topic = retry_topic(hdr.group)
+        queue_id = random.randrange(sgc.retry_queue_nums)
+        self.c.topic_config_manager.create_topic_in_send_message_back_method(
+            new_topic, sgc.retry_queue_nums, PERM_WRITE | PERM_READ)
+        msg_ext = self.store.look_message_by_offset(hdr.offset)
+        if msg_ext is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {hdr.offset}")
+        props = dict(msg_ext.properties)
+        if MessageConst.RETRY_TOPIC not in props:
+            props[MessageConst.RETRY_TOPIC] = msg_ext.topic
+        props.pop(MessageConst.WAIT, None)
+        delay_level = hdr.delay_level
+        max_times = sgc.retry_max_times
+        if request.version >= 121 and hdr.max_reconsume_times is not None:
+            max_times = hdr.max_reconsume_times
+        reconsume_times = msg_ext.reconsume_times
+        if reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(hdr.group)
+            queue_id = 0
+            self.c.topic_config_manager.create_topic_in_send_message_back_method(new_topic, 1, PERM_WRITE | PERM_READ)
+            props.pop(MessageConst.DELAY, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + reconsume_times
+            props[MessageConst.DELAY] = str(delay_level)
+        origin = hdr.origin_msg_id or props.get(MessageConst.ORIGIN_MESSAGE_ID) or msg_ext.msg_id
+        props[MessageConst.ORIGIN_MESSAGE_ID] = origin
+        props[MessageConst.CLUSTER] = self.config.broker_cluster_name
+        tags = props.get(MessageConst.TAGS)
+        inner = MessageExtBrokerInner(
+            topic=new_topic, queue_id=queue_id, flag=msg_ext.flag, body=msg_ext.body, properties=props,
+            properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
+            sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
+            store_host=self.c.store_host, reconsume_times=reconsume_times + 1)
+        inner = self.c.schedule_service.maybe_delay(inner)
+        result = await self.store.put_message(inner)
+        if result.status == PutMessageStatus.PUT_OK:
+            self.c.stats.on_send_back(hdr.group, new_topic)
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(ResponseCode.SYSTEM_ERROR, result.status.name)
+
+
+def _int_or_zero(value: str | None) -> int:
+    if not value:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0

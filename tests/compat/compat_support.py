@@ -1,0 +1,581 @@
+"""Plumbing for the real-client acceptance tests: the broker subprocess, C++ wheel wrappers, the ali-ons driver.
+
+Everything here talks to mini-rocketmq only through a real client (the `rocketmq` 0.4.4 wheel's
+librocketmq.so or the npm `ali-ons` package) or through the broker's process boundary (stdout, exit code,
+files in its store directory).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMPAT_DIR = Path(__file__).resolve().parent
+NODE_DIR = COMPAT_DIR / "node"
+
+BOOT_PREFIX = "The broker["
+BOOT_MARK = "boot success"
+
+#: Extra broker arguments for debugging a failing run, e.g. COMPAT_BROKER_ARGS="--set logLevel=DEBUG".
+BROKER_ARGS_ENV = "COMPAT_BROKER_ARGS"
+
+
+# --------------------------------------------------------------------------------------------- ports
+
+
+def free_port(avoid: Iterable[int] = ()) -> int:
+    """A TCP port free on 127.0.0.1 right now, at least 3 away from each port in `avoid`.
+
+    The distance keeps clear of ports a RocketMQ broker derives from its listen port (HA = +1, J's VIP = -2).
+    """
+    avoid = tuple(avoid)
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if all(abs(port - other) > 2 for other in avoid):
+            return port
+    raise RuntimeError("no free loopback port found")
+
+
+# ------------------------------------------------------------------------------------------- broker
+
+
+class BrokerError(AssertionError):
+    """The broker process misbehaved at its boundary (no boot line, bad exit code, hung on SIGTERM)."""
+
+
+@dataclass
+class BrokerProcess:
+    """One `python -m broker.main` subprocess on loopback ports; stdout+stderr go to `log_path`."""
+
+    store_dir: Path
+    log_path: Path
+    listen_port: int
+    namesrv_port: int
+    extra_args: tuple[str, ...] = ()
+    boot_timeout_s: float = 20.0
+    stop_timeout_s: float = 15.0
+    proc: subprocess.Popen[bytes] | None = None
+    boots: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.listen_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "broker.main",
+            "--set",
+            f"listenPort={self.listen_port}",
+            "--set",
+            f"namesrvListenPort={self.namesrv_port}",
+            "--set",
+            f"storePathRootDir={self.store_dir}",
+            "--set",
+            "brokerIP1=127.0.0.1",
+            "--set",
+            "brokerName=broker-a",
+            *self.extra_args,
+        ]
+        args += shlex.split(os.environ.get(BROKER_ARGS_ENV, ""))
+        return args
+
+    def start(self) -> None:
+        if self.running:
+            raise BrokerError("broker already running")
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        begin = self.log_size()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== compat harness: boot #{self.boots + 1}: {shlex.join(self.command())}\n".encode())
+            log.flush()
+            begin = log.tell()
+            self.proc = subprocess.Popen(
+                self.command(), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.boots += 1
+        deadline = time.monotonic() + self.boot_timeout_s
+        while time.monotonic() < deadline:
+            if self._boot_line_since(begin):
+                return
+            if self.proc.poll() is not None:
+                rc = self.proc.returncode
+                self.proc = None
+                raise BrokerError(
+                    f"broker exited with code {rc} before printing its boot line "
+                    f"'{BOOT_PREFIX}broker-a, {self.broker_addr}] {BOOT_MARK}...'\n{self.tail()}"
+                )
+            time.sleep(0.05)
+        self.kill()
+        raise BrokerError(
+            f"broker did not print '{BOOT_PREFIX}... {BOOT_MARK}' within {self.boot_timeout_s:.0f} s "
+            f"(command: {shlex.join(self.command())})\n{self.tail()}"
+        )
+
+    def _boot_line_since(self, offset: int) -> bool:
+        for line in self.log_text(offset).splitlines():
+            if line.lstrip().startswith(BOOT_PREFIX) and BOOT_MARK in line:
+                return True
+        return False
+
+    def stop(self, *, check: bool = True) -> int | None:
+        """SIGTERM and wait; the broker must exit 0 within `stop_timeout_s` (a graceful shutdown)."""
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise BrokerError(
+                    f"broker still running {self.stop_timeout_s:.0f} s after SIGTERM; killed\n{self.tail()}"
+                ) from None
+        rc = proc.returncode
+        self.exit_codes.append(rc)
+        if check and rc != 0:
+            raise BrokerError(
+                f"broker exited with code {rc} after SIGTERM (a graceful stop must exit 0)\n{self.tail()}"
+            )
+        return rc
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        """Graceful stop, then start again on the same store directory and ports."""
+        self.stop()
+        self.start()
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_text(self, since: int = 0) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 60, since: int = 0) -> str:
+        text = self.log_text(since).splitlines()[-lines:]
+        return f"--- broker log {self.log_path} (last {len(text)} lines) ---\n" + "\n".join(text)
+
+
+def read_consumer_offsets(store_dir: Path) -> dict[str, dict[int, int]]:
+    """`<store>/config/consumerOffset.json` as {"topic@group": {queue_id: offset}}.
+
+    J writes it with fastjson, whose integer map keys are unquoted (`{0:12}`); quote them before json.loads.
+    """
+    path = store_dir / "config" / "consumerOffset.json"
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"([{,]\s*)(-?\d+)(\s*:)", r'\1"\2"\3', text)
+    table = json.loads(text)["offsetTable"]
+    return {key: {int(q): int(off) for q, off in queues.items()} for key, queues in table.items()}
+
+
+# ---------------------------------------------------------------------------------------- bodies
+
+
+def nul_free_body(size: int, seed: str = "") -> bytes:
+    """Incompressible bytes without NUL: the wheel passes bodies through C strings (strlen on send and receive)."""
+    prefix = seed.encode()[:size]
+    return prefix + os.urandom(size - len(prefix)).replace(b"\0", b"\x01")
+
+
+def compressible_body(size: int, seed: str) -> bytes:
+    unit = f"mini-rocketmq compat body {seed} ".encode()
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+# ------------------------------------------------------------------------------- C++ wheel clients
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def _call_within(fn: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Run a native call that has been seen to hang (client shutdown) on a helper thread with a deadline."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(e)
+
+    t = threading.Thread(target=run, name=f"compat-{what}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise AssertionError(
+            f"{what} did not return within {timeout_s:.0f} s (see ~/logs/rocketmq-cpp/{os.getpid()}_*)"
+        )
+    if errors:
+        raise errors[0]
+
+
+@dataclass
+class Received:
+    """What a C++ consumer callback saw, copied out of the native message before the callback returns."""
+
+    consumer: str
+    topic: str
+    key: str
+    tags: str
+    body: bytes
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    store_size: int
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+    props: dict[str, str]
+    at: float
+
+
+class Collector:
+    """Thread-safe sink for consumer callbacks that run on the C++ client's native threads."""
+
+    def __init__(self, props: Iterable[str] = ()) -> None:
+        self._cond = threading.Condition()
+        self._items: list[Received] = []
+        self._props = tuple(props)
+        self.errors: list[str] = []
+
+    def callback(self, consumer: str) -> Callable[[Any], None]:
+        def on_message(msg: Any) -> None:
+            # Never raise: the wheel turns an exception into RECONSUME_LATER, which would hide the bug as a retry.
+            try:
+                item = Received(
+                    consumer=consumer,
+                    topic=msg.topic,
+                    key=_text(msg.keys),
+                    tags=_text(msg.tags),
+                    body=msg.body or b"",
+                    msg_id=msg.id,
+                    queue_id=msg.queue_id,
+                    queue_offset=msg.queue_offset,
+                    store_size=msg.store_size,
+                    born_timestamp=msg.born_timestamp,
+                    store_timestamp=msg.store_timestamp,
+                    reconsume_times=msg.reconsume_times,
+                    props={p: _text(msg.get_property(p)) for p in self._props},
+                    at=time.monotonic(),
+                )
+            except Exception as e:  # noqa: BLE001
+                with self._cond:
+                    self.errors.append(f"{consumer}: {type(e).__name__}: {e}")
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._items.append(item)
+                self._cond.notify_all()
+
+        return on_message
+
+    def items(self) -> list[Received]:
+        with self._cond:
+            return list(self._items)
+
+    def wait_until(self, predicate: Callable[[list[Received]], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not predicate(self._items):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def wait_keys(self, keys: Iterable[str], timeout_s: float, consumer: str | None = None) -> bool:
+        wanted = set(keys)
+        return self.wait_until(
+            lambda items: wanted <= {i.key for i in items if consumer is None or i.consumer == consumer}, timeout_s
+        )
+
+    def settle(self, quiet_s: float = 1.0) -> None:
+        """Let duplicates that are already in flight arrive: wait until nothing new came for `quiet_s`."""
+        deadline = time.monotonic() + 5 * quiet_s
+        seen = len(self.items())
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            now = len(self.items())
+            if now == seen:
+                return
+            seen = now
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def counts_by_key(items: Iterable[Received]) -> Counter[str]:
+    return Counter(i.key for i in items)
+
+
+def describe_missing(expected: Iterable[str], items: list[Received]) -> str:
+    got = counts_by_key(items)
+    missing = [k for k in expected if k not in got]
+    dups = {k: n for k, n in got.items() if n > 1}
+    return f"received {len(items)} messages; missing {len(missing)}: {missing[:10]}; duplicated: {dict(list(dups.items())[:10])}"
+
+
+def make_message(
+    topic: str,
+    body: bytes,
+    *,
+    key: str | None = None,
+    tags: str | None = None,
+    props: dict[str, str] | None = None,
+    delay_level: int | None = None,
+) -> Any:
+    from rocketmq.client import Message
+
+    assert b"\0" not in body, "the wheel's set_body/GetMessageBody stop at NUL; use NUL-free bodies"
+    msg = Message(topic)
+    if key is not None:
+        msg.set_keys(key)
+    if tags is not None:
+        msg.set_tags(tags)
+    for k, v in (props or {}).items():
+        msg.set_property(k, v)
+    if delay_level is not None:
+        msg.set_delay_time_level(delay_level)
+    msg.set_body(body)
+    return msg
+
+
+@contextlib.contextmanager
+def cpp_producer(
+    namesrv: str,
+    group: str | None = None,
+    *,
+    timeout_ms: int | None = None,
+    max_message_size: int | None = None,
+) -> Iterator[Any]:
+    """A started wheel `Producer` with its own client instance (so its own MQClientFactory and timers)."""
+    from rocketmq.client import Producer
+    from rocketmq.ffi import dll
+
+    producer = Producer(group or unique("PG"), timeout=timeout_ms, max_message_size=max_message_size)
+    # The C++ client shares one MQClientFactory per "pid-ip@instanceName"; a factory outlives a test while any
+    # client uses it and keeps the first broker's routes. A unique instance name isolates each client.
+    dll.SetProducerInstanceName(producer._handle, unique("p").encode())
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        yield producer
+    finally:
+        _call_within(producer.shutdown, 15, "Producer.shutdown()")
+
+
+@contextlib.contextmanager
+def cpp_push_consumer(
+    namesrv: str,
+    group: str,
+    subscriptions: dict[str, str],
+    collector: Collector,
+    *,
+    name: str = "c1",
+    orderly: bool = False,
+    broadcasting: bool = False,
+) -> Iterator[Any]:
+    """A started wheel `PushConsumer` whose callback feeds `collector`, with a unique client instance name.
+
+    A unique instance also matters for two consumers of one group in one process: the C++ client refuses a
+    second consumer of a group in the same factory, and rebalances immediately only once per factory.
+    """
+    from rocketmq.client import PushConsumer
+    from rocketmq.ffi import MessageModel
+
+    model = MessageModel.BROADCASTING if broadcasting else MessageModel.CLUSTERING
+    consumer = PushConsumer(group, orderly=orderly, message_model=model)
+    consumer.set_instance_name(unique(name))
+    consumer.set_namesrv_addr(namesrv)
+    callback = collector.callback(name)
+    for topic, expression in subscriptions.items():
+        consumer.subscribe(topic, callback, expression)
+    consumer.start()
+    try:
+        yield consumer
+    finally:
+        _call_within(consumer.shutdown, 20, "PushConsumer.shutdown()")
+
+
+class CppClientLog:
+    """This process's C++ client log (~/logs/rocketmq-cpp/<pid>_rocketmq-cpp.log.N), read from a mark on."""
+
+    def __init__(self) -> None:
+        self.dir = Path(os.path.expanduser("~")) / "logs" / "rocketmq-cpp"
+        self._marks: dict[Path, int] = {}
+
+    def files(self) -> list[Path]:
+        return sorted(self.dir.glob(f"{os.getpid()}_rocketmq-cpp.log.*"), key=lambda p: p.stat().st_mtime)
+
+    def mark(self) -> None:
+        self._marks = {p: p.stat().st_size for p in self.files()}
+
+    def since_mark(self) -> str:
+        out = []
+        for p in self.files():
+            with open(p, "rb") as f:
+                f.seek(self._marks.get(p, 0))
+                out.append(f.read().decode("utf-8", "replace"))
+        return "".join(out)
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.since_mark().splitlines()[-lines:]
+        return f"--- C++ client log since mark (last {len(text)} lines) ---\n" + "\n".join(text)
+
+
+PULL_CHILD = COMPAT_DIR / "cpp_pull_child.py"
+
+
+def cpp_pull_all(namesrv: str, group: str, topic: str, expression: str = "*", timeout_s: float = 20.0) -> dict:
+    """Drain `topic` with the wheel's `PullConsumer.pull` generator in a child process; returns its JSON events.
+
+    A child process because the wheel's generator loops forever while pulls fail (it keeps the offset on
+    BROKER_TIMEOUT), and only a process can be killed.
+    """
+    args = json.dumps({"namesrv": namesrv, "group": group, "topic": topic, "expression": expression})
+    try:
+        run = subprocess.run(
+            [sys.executable, str(PULL_CHILD), args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=REPO_ROOT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise AssertionError(
+            f"PullConsumer.pull did not finish within {timeout_s:.0f} s (the wheel spins while pulls fail); "
+            f"partial output:\n{out[-3000:]}"
+        ) from None
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    done = [e for e in events if e.get("event") == "done"]
+    assert run.returncode == 0 and done, (
+        f"pull child failed rc={run.returncode}\nstdout:\n{run.stdout[-3000:]}\nstderr:\n{run.stderr[-3000:]}"
+    )
+    return {"messages": [e for e in events if e.get("event") == "message"], "done": done[0]}
+
+
+# --------------------------------------------------------------------------------------- ali-ons
+
+
+@dataclass
+class OnsRun:
+    rc: int
+    events: list[dict]
+    stderr: str
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e.get("event") == kind]
+
+    def describe(self) -> str:
+        lines = [json.dumps(e)[:300] for e in self.events if e.get("event") != "received"]
+        return (
+            f"ons_driver rc={self.rc}, {len(self.of('received'))} received; events:\n"
+            + "\n".join(lines[-40:])
+            + f"\nstderr (tail):\n{self.stderr[-2000:]}"
+        )
+
+
+def node_missing_reason() -> str | None:
+    import shutil
+
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed; the ali-ons compatibility tests need Node.js and npm"
+    return None
+
+
+def ensure_node_modules() -> None:
+    """`npm ci` in tests/compat/node unless ali-ons is already installed there."""
+    if (NODE_DIR / "node_modules" / "ali-ons" / "package.json").exists():
+        return
+    run = subprocess.run(
+        ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, f"npm ci in {NODE_DIR} failed:\n{run.stdout}\n{run.stderr}"
+
+
+def run_ons(args: dict, timeout_s: float = 40.0) -> OnsRun:
+    """Run ons_driver.js with `args` (JSON on stdin) and parse its JSON-lines events."""
+    try:
+        run = subprocess.run(
+            ["node", "ons_driver.js", "-"],
+            input=json.dumps(args),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=NODE_DIR,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise AssertionError(f"ons_driver.js did not exit within {timeout_s:.0f} s; output:\n{out[-3000:]}") from None
+    events = []
+    for line in run.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            events.append({"event": "garbage", "line": line})
+    return OnsRun(run.returncode, events, run.stderr)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text)

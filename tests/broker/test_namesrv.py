@@ -1,0 +1,100 @@
+"""The embedded name server's route table and its request processor."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from broker.namesrv.processor import NamesrvProcessor
+from broker.namesrv.route_info_manager import RouteInfoManager
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+
+
+class Clock:
+    now = 1_000
+
+    def __call__(self):
+        return self.now
+
+
+def registered(clock=None):
+    routes = RouteInfoManager(now_ms=clock or Clock())
+    routes.register_broker("DefaultCluster", "127.0.0.1:10911", "broker-a", 0, "",
+                           {"T": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}, {"counter": 1})
+    return routes
+
+
+async def call(proc, code, ext=None, body=None):
+    return await proc.process_request(None, RemotingCommand.request(code, ext or {}, body, opaque=7))
+
+
+async def test_route_body_is_compact_json_with_quoted_keys():
+    proc = NamesrvProcessor(registered())
+    resp = await call(proc, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+    assert resp.code == ResponseCode.SUCCESS and resp.opaque == 7
+    body = bytes(resp.body)
+    assert b" " not in body and b'"brokerAddrs":{"0":"127.0.0.1:10911"}' in body
+    route = orjson.loads(body)
+    assert route["queueDatas"] == [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
+                                    "writeQueueNums": 4}]
+
+
+async def test_unknown_topic_is_17_with_upstream_remark():
+    proc = NamesrvProcessor(registered())
+    resp = await call(proc, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"})
+    assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+    assert resp.remark.startswith("No topic route info in name server for the topic: Nope")
+
+
+async def test_auto_create_hook_invents_a_route():
+    routes = registered()
+
+    def creator(topic):
+        routes.register_topic("broker-a", topic, {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6})
+        return True
+
+    proc = NamesrvProcessor(routes, topic_creator=creator)
+    resp = await call(proc, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"})
+    assert resp.code == ResponseCode.SUCCESS and orjson.loads(bytes(resp.body))["queueDatas"][0]["writeQueueNums"] == 4
+
+
+async def test_register_over_the_wire_and_cluster_info():
+    proc = NamesrvProcessor(RouteInfoManager(now_ms=Clock()))
+    body = orjson.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {
+        "X": {"topicName": "X", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}},
+        "dataVersion": {"counter": 3, "timestamp": 1}}, "filterServerList": []})
+    resp = await call(proc, RequestCode.REGISTER_BROKER, {"brokerName": "b", "brokerAddr": "1.2.3.4:5",
+                                                           "clusterName": "C", "haServerAddr": "", "brokerId": "0"}, body)
+    assert resp.code == ResponseCode.SUCCESS and all(isinstance(v, str) for v in resp.ext_fields.values())
+    info = orjson.loads(bytes((await call(proc, RequestCode.GET_BROKER_CLUSTER_INFO)).body))
+    assert info["clusterAddrTable"] == {"C": ["b"]}
+    topics = orjson.loads(bytes((await call(proc, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body))
+    assert topics == {"topicList": ["X"]}
+
+
+async def test_kv_config_round_trip():
+    proc = NamesrvProcessor(RouteInfoManager(now_ms=Clock()))
+    assert (await call(proc, RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"})).code == 22
+    await call(proc, RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"})
+    resp = await call(proc, RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"})
+    assert resp.code == 0 and resp.ext_fields == {"value": "v"}
+
+
+async def test_unknown_code_answers_not_supported():
+    resp = await call(NamesrvProcessor(RouteInfoManager(now_ms=Clock())), 9999)
+    assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and resp.remark == " request type 9999 not supported"
+
+
+def test_silent_broker_expires_after_120s():
+    clock = Clock()
+    routes = registered(clock)
+    clock.now += 120_001
+    assert routes.scan_not_active_broker() == ["127.0.0.1:10911"]
+    assert routes.pickup_topic_route_data("T") is None
+
+
+async def test_missing_required_header_is_an_error():
+    from remoting.errors import HeaderError
+    with pytest.raises(HeaderError, match="topic"):
+        await call(NamesrvProcessor(registered()), RequestCode.GET_ROUTEINFO_BY_TOPIC, {})

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from remoting.codes import LanguageCode, SerializeType
+from remoting.codes import LanguageCode
 from remoting.errors import RemotingCommandError
 
 FLAG_RESPONSE = 0x1
@@ -33,6 +33,8 @@ _I16 = struct.Struct(">h")
 # code int16, language int8, version int16, opaque int32, flag int32 (RocketMQSerializable)
 _BIN_FIXED = struct.Struct(">hbhii")
 
+_JSON = 0  # SerializeType values as plain ints: enum attribute lookups cost on the hot path
+_ROCKETMQ = 1
 _SERIALIZE_NAMES = ("JSON", "ROCKETMQ")
 _LANG_BY_NUMBER = {lc.value: lc.name for lc in LanguageCode}
 _LANG_NUMBER = {lc.name: lc.value for lc in LanguageCode}
@@ -90,13 +92,13 @@ class RemotingCommand:
     body: bytes | memoryview | None = None
     language: str = "JAVA"
     version: int = DEFAULT_VERSION
-    serialize_type: int = SerializeType.JSON
+    serialize_type: int = _JSON  # SerializeType
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
     def request(cls, code: int, ext_fields: dict[str, str] | None = None,
                 body: bytes | memoryview | None = None, *, opaque: int = 0,
-                oneway: bool = False, serialize_type: int = SerializeType.JSON) -> RemotingCommand:
+                oneway: bool = False, serialize_type: int = _JSON) -> RemotingCommand:
         """A request; the sender (client or channel) assigns the opaque from its own counter."""
         return cls(code=int(code), opaque=opaque, flag=FLAG_ONEWAY if oneway else 0,
                    ext_fields=ext_fields if ext_fields is not None else {}, body=body,
@@ -124,21 +126,15 @@ class RemotingCommand:
 
         The body is passed through untouched so large pull/send bodies are never copied here.
         """
-        if self.serialize_type == SerializeType.ROCKETMQ:
-            header = self._encode_binary_header()
-        else:
-            header = self._encode_json_header()
+        stype = self.serialize_type
+        header = self._encode_binary_header() if stype == _ROCKETMQ else self._encode_json_header()
         hlen = len(header)
         if hlen > 0xFFFFFF:
             raise RemotingCommandError(f"header too long to encode: {hlen} bytes")
         body = self.body
-        blen = len(body) if body is not None else 0
-        prefix = bytearray(8 + hlen)
-        _HEAD.pack_into(prefix, 0, 4 + hlen + blen, (int(self.serialize_type) << 24) | hlen)
-        prefix[8:] = header
-        if blen:
-            return [prefix, body]  # type: ignore[list-item]
-        return [prefix]
+        if body:
+            return [_HEAD.pack(4 + hlen + len(body), (stype << 24) | hlen) + header, body]
+        return [_HEAD.pack(4 + hlen, (stype << 24) | hlen) + header]
 
     def to_bytes(self) -> bytes:
         """The whole frame in one buffer (tests, tools; the server uses ``encode``)."""
@@ -146,17 +142,16 @@ class RemotingCommand:
 
     def _encode_json_header(self) -> bytes:
         # Key order as fastjson writes it (alphabetical); remark omitted when None like J.
-        obj: dict[str, Any] = {
-            "code": int(self.code),
-            "extFields": _outbound_ext(self.ext_fields) if self.ext_fields else {},
-            "flag": int(self.flag),
-            "language": self.language,
-            "opaque": int(self.opaque),
-        }
-        if self.remark is not None:
-            obj["remark"] = self.remark
-        obj["serializeTypeCurrentRPC"] = _SERIALIZE_NAMES[int(self.serialize_type)]
-        obj["version"] = int(self.version)
+        # orjson writes IntEnum members as their numbers, so codes need no int() here.
+        ext = self.ext_fields
+        if self.remark is None:
+            obj = {"code": self.code, "extFields": _outbound_ext(ext) if ext else {}, "flag": self.flag,
+                   "language": self.language, "opaque": self.opaque,
+                   "serializeTypeCurrentRPC": _SERIALIZE_NAMES[self.serialize_type], "version": self.version}
+        else:
+            obj = {"code": self.code, "extFields": _outbound_ext(ext) if ext else {}, "flag": self.flag,
+                   "language": self.language, "opaque": self.opaque, "remark": self.remark,
+                   "serializeTypeCurrentRPC": _SERIALIZE_NAMES[self.serialize_type], "version": self.version}
         try:
             return orjson.dumps(obj)
         except TypeError as exc:
@@ -191,11 +186,10 @@ class RemotingCommand:
         if hlen > flen - 4:
             raise RemotingCommandError(
                 f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)")
-        header = frame[4:4 + hlen]
-        if stype == SerializeType.JSON:
-            cmd = cls._decode_json_header(header)
-        elif stype == SerializeType.ROCKETMQ:
-            cmd = cls._decode_binary_header(header)
+        if stype == _JSON:
+            cmd = cls._decode_json_header(frame[4:4 + hlen])
+        elif stype == _ROCKETMQ:
+            cmd = cls._decode_binary_header(bytes(frame[4:4 + hlen]))
         else:
             raise RemotingCommandError(f"unknown serialization type {stype} (expected 0 JSON or 1 ROCKETMQ)")
         if flen > 4 + hlen:
@@ -240,11 +234,11 @@ class RemotingCommand:
             exc.opaque = opaque
             exc.flag = flag
             raise
-        return cls(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
-                   language=language, version=version, serialize_type=SerializeType.JSON)
+        # positional: about twice as fast as keywords for a slotted dataclass
+        return cls(code, opaque, flag, remark, ext, None, language, version, _JSON)
 
     @classmethod
-    def _decode_binary_header(cls, header: memoryview | bytes | bytearray) -> RemotingCommand:
+    def _decode_binary_header(cls, header: bytes) -> RemotingCommand:
         n = len(header)
         if n < _BIN_FIXED.size + 8:
             raise RemotingCommandError(f"ROCKETMQ header truncated: {n} bytes")
@@ -255,7 +249,7 @@ class RemotingCommand:
             pos += 4
             if rlen < 0 or pos + rlen > n - 4:
                 raise RemotingCommandError(f"ROCKETMQ header: remark length {rlen} out of bounds")
-            remark = bytes(header[pos:pos + rlen]).decode() if rlen else None
+            remark = header[pos:pos + rlen].decode() if rlen else None
             pos += rlen
             (elen,) = _I32.unpack_from(header, pos)
             pos += 4
@@ -270,22 +264,20 @@ class RemotingCommand:
                 pos += 2
                 if klen < 0 or pos + klen + 4 > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
-                key = bytes(header[pos:pos + klen]).decode()
+                key = header[pos:pos + klen].decode()
                 pos += klen
                 (vlen,) = _I32.unpack_from(header, pos)
                 pos += 4
                 if vlen < 0 or pos + vlen > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
-                ext[key] = bytes(header[pos:pos + vlen]).decode()
+                ext[key] = header[pos:pos + vlen].decode()
                 pos += vlen
         except UnicodeDecodeError as exc:
             raise RemotingCommandError(f"ROCKETMQ header: invalid UTF-8: {exc}",
-                                       opaque=opaque, flag=flag, serialize_type=1) from exc
+                                       opaque=opaque, flag=flag, serialize_type=_ROCKETMQ) from exc
         except RemotingCommandError as exc:
             exc.opaque = opaque
             exc.flag = flag
-            exc.serialize_type = SerializeType.ROCKETMQ
+            exc.serialize_type = _ROCKETMQ
             raise
-        return cls(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
-                   language=_LANG_BY_NUMBER.get(lang, "OTHER"), version=version,
-                   serialize_type=SerializeType.ROCKETMQ)
+        return cls(code, opaque, flag, remark, ext, None, _LANG_BY_NUMBER.get(lang, "OTHER"), version, _ROCKETMQ)

@@ -6,7 +6,8 @@ name. Fields without a default are required (J ``@CFNotNull``). Types follow J: 
 case is true, anything else false — so C's ``"1"`` is false), ``str`` a ``String``.
 
 ``decode_header(cls, ext)`` / ``encode_header(h)`` work for all of them. The per-class field plan
-is computed once when the class is declared (``@header``) and stored on the class.
+and the decoder/encoder compiled from it are made once when the class is declared (``@header``)
+and stored on the class.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ _KIND_BOOL = 3
 _KIND_NAMES = {_KIND_INT: "an integer", _KIND_LONG: "a long"}
 
 _PLAN_ATTR = "__header_plan__"
+_DECODE_ATTR = "__header_decode__"
+_ENCODE_ATTR = "__header_encode__"
 
 
 def wire(name: str, **kwargs: Any) -> Any:
@@ -89,15 +92,29 @@ def _build_plan(cls: type) -> tuple[_FieldPlan, ...]:
 
 
 def header(cls: type[H]) -> type[H]:
-    """Declare a header: a slotted dataclass plus its precomputed decode/encode plan."""
+    """Declare a header: a slotted dataclass plus its decoder and encoder, compiled once."""
     dc = dataclass(slots=True)(cls)
-    setattr(dc, _PLAN_ATTR, _build_plan(dc))
+    plan = _build_plan(dc)
+    setattr(dc, _PLAN_ATTR, plan)
+    setattr(dc, _DECODE_ATTR, _compile_decoder(dc, plan))
+    setattr(dc, _ENCODE_ATTR, _compile_encoder(dc, plan))
     return dc
+
+
+def _missing(cls_name: str, wire_name: str) -> None:
+    raise HeaderError(f"{cls_name}: the header field '{wire_name}' is missing")
+
+
+def _as_str(value: Any) -> str:
+    # RemotingCommand.decode already normalises extFields; this covers dicts built by hand.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _parse_int(cls_name: str, wire_name: str, value: str, kind: int) -> int:
     # Java parseInt/parseLong: optional sign, ASCII digits, nothing else (no spaces, no '_').
-    if not (value.isascii() and (value.isdigit() or _SIGNED_DIGITS.fullmatch(value))):
+    if not (value.isascii() and _SIGNED_DIGITS.fullmatch(value)):
         raise HeaderError(f"{cls_name}: the header field '{wire_name}' is not {_KIND_NAMES[kind]}: {value!r}")
     number = int(value)
     lo, hi = _INT_RANGE if kind == _KIND_INT else _LONG_RANGE
@@ -107,46 +124,66 @@ def _parse_int(cls_name: str, wire_name: str, value: str, kind: int) -> int:
     return number
 
 
+# Digit strings shorter than this cannot overflow the Java type, so int() alone is exact.
+_SAFE_DIGITS = {_KIND_INT: 10, _KIND_LONG: 19}
+
+
+def _compile_decoder(cls: type, plan: tuple[_FieldPlan, ...]) -> Any:
+    """Straight-line code per class (like dataclasses' own __init__): decode is the hot path of
+    every request, and a generic loop over the plan costs several times more."""
+    name = cls.__name__
+    ns: dict[str, Any] = {"_cls": cls, "_missing": _missing, "_as_str": _as_str, "_parse_int": _parse_int}
+    lines = ["def decode(ext):", "    get = ext.get"]
+    for i, fp in enumerate(plan):
+        v = f"v{i}"
+        lines.append(f"    {v} = get({fp.wire!r})")
+        if fp.required:
+            lines.append(f"    if {v} is None: _missing({name!r}, {fp.wire!r})")
+            ind = "    "
+        else:
+            f = next(f for f in dataclasses.fields(cls) if f.name == fp.attr)
+            if f.default is dataclasses.MISSING:
+                raise TypeError(f"{name}.{fp.attr}: optional header fields need a plain default")
+            ns[f"d{i}"] = f.default
+            lines.append(f"    if {v} is None: {v} = d{i}")
+            lines.append("    else:")
+            ind = "        "
+        lines.append(f"{ind}if type({v}) is not str: {v} = _as_str({v})")
+        if fp.kind == _KIND_BOOL:
+            lines.append(f"{ind}{v} = {v}.lower() == 'true'")
+        elif fp.kind in (_KIND_INT, _KIND_LONG):
+            lines.append(f"{ind}{v} = int({v}) if {v}.isdigit() and {v}.isascii() and len({v}) < "
+                         f"{_SAFE_DIGITS[fp.kind]} else _parse_int({name!r}, {fp.wire!r}, {v}, {fp.kind})")
+    lines.append(f"    return _cls({', '.join(f'v{i}' for i in range(len(plan)))})")
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from our own declarations only
+    return ns["decode"]
+
+
+def _compile_encoder(cls: type, plan: tuple[_FieldPlan, ...]) -> Any:
+    ns: dict[str, Any] = {"_as_str": _as_str}
+    lines = ["def encode(h):", "    out = {}"]
+    for fp in plan:
+        lines.append(f"    v = h.{fp.attr}")
+        lines.append("    if v is not None:")
+        if fp.kind == _KIND_BOOL:
+            lines.append(f"        out[{fp.wire!r}] = 'true' if v is True else ('false' if v is False else _as_str(v))")
+        elif fp.kind == _KIND_STR:
+            lines.append(f"        out[{fp.wire!r}] = v if type(v) is str else _as_str(v)")
+        else:
+            lines.append(f"        out[{fp.wire!r}] = str(v) if type(v) is int else _as_str(v)")
+    lines.append("    return out")
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from our own declarations only
+    return ns["encode"]
+
+
 def decode_header(cls: type[H], ext_fields: Mapping[str, str]) -> H:
     """Build ``cls`` from a request's extFields with J's parsing rules; HeaderError on bad input."""
-    plan: tuple[_FieldPlan, ...] = getattr(cls, _PLAN_ATTR)
-    kwargs: dict[str, Any] = {}
-    for fp in plan:
-        value = ext_fields.get(fp.wire)
-        if value is None:
-            if fp.required:
-                raise HeaderError(f"{cls.__name__}: the header field '{fp.wire}' is missing")
-            continue
-        if type(value) is not str:
-            # extFields are normalised to str by RemotingCommand.decode; tolerate callers that build dicts by hand.
-            value = str(value).lower() if isinstance(value, bool) else str(value)
-        kind = fp.kind
-        if kind == _KIND_STR:
-            kwargs[fp.attr] = value
-        elif kind == _KIND_BOOL:
-            kwargs[fp.attr] = value.lower() == "true"
-        else:
-            kwargs[fp.attr] = _parse_int(cls.__name__, fp.wire, value, kind)
-    return cls(**kwargs)
+    return getattr(cls, _DECODE_ATTR)(ext_fields)  # type: ignore[no-any-return]
 
 
 def encode_header(hdr: Any) -> dict[str, str]:
     """The extFields of a header: strings only (C and G need that), None fields omitted."""
-    plan: tuple[_FieldPlan, ...] = getattr(type(hdr), _PLAN_ATTR)
-    out: dict[str, str] = {}
-    for fp in plan:
-        value = getattr(hdr, fp.attr)
-        if value is None:
-            continue
-        if value is True:
-            out[fp.wire] = "true"
-        elif value is False:
-            out[fp.wire] = "false"
-        elif type(value) is str:
-            out[fp.wire] = value
-        else:
-            out[fp.wire] = str(value)
-    return out
+    return getattr(type(hdr), _ENCODE_ATTR)(hdr)  # type: ignore[no-any-return]
 
 
 def header_wire_names(cls: type) -> tuple[str, ...]:

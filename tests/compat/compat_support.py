@@ -33,8 +33,12 @@ NODE_DIR = COMPAT_DIR / "node"
 BOOT_PREFIX = "The broker["
 BOOT_MARK = "boot success"
 
-#: Extra broker arguments for debugging a failing run, e.g. COMPAT_BROKER_ARGS="--set logLevel=DEBUG".
+#: Extra broker arguments for debugging a failing run, e.g. COMPAT_BROKER_ARGS="--set maxMessageSize=8192".
+#: (The broker's own log level comes from MINI_ROCKETMQ_LOG_LEVEL, which the subprocess inherits.)
 BROKER_ARGS_ENV = "COMPAT_BROKER_ARGS"
+#: C++ client log level for the clients these helpers create: 1 FATAL .. 4 INFO (default) .. 5 DEBUG, 6 TRACE.
+#: At DEBUG the client logs every remoting command it sends and receives (~/logs/rocketmq-cpp/<pid>_*).
+CPP_LOG_LEVEL_ENV = "COMPAT_CPP_LOG_LEVEL"
 
 
 # --------------------------------------------------------------------------------------------- ports
@@ -405,6 +409,8 @@ def cpp_producer(
     # The C++ client shares one MQClientFactory per "pid-ip@instanceName"; a factory outlives a test while any
     # client uses it and keeps the first broker's routes. A unique instance name isolates each client.
     dll.SetProducerInstanceName(producer._handle, unique("p").encode())
+    if os.environ.get(CPP_LOG_LEVEL_ENV):
+        dll.SetProducerLogLevel(producer._handle, int(os.environ[CPP_LOG_LEVEL_ENV]))
     producer.set_namesrv_addr(namesrv)
     producer.start()
     try:
@@ -435,6 +441,10 @@ def cpp_push_consumer(
     model = MessageModel.BROADCASTING if broadcasting else MessageModel.CLUSTERING
     consumer = PushConsumer(group, orderly=orderly, message_model=model)
     consumer.set_instance_name(unique(name))
+    if os.environ.get(CPP_LOG_LEVEL_ENV):
+        from rocketmq.ffi import dll
+
+        dll.SetPushConsumerLogLevel(consumer._handle, int(os.environ[CPP_LOG_LEVEL_ENV]))
     consumer.set_namesrv_addr(namesrv)
     callback = collector.callback(name)
     for topic, expression in subscriptions.items():

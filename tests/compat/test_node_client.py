@@ -58,7 +58,9 @@ def test_produce_and_consume_on_a_topic_nobody_created(broker):
         "text": "héllo wörld ✓".encode(),
     }
     messages = [ons_message(k, v, tags="TagX", props={"origin": "node"}) for k, v in bodies.items()]
-    run = run_ons({"nameSrv": broker.namesrv_addr, "mode": "both", "topic": topic, "group": group, "messages": messages})
+    run = run_ons(
+        {"nameSrv": broker.namesrv_addr, "mode": "both", "topic": topic, "group": group, "messages": messages}
+    )
     assert run.rc == 0 and not run.of("send_error") and not run.of("fatal"), run.describe()
     sent = {m["index"]: m for m in run.of("sent")}
     assert len(sent) == len(bodies), run.describe()

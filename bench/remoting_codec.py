@@ -84,7 +84,6 @@ def main() -> None:
     print(f"SEND_MESSAGE_V2 frame: {len(json_wire)} B JSON ({hlen} B header), {len(bin_wire)} B ROCKETMQ; "
           f"best of {args.repeat} × {args.number}")
     print(f"{'step':45s} {'µs/frame':>9s} {'× orjson.loads':>15s}")
-    base_name = "orjson.loads(header) [baseline]"
     for name, us in results.items():
         print(f"{name:45s} {us:9.2f} {us / base:15.2f}")
 

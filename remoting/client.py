@@ -61,12 +61,17 @@ class RemotingClient:
         if fut is None:
             fut = asyncio.ensure_future(self._connect(addr))
             self._connecting[addr] = fut
-            fut.add_done_callback(lambda _f, a=addr: self._connecting.pop(a, None))
+            fut.add_done_callback(lambda f, a=addr: self._connect_done(a, f))
         timeout = self.connect_timeout_s if timeout_s is None else min(timeout_s, self.connect_timeout_s)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {timeout:.3f}s") from None
+
+    def _connect_done(self, addr: str, fut: asyncio.Future[Channel]) -> None:
+        self._connecting.pop(addr, None)
+        if not fut.cancelled():
+            fut.exception()  # mark retrieved: every waiter may have timed out already
 
     async def _connect(self, addr: str) -> Channel:
         host, port = parse_addr(addr)

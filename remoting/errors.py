@@ -42,5 +42,5 @@ class RemotingTimeoutError(RemotingError):
     """No response arrived within the invoke timeout."""
 
 
-class RemotingSendRequestError(RemotingError):
-    """The request could not be written (channel closed)."""
+class RemotingSendRequestError(RemotingConnectError):
+    """The request could not be written because the channel is already closed."""

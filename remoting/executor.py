@@ -118,6 +118,11 @@ class RequestExecutor:
     def size(self) -> int:
         return len(self.queue)
 
+    def counters(self) -> dict[str, int]:
+        """Snapshot for runtime info / metrics."""
+        return {"size": len(self.queue), "capacity": self.capacity, "peak": self.peak, "rejected": self.rejected,
+                "expired": self.expired, "completed": self.completed, "active": self.active}
+
     @property
     def running(self) -> bool:
         return bool(self._worker_tasks)

@@ -170,6 +170,15 @@ class RemotingServer:
         except Exception:
             log.exception("channel event listener failed", listener_event=event, remote=channel.remote_addr)
 
+    @staticmethod
+    def _rejects(route: _Route, request: RemotingCommand) -> bool:
+        try:
+            return bool(route.reject())  # type: ignore[misc]
+        except Exception:
+            # A broken busy check must not take the connection down with it; let the request in.
+            log.exception("reject_request failed", code=request.code)
+            return False
+
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None:
         route = self._routes.get(request.code) or self._default
         oneway = request.flag & FLAG_ONEWAY
@@ -179,7 +188,7 @@ class RemotingServer:
                 channel.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                               not_supported_remark(request.code)))
             return
-        if route.reject is not None and route.reject():
+        if route.reject is not None and self._rejects(route, request):
             if not oneway:
                 channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -19,7 +20,8 @@ except ImportError:  # pragma: no cover - uvloop is a hard dependency, keep test
 def pytest_asyncio_loop_factories(config, item):  # noqa: ARG001 - pytest-asyncio hook
     # The server runs on uvloop in production; its transports differ from asyncio's (no
     # asyncio.Transport subclass, different write-buffer behaviour), so test on it.
-    if uvloop is not None:
+    # REMOTING_TEST_LOOP=asyncio runs the same tests on the standard loop.
+    if uvloop is not None and os.environ.get("REMOTING_TEST_LOOP", "uvloop") == "uvloop":
         return {"uvloop": uvloop.new_event_loop}
     return {"asyncio": asyncio.new_event_loop}
 

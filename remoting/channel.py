@@ -32,7 +32,7 @@ def _format_addr(peer: Any) -> str:
 
 class Channel:
     __slots__ = ("id", "remote_addr", "local_addr", "attrs", "_transport", "_protocol",
-                 "_pending", "_next_opaque", "_closed", "_loop", "__weakref__")
+                 "_pending", "_next_opaque", "_closed", "_loop", "_out", "__weakref__")
 
     def __init__(self, transport: asyncio.Transport, protocol: RemotingProtocol, channel_id: int) -> None:
         self.id = channel_id
@@ -45,6 +45,8 @@ class Channel:
         self._next_opaque = 0
         self._closed = False
         self._loop = asyncio.get_running_loop()
+        # Commands written during one loop iteration, flushed together (see send()).
+        self._out: list[bytes | memoryview] = []
 
     def __repr__(self) -> str:
         return f"Channel(id={self.id}, remote={self.remote_addr}, active={self.is_active})"
@@ -62,15 +64,30 @@ class Channel:
         return len(self._pending)
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write a command. Never blocks; a closed channel drops it (the peer is gone anyway)."""
+        """Write a command. Never blocks; a closed channel drops it (the peer is gone anyway).
+
+        Commands sent in the same loop iteration leave in one ``writelines`` at its end: under
+        pipelined load that is one syscall for many responses instead of one each.
+        """
         if self._closed or self._transport.is_closing():
             log.debug("dropping write on a closed channel", remote=self.remote_addr, code=cmd.code,
                       opaque=cmd.opaque)
             return
-        self._transport.writelines(cmd.encode())
+        out = self._out
+        if not out:
+            self._loop.call_soon(self.flush)
+        out += cmd.encode()
+
+    def flush(self) -> None:
+        out = self._out
+        if out:
+            self._out = []
+            if not self._transport.is_closing():
+                self._transport.writelines(out)
 
     def close(self) -> None:
         if not self._transport.is_closing():
+            self.flush()
             self._transport.close()
 
     # ---- requests to the peer -------------------------------------------------------------
@@ -128,6 +145,7 @@ class Channel:
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._closed = True
+        self._out = []
         pending, self._pending = self._pending, {}
         for opaque, fut in pending.items():
             if not fut.done():

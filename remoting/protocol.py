@@ -168,4 +168,4 @@ class RemotingProtocol(asyncio.Protocol):
         assert channel is not None and self._transport is not None
         log.warning(f"{what}, closing the connection", remote=channel.remote_addr, error=str(exc))
         self._dispatcher.channel_error(channel, exc)
-        self._transport.close()
+        channel.close()  # flushes answers to the frames before the bad one

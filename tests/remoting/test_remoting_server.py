@@ -472,3 +472,14 @@ async def test_stop_lets_queued_requests_finish(make_server) -> None:
     assert answered == [1, 2, 3]
     assert await asyncio.wait_for(reader.read(), 3) == b""
     writer.close()
+
+
+async def test_answers_before_a_bad_frame_are_delivered_before_the_close(make_server) -> None:
+    server = await make_server({10: (FnProcessor(), RequestExecutor("send", 1, 10))})
+    reader, writer = await open_raw(server)
+    # Unknown code (answered synchronously at dispatch) then a negative length in the same write.
+    writer.write(request_bytes(999, 1) + struct.pack(">i", -1))
+    resp = await read_frame(reader)
+    assert (resp.code, resp.opaque) == (3, 1)
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()

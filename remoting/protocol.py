@@ -166,6 +166,6 @@ class RemotingProtocol(asyncio.Protocol):
         self._broken = True
         channel = self.channel
         assert channel is not None and self._transport is not None
-        log.warning(f"{what}, closing the connection", remote=channel.remote_addr, error=str(exc))
+        log.warning("closing the connection", reason=what, remote=channel.remote_addr, error=str(exc))
         self._dispatcher.channel_error(channel, exc)
         channel.close()  # flushes answers to the frames before the bad one

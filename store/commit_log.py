@@ -1,0 +1,616 @@
+"""CommitLog: the single append-only log every message goes to, and its single writer.
+
+Producers (`MessageStore.put_message[s]`) encode their records outside the lock and hand them to the
+writer. The writer task drains everything handed over in one go under the append "lock" section:
+for each request it records `begin_time_in_lock`, assigns queue offsets from the topic-queue table,
+physical offsets and the store timestamp, and copies the bytes into the mapped file (or the transient
+pool buffer). A record that does not fit with 8 spare bytes ends the file with a BLANK filler and goes
+to the next file, created ahead of time in a worker thread. The section awaits only for a file that is
+not ready yet or for an injected stall, so the event loop keeps running and the busy signals can be
+observed. The module also parses records back (reput, recovery) and finds the valid end of the log
+after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import zlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from store.config import MessageStoreConfig
+from store.fault import StoreFault
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue, RunBlocking
+from store.message import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    FIXED_PART,
+    FIXED_PART_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    POS_STORE_TIMESTAMP,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageConst,
+    decode_properties,
+    offset_msg_id_prefix,
+    patch_record,
+    tags_hash,
+    transaction_value,
+)
+from store.results import AppendMessageResult, PutMessageStatus
+
+log = structlog.get_logger(__name__)
+
+_HEAD = struct.Struct(">iii")  # TOTALSIZE MAGIC BODYCRC
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_LONG = struct.Struct(">q")
+_BLANK = struct.Struct(">ii")
+MAX_DRAIN = 4096  # requests per lock section; bounds the time the section can take
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What the reput hands to the consume queue and index builders (upstream DispatchRequest)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+    properties: dict[str, str] | None
+
+
+@dataclass(slots=True)
+class RecordMeta:
+    """Per-record facts known before the append (so the reput need not parse what we just wrote)."""
+
+    size: int
+    tags_code: int
+    keys: str | None
+    uniq_key: str | None
+    properties: dict[str, str]
+    delay_level: int
+
+
+@dataclass(slots=True)
+class AppendRequest:
+    data: bytearray  # one or more encoded records, back to back
+    metas: list[RecordMeta]
+    topic: str
+    queue_id: int
+    sys_flag: int
+    prepared_transaction_offset: int
+    store_host: tuple[str, int]
+    stall_ms: int
+    future: asyncio.Future
+    batch: bool = False
+
+
+@dataclass(slots=True)
+class AppendFailure:
+    status: PutMessageStatus
+    remark: str
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    process_offset: int
+    dropped_bytes: int = 0
+    scanned_bytes: int = 0
+    records: int = 0
+    start_file: str = ""
+    errors: list[str] = field(default_factory=list)
+
+
+class CommitLog:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        *,
+        now_ms: Callable[[], int],
+        run_blocking: RunBlocking | None,
+        fault: StoreFault,
+        on_new_file: Callable[[MappedFile], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.now_ms = now_ms
+        self.fault = fault
+        self.mapped_file_size = config.mapped_file_size_commit_log
+        assert config.store_path_commit_log is not None
+        self.mapped_file_queue = MappedFileQueue(
+            config.store_path_commit_log,
+            config.mapped_file_size_commit_log,
+            run_blocking=run_blocking,
+            preallocate=config.preallocate_mapped_file,
+            warm=config.warm_mapped_file_enable,
+            allocate_ahead=True,
+            on_new_file=on_new_file,
+        )
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.begin_time_in_lock = 0
+        self.dispatch_queue: deque[DispatchRequest] = deque()
+        self.post_append: Callable[[], Awaitable[None]] | None = None
+        self._pending: deque[AppendRequest] = deque()
+        self._wake = asyncio.Event()
+        self._writer_task: asyncio.Task | None = None
+        self._closed = False
+        self._id_prefix: dict[tuple[str, int], str] = {}
+        self._delay_levels = config.delay_levels_ms()
+        self._tags_cache: dict[str, int] = {}
+        # statistics read by runtime_info
+        self.put_message_times_total = 0
+        self.put_message_size_total = 0
+        self.lock_time_max_ms = 0
+
+    # ------------------------------------------------------------------------------------- properties
+    def get_max_offset(self) -> int:
+        return self.mapped_file_queue.max_offset()
+
+    def get_min_offset(self) -> int:
+        mf = self.mapped_file_queue.first_mapped_file()
+        if mf is None:
+            return -1
+        if mf.is_available():
+            return mf.file_from_offset
+        return self.roll_next_file(mf.file_from_offset)
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.mapped_file_size - offset % self.mapped_file_size
+
+    def lock_time_mills(self) -> int:
+        begin = self.begin_time_in_lock
+        if begin <= 0:
+            return 0
+        return max(0, self.now_ms() - begin)
+
+    # ------------------------------------------------------------------------------------------ reads
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset % self.mapped_file_size, size)
+
+    def get_data(self, offset: int) -> tuple[int, memoryview] | None:
+        """(start offset, view to the readable end of its file) — the reput reads in file-sized chunks."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        pos = offset % self.mapped_file_size
+        view = mf.select_from(pos)
+        if view is None:
+            return None
+        return mf.file_from_offset + pos, view
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        if offset >= self.get_min_offset():
+            view = self.get_message(offset, max(size, POS_STORE_TIMESTAMP + 8))
+            if view is not None:
+                return _LONG.unpack_from(view, POS_STORE_TIMESTAMP)[0]
+        return -1
+
+    # -------------------------------------------------------------------------------------- the writer
+    def start(self) -> None:
+        if self._writer_task is None:
+            self._closed = False
+            self._writer_task = asyncio.get_running_loop().create_task(self._writer_loop(), name="commitlog-writer")
+
+    async def stop(self) -> None:
+        """Let the writer finish what it was handed, then stop it."""
+        self._closed = True
+        task = self._writer_task
+        self._writer_task = None
+        if task is not None:
+            self._wake.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout=10)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                task.cancel()
+        while self._pending:
+            req = self._pending.popleft()
+            if not req.future.done():
+                req.future.set_result(AppendFailure(PutMessageStatus.SERVICE_NOT_AVAILABLE, "store is shutting down"))
+
+    def submit(self, req: AppendRequest) -> None:
+        if self._closed or self._writer_task is None:
+            req.future.set_result(AppendFailure(PutMessageStatus.SERVICE_NOT_AVAILABLE, "store is not running"))
+            return
+        self._pending.append(req)
+        self._wake.set()
+
+    async def _writer_loop(self) -> None:
+        while True:
+            if not self._pending:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            done: list[tuple[AppendRequest, AppendMessageResult | AppendFailure]] = []
+            try:
+                while self._pending and len(done) < MAX_DRAIN:
+                    req = self._pending.popleft()
+                    result = self._append_fast(req)
+                    if result is None:
+                        try:
+                            result = await self._append_slow(req)
+                        except Exception as exc:  # never lose the writer to one bad request
+                            log.exception("append failed", topic=req.topic)
+                            result = AppendFailure(PutMessageStatus.UNKNOWN_ERROR, f"append failed: {exc}")
+                    done.append((req, result))
+            finally:
+                self.begin_time_in_lock = 0
+            if self.post_append is not None:
+                try:
+                    await self.post_append()
+                except Exception:
+                    log.exception("dispatch after append failed")
+            for req, result in done:
+                if not req.future.done():
+                    req.future.set_result(result)
+
+    def _append_fast(self, req: AppendRequest) -> AppendMessageResult | AppendFailure | None:
+        """The whole append when no await is needed; None → take the slow path."""
+        if req.stall_ms > 0 or self.fault.stall_append_until_ms:
+            return None
+        mf = self.mapped_file_queue.last_mapped_file()
+        if mf is None or mf.is_full():
+            return None
+        now = self.now_ms()
+        self.begin_time_in_lock = now
+        result = self._do_append(mf, req, now)
+        if result is None:  # END_OF_FILE: the blank is written, the next file may need an await
+            return None
+        self._account(now)
+        return result
+
+    async def _append_slow(self, req: AppendRequest) -> AppendMessageResult | AppendFailure:
+        begin = self.now_ms()
+        self.begin_time_in_lock = begin
+        stall = max(req.stall_ms, self.fault.stall_append_remaining_ms(begin))
+        if stall > 0:
+            # fault injection: hold the section without blocking the loop, so sweepers see the busy lock
+            await asyncio.sleep(stall / 1000)
+        for _attempt in range(2):
+            try:
+                mf = await self.mapped_file_queue.get_last_mapped_file_async(0)
+            except OSError as exc:
+                log.error("create mapped file failed", error=str(exc), topic=req.topic)
+                return AppendFailure(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"create mapped file failed: {exc}")
+            result = self._do_append(mf, req, begin)
+            if result is not None:
+                self._account(begin)
+                return result
+        return AppendFailure(PutMessageStatus.UNKNOWN_ERROR, "the message does not fit in an empty CommitLog file")
+
+    def _account(self, begin: int) -> None:
+        elapsed = self.now_ms() - begin
+        if elapsed > self.lock_time_max_ms:
+            self.lock_time_max_ms = elapsed
+        if elapsed > 500:
+            log.warning("putMessage in lock cost time(ms)", elapsed_ms=elapsed)
+
+    def _do_append(self, mf: MappedFile, req: AppendRequest, store_ts: int) -> AppendMessageResult | None:
+        """Write `req` at the end of `mf`; None after writing the BLANK filler (no room)."""
+        pos = mf.wrote_position
+        data = req.data
+        total = len(data)
+        max_blank = mf.file_size - pos
+        view = mf.write_view
+        if total + END_FILE_MIN_BLANK_LENGTH > max_blank:
+            _BLANK.pack_into(view, pos, max_blank, BLANK_MAGIC_CODE)
+            if mf.write_buffer is not None and max_blank > 8:
+                view[pos + 8 : mf.file_size] = bytes(max_blank - 8)  # pool buffers are reused: no stale bytes
+            mf.wrote_position = mf.file_size
+            return None
+        key = (req.topic, req.queue_id)
+        table = self.topic_queue_table
+        queue_offset = table.get(key, 0)
+        tran = transaction_value(req.sys_flag)
+        counts = tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE
+        if not counts:
+            queue_offset = 0
+        wrote_offset = mf.file_from_offset + pos
+        prefix = self._id_prefix.get(req.store_host)
+        if prefix is None:
+            prefix = self._id_prefix[req.store_host] = offset_msg_id_prefix(*req.store_host)
+        rec = 0
+        qo = queue_offset
+        msg_ids: list[str] = []
+        dq = self.dispatch_queue
+        for meta in req.metas:
+            phy = wrote_offset + rec
+            patch_record(data, rec, qo, phy, store_ts)
+            msg_ids.append(f"{prefix}{phy:016X}")
+            dq.append(
+                DispatchRequest(
+                    req.topic,
+                    req.queue_id,
+                    phy,
+                    meta.size,
+                    self._dispatch_tags_code(req.topic, meta, store_ts),
+                    store_ts,
+                    qo,
+                    meta.keys,
+                    meta.uniq_key,
+                    req.sys_flag,
+                    req.prepared_transaction_offset,
+                    meta.properties,
+                )
+            )
+            rec += meta.size
+            if counts:
+                qo += 1
+        view[pos : pos + total] = data
+        mf.wrote_position = pos + total
+        mf.store_timestamp = store_ts
+        if counts:
+            table[key] = qo
+        n = len(req.metas)
+        self.put_message_times_total += n
+        self.put_message_size_total += total
+        return AppendMessageResult(
+            wrote_offset=wrote_offset,
+            wrote_bytes=total,
+            msg_id=",".join(msg_ids) if req.batch else msg_ids[0],
+            store_timestamp=store_ts,
+            logics_offset=queue_offset,
+            msg_num=n,
+            msg_ids=msg_ids,
+        )
+
+    def _dispatch_tags_code(self, topic: str, meta: RecordMeta, store_ts: int) -> int:
+        if topic == RMQ_SYS_SCHEDULE_TOPIC and meta.delay_level > 0:
+            return self.compute_deliver_timestamp(meta.delay_level, store_ts)
+        return meta.tags_code
+
+    def compute_deliver_timestamp(self, delay_level: int, store_ts: int) -> int:
+        """ScheduleMessageService.computeDeliverTimestamp: the tags code of a delayed message."""
+        level = min(delay_level, len(self._delay_levels))
+        return store_ts + self._delay_levels[level - 1] if level > 0 else store_ts + 1000
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self._delay_levels)
+
+    # ---------------------------------------------------------------------------------------- parsing
+    def parse_dispatch(self, view: memoryview, pos: int, check_crc: bool) -> tuple[int, DispatchRequest | None]:
+        """(size, request) of the record at `pos`: size > 0 a message, 0 the BLANK end of a file,
+        -1 not a valid record (upstream checkMessageAndReturnSize)."""
+        if pos + 8 > len(view):
+            return -1, None
+        total, magic = _BLANK.unpack_from(view, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return 0, None
+        if magic != MESSAGE_MAGIC_CODE or total < 91 or pos + total > len(view):
+            return -1, None
+        (
+            _total,
+            _magic,
+            crc,
+            queue_id,
+            _flag,
+            queue_offset,
+            phy,
+            sys_flag,
+            _born_ts,
+            _born_ip,
+            _born_port,
+            store_ts,
+            _store_ip,
+            _store_port,
+            _reconsume,
+            prepared,
+            body_len,
+        ) = FIXED_PART.unpack_from(view, pos)
+        if body_len < 0 or FIXED_PART_LENGTH + body_len + 3 > total:
+            return -1, None
+        p = pos + FIXED_PART_LENGTH
+        if check_crc and (zlib.crc32(view[p : p + body_len]) & 0x7FFFFFFF) != crc:
+            log.warning("CRC check failed", offset=phy)
+            return -1, None
+        p += body_len
+        topic_len = view[p]
+        p += 1
+        topic = bytes(view[p : p + topic_len]).decode("utf-8", errors="replace")
+        p += topic_len
+        (props_len,) = _SHORT.unpack_from(view, p)
+        p += 2
+        if props_len < 0 or 91 + body_len + topic_len + props_len != total:
+            return -1, None
+        props = decode_properties(bytes(view[p : p + props_len]).decode("utf-8", errors="replace")) if props_len else {}
+        tags = props.get(MessageConst.TAGS)
+        tags_code = self.tags_code_of(tags)
+        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+            level = _int_or_zero(props.get(MessageConst.DELAY))
+            if level > 0:
+                tags_code = self.compute_deliver_timestamp(min(level, self.max_delay_level), store_ts)
+        return total, DispatchRequest(
+            topic,
+            queue_id,
+            phy,
+            total,
+            tags_code,
+            store_ts,
+            queue_offset,
+            props.get(MessageConst.KEYS),
+            props.get(MessageConst.UNIQ_KEY),
+            sys_flag,
+            prepared,
+            props,
+        )
+
+    def tags_code_of(self, tags: str | None) -> int:
+        if not tags:
+            return 0
+        code = self._tags_cache.get(tags)
+        if code is None:
+            if len(self._tags_cache) > 4096:
+                self._tags_cache.clear()
+            code = self._tags_cache[tags] = tags_hash(tags)
+        return code
+
+    @staticmethod
+    def verify_record(view: memoryview, pos: int, check_crc: bool) -> int:
+        """Size of the valid record at `pos`, 0 for the BLANK filler, -1 for anything else (recovery scan)."""
+        end = len(view)
+        if pos + 12 > end:
+            return -1
+        total, magic, crc = _HEAD.unpack_from(view, pos)
+        if magic != MESSAGE_MAGIC_CODE:
+            return 0 if magic == BLANK_MAGIC_CODE else -1
+        if total < 91 or pos + total > end:
+            return -1
+        (body_len,) = _INT.unpack_from(view, pos + 84)
+        if body_len < 0 or FIXED_PART_LENGTH + body_len + 3 > total:
+            return -1
+        p = pos + FIXED_PART_LENGTH + body_len
+        topic_len = view[p]
+        (props_len,) = _SHORT.unpack_from(view, p + 1 + topic_len) if p + 3 + topic_len <= end else (-1,)
+        if props_len < 0 or 91 + body_len + topic_len + props_len != total:
+            return -1
+        if check_crc and (zlib.crc32(view[pos + FIXED_PART_LENGTH : pos + FIXED_PART_LENGTH + body_len]) & 0x7FFFFFFF) != crc:
+            return -1
+        return total
+
+    # ---------------------------------------------------------------------------------------- recovery
+    def _scan_files(self, index: int, check_crc: bool) -> RecoveryReport:
+        """Verify records from the start of file `index` to the first invalid one."""
+        files = self.mapped_file_queue.mapped_files
+        mf = files[index]
+        report = RecoveryReport(process_offset=mf.file_from_offset, start_file=mf.file_name)
+        pos = 0
+        view = mf.view
+        verify = self.verify_record
+        while True:
+            size = verify(view, pos, check_crc)
+            if size > 0:
+                pos += size
+                report.records += 1
+                continue
+            if size == 0 and index + 1 < len(files):
+                report.scanned_bytes += pos
+                index += 1
+                mf = files[index]
+                view = mf.view
+                pos = 0
+                continue
+            break
+        report.scanned_bytes += pos
+        report.process_offset = mf.file_from_offset + pos
+        report.dropped_bytes = self._dirty_bytes_after(mf, pos)
+        return report
+
+    @staticmethod
+    def _dirty_bytes_after(mf: MappedFile, pos: int) -> int:
+        """How many bytes after the valid end were written (torn or unverifiable data being dropped).
+        Stops at the first all-zero 64 KiB block: records are contiguous, so that is the end."""
+        view = mf.view
+        chunk = 64 * 1024
+        last_dirty = pos
+        p = pos
+        while p < mf.file_size:
+            stripped = bytes(view[p : min(p + chunk, mf.file_size)]).rstrip(b"\x00")
+            if not stripped:
+                break
+            last_dirty = p + len(stripped)
+            p += chunk
+        return last_dirty - pos
+
+    def _zero_tail(self, offset: int, length: int) -> None:
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or length <= 0:
+            return
+        pos = offset - mf.file_from_offset
+        end = min(mf.file_size, pos + length)
+        mf.view[pos:end] = bytes(end - pos)
+
+    def recover_normally(self, clean_max_offset: int) -> RecoveryReport:
+        """After a clean shutdown: trust the offset the shutdown wrote if it is consistent, else verify
+        the last three files like upstream."""
+        mfq = self.mapped_file_queue
+        files = mfq.mapped_files
+        if not files:
+            mfq.flushed_where = mfq.committed_where = 0
+            return RecoveryReport(process_offset=0)
+        report: RecoveryReport | None = None
+        if clean_max_offset >= files[0].file_from_offset and self._clean_offset_is_consistent(clean_max_offset):
+            report = RecoveryReport(process_offset=clean_max_offset, start_file="checkpoint")
+        if report is None:
+            report = self._scan_files(max(0, len(files) - 3), self.config.check_crc_on_recover)
+        self._truncate_to(report)
+        return report
+
+    def _clean_offset_is_consistent(self, offset: int) -> bool:
+        mfq = self.mapped_file_queue
+        last = mfq.last_mapped_file()
+        assert last is not None
+        if offset > last.tail_offset:
+            return False
+        mf = mfq.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return offset == last.tail_offset
+        # files after it must be empty, and nothing may follow the end inside it
+        if any(f.file_from_offset > mf.file_from_offset and bytes(f.view[:8]) != bytes(8) for f in mfq.mapped_files):
+            return False
+        pos = offset - mf.file_from_offset
+        return pos + 8 > mf.file_size or bytes(mf.view[pos : pos + 8]) == bytes(8)
+
+    def recover_abnormally(self, min_timestamp: int) -> RecoveryReport:
+        """After a crash: start at the newest file whose first record was stored at or before
+        `min_timestamp` (checkpoint - 3 s), verify magic and CRC forward, truncate the torn tail."""
+        mfq = self.mapped_file_queue
+        files = mfq.mapped_files
+        if not files:
+            mfq.flushed_where = mfq.committed_where = 0
+            return RecoveryReport(process_offset=0)
+        index = len(files) - 1
+        while index >= 0:
+            head = files[index].view
+            magic = _INT.unpack_from(head, 4)[0]
+            store_ts = _LONG.unpack_from(head, POS_STORE_TIMESTAMP)[0]
+            if magic == MESSAGE_MAGIC_CODE and store_ts != 0 and store_ts <= min_timestamp:
+                break
+            index -= 1
+        report = self._scan_files(max(index, 0), self.config.check_crc_on_recover)
+        self._truncate_to(report)
+        return report
+
+    def _truncate_to(self, report: RecoveryReport) -> None:
+        mfq = self.mapped_file_queue
+        offset = report.process_offset
+        if report.dropped_bytes > 0:
+            # zero the torn bytes: a later recovery must never mistake them for records
+            self._zero_tail(offset, report.dropped_bytes)
+        mfq.flushed_where = offset
+        mfq.committed_where = offset
+        mfq.truncate_dirty_files(offset)
+
+    # ------------------------------------------------------------------------------------- lifecycle
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown()
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()
+
+
+def _int_or_zero(value: str | None) -> int:
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0

@@ -1,0 +1,329 @@
+"""Flush and commit services: the coroutines that make appended bytes durable, off the event loop.
+
+- `CommitLogFlusher.flush(least_pages)`: capture what to flush on the loop, fdatasync in a worker
+  thread, record the new flushed positions on the loop. One flush at a time.
+- `FlushRealTimeService` (ASYNC_FLUSH): every `flushIntervalCommitLog` ms, at least
+  `flushCommitLogLeastPages` pages (everything every `flushCommitLogThoroughInterval`).
+- `GroupCommitService` (SYNC_FLUSH): puts register the offset they need; one fsync covers every request
+  that arrived meanwhile (group commit); the put answers FLUSH_DISK_TIMEOUT after `syncFlushTimeout`.
+- `CommitRealTimeService` (transient store pool): every `commitIntervalCommitLog` ms (or when woken),
+  copy at least `commitCommitLogLeastPages` pages from the pool buffers into the files, then wake the
+  flush and the reput (readers only see committed bytes).
+- `FlushConsumeQueueService`: consume queues, index files and the checkpoint, every
+  `flushIntervalConsumeQueue` ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from store.checkpoint import StoreCheckpoint
+from store.config import MessageStoreConfig
+from store.fault import StoreFault
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue, RunBlocking
+
+log = structlog.get_logger(__name__)
+
+
+def _fsync_files(files: list[MappedFile], delay_ms: int) -> None:
+    if delay_ms > 0:
+        time.sleep(delay_ms / 1000)  # fault injection: a slow disk, in the worker thread only
+    for f in files:
+        f.fsync()
+
+
+async def flush_queue(
+    mfq: MappedFileQueue, least_pages: int, run_blocking: RunBlocking, delay_ms: int = 0
+) -> bool:
+    """Flush one MappedFileQueue off the loop. True when there was nothing to flush."""
+    targets = mfq.flush_targets(least_pages)
+    if not targets:
+        return True
+    store_ts = targets[-1][0].store_timestamp
+    held = [(f, t) for f, t in targets if f.hold()]
+    try:
+        await run_blocking(_fsync_files, [f for f, _ in held], delay_ms)
+    finally:
+        for f, _ in held:
+            f.release()
+    mfq.apply_flush(held, store_ts)
+    return False
+
+
+class _Service:
+    """A periodic coroutine with wake-up, started and stopped by the store."""
+
+    name = "service"
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._stopped = False
+            self._task = asyncio.get_running_loop().create_task(self._guarded(), name=self.name)
+
+    async def _guarded(self) -> None:
+        while not self._stopped:
+            try:
+                await self.run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("store service failed; restarting it", service=self.name)
+                await asyncio.sleep(0.1)
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def wait_for_running(self, interval_ms: int) -> None:
+        if self._wake.is_set():
+            self._wake.clear()
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), interval_ms / 1000)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        task = self._task
+        self._task = None
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, timeout=30)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                task.cancel()
+            except Exception:
+                log.exception("store service failed at stop", service=self.name)
+
+
+class CommitLogFlusher:
+    """Serialises CommitLog fsyncs and publishes the physic checkpoint timestamp."""
+
+    def __init__(
+        self,
+        mfq: MappedFileQueue,
+        checkpoint: StoreCheckpoint,
+        run_blocking: RunBlocking,
+        fault: StoreFault,
+    ) -> None:
+        self.mfq = mfq
+        self.checkpoint = checkpoint
+        self.run_blocking = run_blocking
+        self.fault = fault
+        self._lock = asyncio.Lock()
+        self.flush_count = 0
+
+    async def flush(self, least_pages: int) -> bool:
+        async with self._lock:
+            idle = await flush_queue(self.mfq, least_pages, self.run_blocking, self.fault.slow_fsync_ms)
+            if not idle:
+                self.flush_count += 1
+                if self.mfq.store_timestamp > 0:
+                    self.checkpoint.physic_msg_timestamp = self.mfq.store_timestamp
+            return idle
+
+    @property
+    def flushed_where(self) -> int:
+        return self.mfq.flushed_where
+
+
+class FlushRealTimeService(_Service):
+    name = "FlushRealTimeService"
+
+    def __init__(self, config: MessageStoreConfig, flusher: CommitLogFlusher, now_ms: Callable[[], int]) -> None:
+        super().__init__()
+        self.config = config
+        self.flusher = flusher
+        self.now_ms = now_ms
+        self._last_thorough = 0
+
+    async def run(self) -> None:
+        while not self._stopped:
+            cfg = self.config
+            least = cfg.flush_commit_log_least_pages
+            now = self.now_ms()
+            if now >= self._last_thorough + cfg.flush_commit_log_thorough_interval:
+                self._last_thorough = now
+                least = 0
+            if cfg.flush_commit_log_timed:
+                await asyncio.sleep(cfg.flush_interval_commit_log / 1000)
+            else:
+                await self.wait_for_running(cfg.flush_interval_commit_log)
+            begin = time.monotonic()
+            await self.flusher.flush(least)
+            past = (time.monotonic() - begin) * 1000
+            if past > 500:
+                log.info("Flush data to disk costs", ms=int(past))
+        for _ in range(10):  # shutdown: everything must be on disk
+            if await self.flusher.flush(0):
+                break
+
+
+class GroupCommitService(_Service):
+    name = "GroupCommitService"
+
+    def __init__(self, flusher: CommitLogFlusher) -> None:
+        super().__init__()
+        self.flusher = flusher
+        self._requests: list[tuple[int, asyncio.Future[bool]]] = []
+
+    def put_request(self, next_offset: int) -> asyncio.Future[bool]:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self.flusher.flushed_where >= next_offset:
+            fut.set_result(True)
+            return fut
+        self._requests.append((next_offset, fut))
+        self.wakeup()
+        return fut
+
+    async def _do_commit(self) -> None:
+        requests, self._requests = self._requests, []
+        if requests:
+            target = max(offset for offset, _ in requests)
+            # the data may span into the next file: at most two rounds, like upstream
+            for _ in range(2):
+                if self.flusher.flushed_where >= target:
+                    break
+                await self.flusher.flush(0)
+            flushed = self.flusher.flushed_where
+            for offset, fut in requests:
+                if not fut.done():
+                    fut.set_result(flushed >= offset)
+        elif self.flusher.mfq.remain_how_many_data_to_flush() > 0:
+            # messages that do not wait (WAIT=false) still get flushed promptly
+            await self.flusher.flush(0)
+
+    async def run(self) -> None:
+        while not self._stopped:
+            await self.wait_for_running(10)
+            await self._do_commit()
+        await self._do_commit()
+        for _ in range(10):
+            if await self.flusher.flush(0):
+                break
+
+
+class CommitRealTimeService(_Service):
+    name = "CommitRealTimeService"
+
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        mfq: MappedFileQueue,
+        run_blocking: RunBlocking,
+        now_ms: Callable[[], int],
+        on_committed: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.mfq = mfq
+        self.run_blocking = run_blocking
+        self.now_ms = now_ms
+        self.on_committed = on_committed
+        self._last_commit = 0
+        self._lock = asyncio.Lock()
+
+    async def commit(self, least_pages: int) -> int:
+        """Copy pool bytes into the files; returns how many bytes were committed."""
+        async with self._lock:
+            targets = self.mfq.commit_targets(least_pages)
+            self.mfq.apply_commit([])  # files written without a buffer advance directly
+            if not targets:
+                return 0
+            held = [t for t in targets if t[0].hold()]
+            try:
+                await self.run_blocking(_commit_ranges, held)
+            finally:
+                for f, _, _ in held:
+                    f.release()
+            self.mfq.apply_commit(held)
+            return sum(end - start for _, start, end in held)
+
+    async def run(self) -> None:
+        while not self._stopped:
+            cfg = self.config
+            least = cfg.commit_commit_log_least_pages
+            now = self.now_ms()
+            if now >= self._last_commit + cfg.commit_commit_log_thorough_interval:
+                self._last_commit = now
+                least = 0
+            committed = await self.commit(least)
+            if committed:
+                self._last_commit = self.now_ms()
+                self.on_committed()
+            await self.wait_for_running(cfg.commit_interval_commit_log)
+        for _ in range(10):
+            if not await self.commit(0):
+                break
+            self.on_committed()
+
+
+def _commit_ranges(targets: Iterable[tuple[MappedFile, int, int]]) -> None:
+    for f, start, end in targets:
+        f.commit_range(start, end)
+
+
+class FlushConsumeQueueService(_Service):
+    name = "FlushConsumeQueueService"
+
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        queues: Callable[[], Iterable[MappedFileQueue]],
+        checkpoint: StoreCheckpoint,
+        run_blocking: RunBlocking,
+        now_ms: Callable[[], int],
+        flush_index: Callable[[], object] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.queues = queues
+        self.checkpoint = checkpoint
+        self.run_blocking = run_blocking
+        self.now_ms = now_ms
+        self.flush_index = flush_index
+        self._last_thorough = 0
+
+    async def do_flush(self, thorough: bool = False) -> None:
+        cfg = self.config
+        least = cfg.flush_consume_queue_least_pages
+        logics_ts = 0
+        now = self.now_ms()
+        if thorough or now >= self._last_thorough + cfg.flush_consume_queue_thorough_interval:
+            self._last_thorough = now
+            least = 0
+            logics_ts = self.checkpoint.logics_msg_timestamp
+        for mfq in list(self.queues()):
+            await flush_queue(mfq, least, self.run_blocking)
+        if self.flush_index is not None:
+            result = self.flush_index()
+            if asyncio.iscoroutine(result):
+                await result
+        if least == 0:
+            if logics_ts > 0:
+                self.checkpoint.logics_msg_timestamp = logics_ts
+            self.checkpoint.write()
+            await self.run_blocking(self.checkpoint.fsync)
+
+    async def run(self) -> None:
+        while not self._stopped:
+            await self.wait_for_running(self.config.flush_interval_consume_queue)
+            if self._stopped:
+                break
+            await self.do_flush()
+        await self.do_flush(thorough=True)

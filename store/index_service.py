@@ -1,0 +1,328 @@
+"""IndexFile and IndexService: the hash index behind QUERY_MESSAGE (by key and by unique key).
+
+Upstream layout (protocol §6): a 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset,
+endPhyOffset: int64; hashSlotCount, indexCount: int32, indexCount starting at 1), `maxHashSlotNum`
+int32 slots holding the newest entry number of their chain (0 = empty), then `maxIndexNum` 20-byte
+entries `int32 keyHash | int64 phyOffset | int32 seconds since beginTimestamp | int32 previous entry`.
+keyHash = abs(String.hashCode(topic + "#" + key)); files are named yyyyMMddHHmmssSSS (local time).
+Keys indexed per message: its UNIQ_KEY and each space-separated KEYS value (not for rolled-back
+transactions). New files are created in a worker thread; the full file is flushed in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+from collections.abc import Callable
+
+import structlog
+
+from store.checkpoint import StoreCheckpoint
+from store.commit_log import DispatchRequest
+from store.config import MessageStoreConfig
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import RunBlocking
+from store.message import TRANSACTION_ROLLBACK_TYPE, MessageConst, java_string_hash, transaction_value
+
+log = structlog.get_logger(__name__)
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+_HEADER = struct.Struct(">qqqqii")
+_SLOT = struct.Struct(">i")
+_ENTRY = struct.Struct(">iqii")
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile.indexKeyHashMethod: Math.abs(hashCode), 0 for Integer.MIN_VALUE."""
+    h = java_string_hash(key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+def time_millis_to_human_string(ms: int) -> str:
+    """UtilAll.timeMillisToHumanString: yyyyMMddHHmmssSSS in local time."""
+    t = time.localtime(ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+class IndexFile:
+    def __init__(self, mf: MappedFile, hash_slot_num: int, index_num: int) -> None:
+        self.mapped_file = mf
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.begin_timestamp = 0
+        self.end_timestamp = 0
+        self.begin_phy_offset = 0
+        self.end_phy_offset = 0
+        self.hash_slot_count = 0
+        self.index_count = 1
+
+    @staticmethod
+    def file_size(hash_slot_num: int, index_num: int) -> int:
+        return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+    @property
+    def file_name(self) -> str:
+        return self.mapped_file.file_name
+
+    def load(self) -> None:
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = _HEADER.unpack_from(self.mapped_file.view, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        if self.index_count > self.index_num + 1:
+            # a corrupt header: never write past the end of the file
+            self.index_count = self.index_num + 1
+
+    def init_new(self, end_phy_offset: int, end_timestamp: int) -> None:
+        if end_phy_offset > 0:
+            self.begin_phy_offset = self.end_phy_offset = end_phy_offset
+        if end_timestamp > 0:
+            self.begin_timestamp = self.end_timestamp = end_timestamp
+        self._write_header()
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self.mapped_file.view,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        if self.index_count >= self.index_num:
+            return False
+        key_hash = index_key_hash(key)
+        slot_pos = key_hash % self.hash_slot_num
+        abs_slot = INDEX_HEADER_SIZE + slot_pos * HASH_SLOT_SIZE
+        view = self.mapped_file.view
+        (slot_value,) = _SLOT.unpack_from(view, abs_slot)
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+            slot_value = INVALID_INDEX
+        time_diff = (store_timestamp - self.begin_timestamp) // 1000
+        if self.begin_timestamp <= 0 or time_diff < 0:
+            time_diff = 0
+        elif time_diff > 0x7FFFFFFF:
+            time_diff = 0x7FFFFFFF
+        abs_index = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + self.index_count * INDEX_SIZE
+        _ENTRY.pack_into(view, abs_index, key_hash, phy_offset, time_diff, slot_value)
+        _SLOT.pack_into(view, abs_slot, self.index_count)
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select_phy_offsets(self, out: list[int], key: str, max_num: int, begin: int, end: int) -> None:
+        key_hash = index_key_hash(key)
+        slot_pos = key_hash % self.hash_slot_num
+        view = self.mapped_file.view
+        (slot_value,) = _SLOT.unpack_from(view, INDEX_HEADER_SIZE + slot_pos * HASH_SLOT_SIZE)
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count or self.index_count <= 1:
+            return
+        base = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        next_index = slot_value
+        visited = 0
+        while len(out) < max_num and visited <= self.index_num:
+            visited += 1
+            hash_read, phy_read, time_diff, prev = _ENTRY.unpack_from(view, base + next_index * INDEX_SIZE)
+            if time_diff < 0:
+                break
+            time_read = self.begin_timestamp + time_diff * 1000
+            if hash_read == key_hash and begin <= time_read <= end:
+                out.append(phy_read)
+            if prev <= INVALID_INDEX or prev > self.index_count or prev == next_index or time_read < begin:
+                break
+            next_index = prev
+
+    def flush_blocking(self) -> None:
+        if self.mapped_file.hold():
+            try:
+                self.mapped_file.fsync()
+            finally:
+                self.mapped_file.release()
+
+
+class IndexService:
+    def __init__(self, config: MessageStoreConfig, *, run_blocking: RunBlocking, now_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.hash_slot_num = config.max_hash_slot_num
+        self.index_num = config.max_index_num
+        self.store_path = config.store_path_index
+        self.run_blocking = run_blocking
+        self.now_ms = now_ms
+        self.index_files: list[IndexFile] = []
+        self._creating: asyncio.Future | None = None
+        self._pending_keys: list[tuple[str, int, int]] = []
+
+    @property
+    def _file_size(self) -> int:
+        return IndexFile.file_size(self.hash_slot_num, self.index_num)
+
+    # -------------------------------------------------------------------------------------- lifecycle
+    def load(self, last_exit_ok: bool, checkpoint: StoreCheckpoint) -> None:
+        """Map every index file (blocking). Unlike upstream we keep files written after the checkpoint on
+        an abnormal start: a query checks every hit against the CommitLog, and the reput adds what they
+        lack."""
+        if not os.path.isdir(self.store_path):
+            return
+        for name in sorted(os.listdir(self.store_path)):
+            path = os.path.join(self.store_path, name)
+            if not name.isdigit() or not os.path.isfile(path):
+                continue
+            try:
+                mf = MappedFile.open_existing(path, self._file_size)
+            except OSError as exc:
+                log.error("load index file failed, ignoring it", file=path, error=str(exc))
+                continue
+            f = IndexFile(mf, self.hash_slot_num, self.index_num)
+            f.load()
+            self.index_files.append(f)
+
+    def rebuild_from(self) -> int:
+        """CommitLog offset the reput must replay from for the index, -1 if the index is complete
+        enough (it is written in the same dispatch as the consume queues)."""
+        return -1 if self.index_files else 0
+
+    def truncate_beyond(self, offset: int) -> None:
+        """The CommitLog was cut at `offset`: the records written there next must be indexed."""
+        if self.index_files and self.index_files[-1].end_phy_offset > offset:
+            self.index_files[-1].end_phy_offset = offset
+
+    def shutdown(self) -> None:
+        for f in self.index_files:
+            f.mapped_file.shutdown()
+
+    def destroy(self) -> None:
+        for f in self.index_files:
+            f.mapped_file.destroy()
+        self.index_files.clear()
+
+    # ---------------------------------------------------------------------------------------- building
+    def needs_file(self) -> bool:
+        return bool(self._pending_keys) or not self.index_files or self.index_files[-1].is_write_full()
+
+    async def ensure_file(self) -> None:
+        """Create the next index file in a worker thread and flush the full one in the background."""
+        if not self.index_files or self.index_files[-1].is_write_full():
+            if self._creating is None:
+                prev = self.index_files[-1] if self.index_files else None
+                name = time_millis_to_human_string(self.now_ms())
+                path = os.path.join(self.store_path, name)
+                while any(f.file_name == path for f in self.index_files) or os.path.exists(path):
+                    path += "0"  # two files within one millisecond (tiny test files)
+                self._creating = asyncio.ensure_future(
+                    self.run_blocking(MappedFile.create, path, self._file_size)
+                )
+                creating = self._creating
+                try:
+                    mf = await creating
+                finally:
+                    self._creating = None
+                f = IndexFile(mf, self.hash_slot_num, self.index_num)
+                f.init_new(prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
+                self.index_files.append(f)
+                if prev is not None:
+                    asyncio.ensure_future(self.run_blocking(prev.flush_blocking))
+            else:
+                await asyncio.shield(self._creating)
+        pending, self._pending_keys = self._pending_keys, []
+        for key, phy, ts in pending:
+            if not self._put(key, phy, ts):
+                self._pending_keys.append((key, phy, ts))
+
+    def _put(self, key: str, phy: int, ts: int) -> bool:
+        if not self.index_files:
+            return False
+        return self.index_files[-1].put_key(key, phy, ts)
+
+    def build_index(self, req: DispatchRequest) -> None:
+        if not self.index_files:
+            return
+        f = self.index_files[-1]
+        if req.commit_log_offset < f.end_phy_offset:
+            return
+        if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
+            return
+        topic = req.topic
+        keys: list[str] = []
+        if req.uniq_key:
+            keys.append(req.uniq_key)
+        if req.keys:
+            keys.extend(k for k in req.keys.split(MessageConst.KEY_SEPARATOR) if k)
+        for key in keys:
+            idx_key = f"{topic}#{key}"
+            if self._pending_keys or not self._put(idx_key, req.commit_log_offset, req.store_timestamp):
+                # the file filled up in the middle of a message: finish once the next file exists
+                self._pending_keys.append((idx_key, req.commit_log_offset, req.store_timestamp))
+
+    # ----------------------------------------------------------------------------------------- queries
+    def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> tuple[list[int], int, int]:
+        offsets: list[int] = []
+        last_ts = last_phy = 0
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        idx_key = f"{topic}#{key}"
+        files = self.index_files
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if i == len(files) - 1:
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select_phy_offsets(offsets, idx_key, max_num, begin, end)
+            if f.begin_timestamp < begin or len(offsets) >= max_num:
+                break
+        return offsets, last_ts, last_phy
+
+    # ---------------------------------------------------------------------------------------- flushing
+    async def flush(self, checkpoint: StoreCheckpoint | None) -> None:
+        """Flush the current file; the checkpoint's index timestamp then covers what it held."""
+        if not self.index_files:
+            return
+        f = self.index_files[-1]
+        end_ts = f.end_timestamp
+        await self.run_blocking(f.flush_blocking)
+        if checkpoint is not None and end_ts > 0:
+            checkpoint.index_msg_timestamp = end_ts
+
+    async def flush_all(self) -> None:
+        for f in list(self.index_files):
+            await self.run_blocking(f.flush_blocking)
+
+    def delete_expired_file(self, offset: int) -> int:
+        """Delete leading files (never the last) whose entries all point below `offset`."""
+        doomed: list[IndexFile] = []
+        for f in self.index_files[:-1]:
+            if f.end_phy_offset < offset:
+                doomed.append(f)
+            else:
+                break
+        for f in doomed:
+            self.index_files.remove(f)
+            f.mapped_file.destroy()
+        return len(doomed)

@@ -1,0 +1,483 @@
+"""Messages as the store sees them and the CommitLog record format (protocol §5).
+
+Owns: `MessageExtBrokerInner` (what the broker hands to the store), `MessageExt` (a decoded record),
+`encode_record` (upstream's exact record layout with IPv4 hosts), `decode_record`, the properties string
+codec with J's parser semantics, `tags_hash` (J `String.hashCode`) and the offset message id.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Mapping
+
+# ---------------------------------------------------------------------------------------------- constants
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7 as a signed int32
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194 as a signed int32
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+
+NAME_VALUE_SEPARATOR = "\u0001"
+PROPERTY_SEPARATOR = "\u0002"
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+
+# record field positions (IPv4 hosts)
+POS_TOTAL_SIZE = 0
+POS_MAGIC = 4
+POS_BODY_CRC = 8
+POS_QUEUE_ID = 12
+POS_FLAG = 16
+POS_QUEUE_OFFSET = 20
+POS_PHYSICAL_OFFSET = 28
+POS_SYSFLAG = 36
+POS_BORN_TIMESTAMP = 40
+POS_BORN_HOST = 48
+POS_STORE_TIMESTAMP = 56
+POS_STORE_HOST = 64
+POS_RECONSUME_TIMES = 72
+POS_PREPARED_TX_OFFSET = 76
+POS_BODY_LENGTH = 84
+POS_BODY = 88
+FIXED_PART_LENGTH = 88  # everything before the body; a record is 91 + body + topic + properties
+
+# sysflag bits (MessageSysFlag)
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+
+
+def transaction_value(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+
+class MessageConst:
+    """Property names (J MessageConst) the store itself reads or writes."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    UNIQ_KEY = "UNIQ_KEY"
+    KEY_SEPARATOR = " "
+
+
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST(ip,port)
+# STORETIMESTAMP STOREHOST(ip,port) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN
+FIXED_PART = struct.Struct(">iiiiiqqiq4siq4siiqi")
+assert FIXED_PART.size == FIXED_PART_LENGTH
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_LONG = struct.Struct(">q")
+_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGIC
+_MSG_ID = struct.Struct(">4siq")
+
+
+class RecordError(ValueError):
+    """Bytes that are not a valid CommitLog record."""
+
+
+# -------------------------------------------------------------------------------------------- properties
+def encode_properties(properties: Mapping[str, str] | None) -> str:
+    """J `messageProperties2String`: `k\\x01v\\x02k\\x01v`, no trailing separator, None values skipped."""
+    if not properties:
+        return ""
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None
+    )
+
+
+def decode_properties(properties: str | None) -> dict[str, str]:
+    """J `string2messageProperties`: split on \\x02; keep pieces with a non-empty name and value,
+    split at the first \\x01. Trailing separators (C, N, G) and junk pieces are ignored."""
+    result: dict[str, str] = {}
+    if not properties:
+        return result
+    for piece in properties.split(PROPERTY_SEPARATOR):
+        sep = piece.find(NAME_VALUE_SEPARATOR)
+        # J: kvSepIndex > index && kvSepIndex < newIndex - 1  → non-empty key and non-empty value
+        if 0 < sep < len(piece) - 1:
+            result[piece[:sep]] = piece[sep + 1 :]
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- hashing
+def java_string_hash(s: str) -> int:
+    """J `String.hashCode()`: h = 31h + c over UTF-16 code units, as a signed int32."""
+    h = 0
+    if s.isascii():
+        for c in s.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be")
+        for (c,) in struct.iter_unpack(">H", data):
+            h = (31 * h + c) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_hash(tags: str | None) -> int:
+    """Tags code stored in the consume queue: `String.hashCode()` of the whole TAGS value, 0 if none."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """UtilAll.crc32: IEEE CRC32 & 0x7FFFFFFF."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ------------------------------------------------------------------------------------------------- hosts
+def host_to_bytes(ip: str) -> bytes:
+    """4-byte IPv4 for the record's host fields. Clients C/N decode hosts as IPv4 only, so an IPv6
+    peer is stored as its mapped IPv4 when it has one, else 0.0.0.0 (never an IPv6 layout)."""
+    try:
+        return socket.inet_aton(ip)
+    except OSError:
+        pass
+    try:
+        raw = socket.inet_pton(socket.AF_INET6, ip.split("%", 1)[0])
+    except OSError:
+        return b"\x00\x00\x00\x00"
+    if raw[:12] == b"\x00" * 10 + b"\xff\xff":
+        return raw[12:]
+    if raw == socket.inet_pton(socket.AF_INET6, "::1"):
+        return b"\x7f\x00\x00\x01"
+    return b"\x00\x00\x00\x00"
+
+
+# ----------------------------------------------------------------------------------------------- msg ids
+def create_offset_msg_id(ip: str, port: int, phy_offset: int) -> str:
+    """Offset message id: upper-case hex of storeHost IPv4 (4) + port (int32) + CommitLog offset (int64)."""
+    return _MSG_ID.pack(host_to_bytes(ip), port, phy_offset).hex().upper()
+
+
+def offset_msg_id_prefix(ip: str, port: int) -> str:
+    """The 16 hex chars an offset id starts with for a given store host (the writer caches this)."""
+    return _MSG_ID.pack(host_to_bytes(ip), port, 0).hex().upper()[:16]
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """(ip, port, commit-log offset) of an offset message id; ValueError with a clear message otherwise."""
+    if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
+        raise ValueError(f"an offset message id has 32 (IPv4) or 56 (IPv6) hex chars, got {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"offset message id is not hexadecimal: {msg_id!r}") from None
+    if len(raw) == 16:
+        ip = socket.inet_ntoa(raw[:4])
+        port, offset = struct.unpack(">iq", raw[4:])
+    else:
+        ip = socket.inet_ntop(socket.AF_INET6, raw[:16])
+        port, offset = struct.unpack(">iq", raw[16:])
+    return ip, port, offset
+
+
+# ------------------------------------------------------------------------------------------------ models
+@dataclass(slots=True)
+class MessageExtBrokerInner:
+    """A message the broker asks the store to append (upstream MessageExtBrokerInner)."""
+
+    topic: str
+    queue_id: int
+    flag: int
+    body: bytes
+    properties: dict[str, str]
+    properties_string: str  # serialized form; the store writes this string, not the dict
+    tags_code: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_host: tuple[str, int]
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    store_timestamp: int = 0  # set by the store under the append lock
+
+    @classmethod
+    def create(
+        cls,
+        topic: str,
+        body: bytes,
+        *,
+        queue_id: int = 0,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+        store_host: tuple[str, int] = ("127.0.0.1", 10911),
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> MessageExtBrokerInner:
+        """Build one with `properties_string` and `tags_code` derived from `properties`."""
+        props = dict(properties or {})
+        return cls(
+            topic=topic,
+            queue_id=queue_id,
+            flag=flag,
+            body=body,
+            properties=props,
+            properties_string=encode_properties(props),
+            tags_code=tags_hash(props.get(MessageConst.TAGS)),
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            store_host=store_host,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+        )
+
+    def set_properties(self, properties: dict[str, str]) -> None:
+        """Replace the properties and keep `properties_string`/`tags_code` consistent with them."""
+        self.properties = properties
+        self.properties_string = encode_properties(properties)
+        self.tags_code = tags_hash(properties.get(MessageConst.TAGS))
+
+    @property
+    def delay_time_level(self) -> int:
+        value = self.properties.get(MessageConst.DELAY)
+        try:
+            return int(value) if value else 0
+        except ValueError:
+            return 0
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A decoded CommitLog record (upstream MessageExt as produced by MessageDecoder.decode)."""
+
+    store_size: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str] = field(default_factory=dict)
+    properties_string: str = ""
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (J `MessageExt.msgId` on the broker)."""
+        return create_offset_msg_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.KEYS)
+
+    @property
+    def tags_code(self) -> int:
+        return tags_hash(self.tags)
+
+    def to_inner(self) -> MessageExtBrokerInner:
+        """A copy ready to be put again (send-back, schedule delivery, transaction commit)."""
+        return MessageExtBrokerInner(
+            topic=self.topic,
+            queue_id=self.queue_id,
+            flag=self.flag,
+            body=self.body,
+            properties=dict(self.properties),
+            properties_string=encode_properties(self.properties),
+            tags_code=self.tags_code,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            store_host=self.store_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
+
+# ------------------------------------------------------------------------------------------------ codec
+def record_length(body_length: int, topic_length: int, properties_length: int) -> int:
+    """CommitLog.calMsgLength for IPv4 hosts."""
+    return 91 + body_length + topic_length + properties_length
+
+
+def encode_record(
+    msg: MessageExtBrokerInner,
+    *,
+    max_body_size: int | None = None,
+) -> bytearray:
+    """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0
+    for the writer to patch under the append lock (`patch_record`).
+
+    Raises RecordError("PROPERTIES_SIZE_EXCEEDED"/"MESSAGE_ILLEGAL: ...") for what upstream rejects."""
+    topic = msg.topic.encode("utf-8")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise RecordError(f"MESSAGE_ILLEGAL: topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
+    props = msg.properties_string.encode("utf-8") if msg.properties_string else b""
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise RecordError(
+            f"PROPERTIES_SIZE_EXCEEDED: properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}"
+        )
+    body = msg.body or b""
+    if max_body_size is not None and len(body) > max_body_size:
+        raise RecordError(f"MESSAGE_ILLEGAL: body is {len(body)} bytes, more than maxMessageSize {max_body_size}")
+    total = record_length(len(body), len(topic), len(props))
+    buf = bytearray(total)
+    FIXED_PART.pack_into(
+        buf,
+        0,
+        total,
+        MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        0,
+        0,
+        msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
+        msg.born_timestamp,
+        host_to_bytes(msg.born_host[0]),
+        msg.born_host[1],
+        msg.store_timestamp,
+        host_to_bytes(msg.store_host[0]),
+        msg.store_host[1],
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(body),
+    )
+    pos = FIXED_PART_LENGTH
+    buf[pos : pos + len(body)] = body
+    pos += len(body)
+    buf[pos] = len(topic)
+    pos += 1
+    buf[pos : pos + len(topic)] = topic
+    pos += len(topic)
+    _SHORT.pack_into(buf, pos, len(props))
+    pos += 2
+    buf[pos:] = props
+    return buf
+
+
+def patch_record(buf: bytearray | memoryview, pos: int, queue_offset: int, phy_offset: int, store_ts: int) -> None:
+    """Fill the fields only known under the append lock."""
+    _LONG.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset)
+    _LONG.pack_into(buf, pos + POS_PHYSICAL_OFFSET, phy_offset)
+    _LONG.pack_into(buf, pos + POS_STORE_TIMESTAMP, store_ts)
+
+
+def _host(raw: bytes, port: int) -> tuple[str, int]:
+    return socket.inet_ntoa(raw), port
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview,
+    offset: int = 0,
+    *,
+    read_body: bool = True,
+    check_crc: bool = False,
+) -> MessageExt:
+    """Decode the record starting at `offset` of `buf` (J MessageDecoder.decode, IPv4 hosts).
+
+    Raises RecordError when the bytes are not a complete, self-consistent message record."""
+    mv = memoryview(buf)
+    if offset < 0 or offset + FIXED_PART_LENGTH > len(mv):
+        raise RecordError(f"no complete record header at offset {offset} (buffer is {len(mv)} bytes)")
+    (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phy_offset,
+        sys_flag,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+        body_len,
+    ) = FIXED_PART.unpack_from(mv, offset)
+    if magic == BLANK_MAGIC_CODE:
+        raise RecordError(f"blank (end of file) record at offset {offset}")
+    if magic != MESSAGE_MAGIC_CODE:
+        raise RecordError(f"illegal magic code 0x{magic & 0xFFFFFFFF:08X} at offset {offset}")
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        raise RecordError(f"IPv6 host layout (sysFlag 0x{sys_flag:x}) is not supported at offset {offset}")
+    if total < 91 or body_len < 0 or offset + total > len(mv) or FIXED_PART_LENGTH + body_len + 3 > total:
+        raise RecordError(f"inconsistent record sizes at offset {offset}: total {total}, body {body_len}")
+    pos = offset + FIXED_PART_LENGTH
+    body_mv = mv[pos : pos + body_len]
+    if check_crc and (zlib.crc32(body_mv) & 0x7FFFFFFF) != crc:
+        raise RecordError(f"body CRC mismatch at offset {offset}")
+    pos += body_len
+    topic_len = mv[pos]
+    pos += 1
+    topic = bytes(mv[pos : pos + topic_len]).decode("utf-8", errors="replace")
+    pos += topic_len
+    if pos + 2 > offset + total:
+        raise RecordError(f"inconsistent record sizes at offset {offset}")
+    (props_len,) = _SHORT.unpack_from(mv, pos)
+    pos += 2
+    if props_len < 0 or record_length(body_len, topic_len, props_len) != total:
+        raise RecordError(f"record total size {total} does not match its fields at offset {offset}")
+    props_str = bytes(mv[pos : pos + props_len]).decode("utf-8", errors="replace") if props_len else ""
+    return MessageExt(
+        store_size=total,
+        body_crc=crc,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        commit_log_offset=phy_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=_host(born_ip, born_port),
+        store_timestamp=store_ts,
+        store_host=_host(store_ip, store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body=bytes(body_mv) if read_body else b"",
+        topic=topic,
+        properties=decode_properties(props_str),
+        properties_string=props_str,
+    )
+
+
+def decode_records(buf: bytes | bytearray | memoryview) -> list[MessageExt]:
+    """Decode a concatenation of records (a pull or query body)."""
+    mv = memoryview(buf)
+    out: list[MessageExt] = []
+    pos = 0
+    while pos < len(mv):
+        msg = decode_record(mv, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+def read_store_timestamp(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
+    return _LONG.unpack_from(buf, offset + POS_STORE_TIMESTAMP)[0]
+
+
+def read_head(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, int]:
+    """(TOTALSIZE, MAGIC) at offset."""
+    return _HEAD.unpack_from(buf, offset)

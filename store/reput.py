@@ -1,0 +1,147 @@
+"""ReputMessageService: dispatch from the CommitLog to the consume queues and the index, behind the writer.
+
+`reput_from_offset` only moves forward over readable CommitLog bytes (committed bytes when a transient
+pool is used). Records the writer just appended come with their dispatch facts already known (the
+writer's `dispatch_queue`), so they are not parsed again; anything else (after a restart, after a BLANK
+filler) is parsed from the CommitLog. At start the reput begins at the largest CommitLog offset the
+consume queues already hold (upstream), so its place is derived from the queues themselves and
+survives any restart; a queue that lost its files makes the store replay from the CommitLog start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+
+from store.commit_log import CommitLog, DispatchRequest
+
+log = structlog.get_logger(__name__)
+
+# bound the work of one synchronous stretch so the loop stays responsive during a long catch-up
+_YIELD_EVERY = 2048
+
+
+class ReputMessageService:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        dispatch: Callable[[DispatchRequest], None],
+        prepare: Callable[[DispatchRequest], object],
+    ) -> None:
+        """`dispatch` writes one request synchronously; `prepare` returns None when the files it needs
+        exist, else an awaitable creating them (in a worker thread)."""
+        self.commit_log = commit_log
+        self._dispatch = dispatch
+        self._prepare = prepare
+        self.reput_from_offset = 0
+        self._running = False
+        self._again = False
+        self._task: asyncio.Task | None = None
+        self.dispatched_total = 0
+
+    def behind(self) -> int:
+        return self.commit_log.get_max_offset() - self.reput_from_offset
+
+    def wakeup(self) -> None:
+        """Schedule a catch-up (from the commit service, after bytes became readable)."""
+        if self._running:
+            self._again = True
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.catch_up(), name="reput")
+
+    async def catch_up(self) -> None:
+        """Dispatch everything readable. Single-flight: a call while one runs makes that one go again."""
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        try:
+            while True:
+                self._again = False
+                await self._do_reput()
+                if not self._again:
+                    break
+        finally:
+            self._running = False
+
+    async def _do_reput(self) -> None:
+        cl = self.commit_log
+        min_offset = cl.get_min_offset()
+        if self.reput_from_offset < min_offset:
+            log.warning(
+                "reputFromOffset is below the CommitLog min offset (files expired before dispatch)",
+                reput_from=self.reput_from_offset,
+                min_offset=min_offset,
+            )
+            self.reput_from_offset = min_offset
+        dq = cl.dispatch_queue
+        done = 0
+        while True:
+            max_offset = cl.get_max_offset()
+            if self.reput_from_offset >= max_offset:
+                break
+            # fast path: the writer already described this record
+            while dq and dq[0].commit_log_offset < self.reput_from_offset:
+                dq.popleft()
+            if dq and dq[0].commit_log_offset == self.reput_from_offset:
+                req = dq[0]
+                if req.commit_log_offset + req.msg_size > max_offset:
+                    break  # not committed yet
+                pending = self._prepare(req)
+                if pending is not None:
+                    await pending
+                    continue
+                dq.popleft()
+                self._dispatch(req)
+                self.reput_from_offset += req.msg_size
+                self.dispatched_total += 1
+                done += 1
+                if done % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                continue
+            progressed = await self._reput_from_log(max_offset)
+            if not progressed:
+                break
+            done += 1
+            if done % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+
+    async def _reput_from_log(self, max_offset: int) -> bool:
+        """Parse and dispatch records at reput_from_offset until the writer's descriptors take over."""
+        cl = self.commit_log
+        data = cl.get_data(self.reput_from_offset)
+        if data is None:
+            return False
+        start, view = data
+        self.reput_from_offset = start
+        pos = 0
+        dq = cl.dispatch_queue
+        count = 0
+        while pos < len(view):
+            if dq and dq[0].commit_log_offset == self.reput_from_offset:
+                return True  # the fast path continues from here
+            size, req = cl.parse_dispatch(view, pos, False)
+            if size > 0 and req is not None:
+                pending = self._prepare(req)
+                if pending is not None:
+                    await pending
+                    # the view is still valid: the file cannot go away while we hold it here
+                self._dispatch(req)
+                self.dispatched_total += 1
+                self.reput_from_offset += size
+                pos += size
+                count += 1
+                if count % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                continue
+            if size == 0:
+                self.reput_from_offset = cl.roll_next_file(self.reput_from_offset)
+                return True
+            log.error("[BUG] dispatch found an unreadable record", offset=self.reput_from_offset)
+            # skip the rest of this readable region, as upstream does on a master
+            self.reput_from_offset = start + len(view)
+            return True
+        return pos > 0

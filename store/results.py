@@ -1,0 +1,118 @@
+"""Result and status types of the store API (upstream names: PutMessageStatus, GetMessageStatus, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+
+class PutMessageStatus(str, Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetMessageStatus(str, Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class AppendMessageResult:
+    wrote_offset: int  # CommitLog offset of the first record
+    wrote_bytes: int
+    msg_id: str  # offset id; comma-joined for a batch (as upstream)
+    store_timestamp: int
+    logics_offset: int  # queue offset of the first record
+    msg_num: int = 1
+    msg_ids: list[str] = field(default_factory=list)  # one per record (batch)
+    page_cache_rt: int = 0  # ms spent in the append
+
+
+@dataclass(slots=True)
+class PutMessageResult:
+    status: PutMessageStatus
+    append_result: AppendMessageResult | None = None
+    remark: str | None = None  # why, for MESSAGE_ILLEGAL and friends
+
+    def is_ok(self) -> bool:
+        return self.append_result is not None and self.status == PutMessageStatus.PUT_OK
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)  # raw records, zero-copy views
+    message_count: int = 0
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+    msg_queue_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.buffers)
+
+
+@dataclass(slots=True)
+class QueryMessageResult:
+    buffers: list[memoryview] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+    buffer_total_size: int = 0
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.buffers)
+
+
+@runtime_checkable
+class MessageFilter(Protocol):
+    """Upstream MessageFilter. A filter may also offer `tags_code_set() -> Collection[int] | None`
+    (None = everything matches by consume queue); the store then filters the tags column with numpy
+    instead of calling `is_matched_by_consume_queue` per entry."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
+
+    def is_matched_by_commit_log(self, record: memoryview, properties: dict | None) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TagsMessageFilter:
+    """The J TAG filter: `code_set` None means "*" (all). Vectorisable."""
+
+    code_set: frozenset[int] | None = None
+
+    def tags_code_set(self) -> frozenset[int] | None:
+        return self.code_set
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        if self.code_set is None:
+            return True
+        # J compares (int) tagsCode: the low 32 bits as a signed int
+        low = tags_code & 0xFFFFFFFF
+        return (low - 0x100000000 if low & 0x80000000 else low) in self.code_set
+
+    def is_matched_by_commit_log(self, record: memoryview, properties: dict | None) -> bool:
+        return True

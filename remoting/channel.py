@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
-from remoting.errors import RemotingConnectError, RemotingSendRequestError, RemotingTimeoutError
+from remoting.errors import (
+    RemotingConnectError,
+    RemotingSendRequestError,
+    RemotingTimeoutError,
+)
 
 if TYPE_CHECKING:
     from remoting.protocol import RemotingProtocol
@@ -31,8 +35,20 @@ def _format_addr(peer: Any) -> str:
 
 
 class Channel:
-    __slots__ = ("id", "remote_addr", "local_addr", "attrs", "_transport", "_protocol",
-                 "_pending", "_next_opaque", "_closed", "_loop", "_out", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_loop",
+        "_next_opaque",
+        "_out",
+        "_pending",
+        "_protocol",
+        "_transport",
+        "attrs",
+        "id",
+        "local_addr",
+        "remote_addr",
+    )
 
     def __init__(self, transport: asyncio.Transport, protocol: RemotingProtocol, channel_id: int) -> None:
         self.id = channel_id

@@ -151,7 +151,7 @@ class RemotingClient:
         oneway = request.flag & FLAG_ONEWAY
         try:
             response = await handler(channel, request)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a handler bug is answered, not propagated  # noqa: BLE001 - a handler bug is answered, not propagated
             log.warning("request handler failed", code=request.code, error=exception_remark(exc))
             response = None if oneway else request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
         if response is not None and not oneway:

@@ -82,7 +82,7 @@ class RequestTask:
                 response.opaque = request.opaque
                 response.flag |= FLAG_RESPONSE
                 self.channel.send(response)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - e.g. an unencodable header: log it, keep the worker
             log.error("cannot write response", code=request.code, opaque=request.opaque,
                       remote=self.channel.remote_addr, error=exception_remark(exc))
         finally:
@@ -141,8 +141,7 @@ class RequestExecutor:
             self.rejected += 1
             return False
         queue.append(task)
-        if len(queue) > self.peak:
-            self.peak = len(queue)
+        self.peak = max(self.peak, len(queue))
         idle = self._idle
         while idle:
             waiter = idle.popleft()
@@ -205,10 +204,8 @@ class RequestExecutor:
         queue = self.queue
         while True:
             if not queue:
-                if not self._accepting:
-                    if self.active == 0 and self._drained is not None:
-                        self._drained.set()
-                    # keep parked so stop() can cancel us
+                if not self._accepting and self.active == 0 and self._drained is not None:
+                    self._drained.set()  # then stay parked so stop() can cancel us
                 waiter: asyncio.Future[None] = loop.create_future()
                 self._idle.append(waiter)
                 await waiter

@@ -14,7 +14,7 @@ import asyncio
 
 
 class FlowControl:
-    __slots__ = ("_transport", "write_paused", "busy", "read_paused")
+    __slots__ = ("_transport", "busy", "read_paused", "write_paused")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport

@@ -310,7 +310,7 @@ class SendMessageRequestHeaderV2:  # 310, 320 — J's short names, a..h required
     i: str | None = None  # properties
     j: int | None = None  # reconsumeTimes
     k: bool = False  # unitMode
-    l: int | None = None  # maxReconsumeTimes  # noqa: E741 (wire name)
+    l: int | None = None  # maxReconsumeTimes
     m: bool = False  # batch
     n: str | None = None  # brokerName (4.9.5+)
 

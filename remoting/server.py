@@ -23,11 +23,21 @@ from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
 from remoting.executor import RequestExecutor, RequestTask, wall_ms
 from remoting.frame import DEFAULT_FRAME_MAX
-from remoting.protocol import (DEFAULT_MAX_INFLIGHT, DEFAULT_WRITE_HIGH_WATER, DEFAULT_WRITE_LOW_WATER,
-                               RemotingProtocol)
+from remoting.protocol import (
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_WRITE_HIGH_WATER,
+    DEFAULT_WRITE_LOW_WATER,
+    RemotingProtocol,
+)
 
-__all__ = ["Channel", "ChannelEventListener", "RemotingServer", "RequestProcessor",
-           "REJECT_REQUEST_REMARK", "OVERLOAD_REMARK"]
+__all__ = [
+    "OVERLOAD_REMARK",
+    "REJECT_REQUEST_REMARK",
+    "Channel",
+    "ChannelEventListener",
+    "RemotingServer",
+    "RequestProcessor",
+]
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover - uvloop is a hard dependency, keep test
     uvloop = None
 
 
-def pytest_asyncio_loop_factories(config, item):  # noqa: ARG001 - pytest-asyncio hook
+def pytest_asyncio_loop_factories(config, item):
     # The server runs on uvloop in production; its transports differ from asyncio's (no
     # asyncio.Transport subclass, different write-buffer behaviour), so test on it.
     # REMOTING_TEST_LOOP=asyncio runs the same tests on the standard loop.

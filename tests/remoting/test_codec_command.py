@@ -8,11 +8,11 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from remoting_helpers import raw_frame
 
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingCommandError
-from remoting_helpers import raw_frame
 
 text = st.text(max_size=40)
 ext_fields = st.dictionaries(st.text(min_size=1, max_size=20), text, max_size=8)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -18,7 +19,7 @@ def framed(payloads: list[bytes]) -> bytes:
 
 def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 @settings(deadline=None)  # no per-example deadline: the CI machine is shared and noisy

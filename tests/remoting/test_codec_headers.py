@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from remoting import headers as h
 from remoting.errors import HeaderError
-from remoting.headers import ALL_HEADERS, decode_header, encode_header, header_wire_names
+from remoting.headers import (
+    ALL_HEADERS,
+    decode_header,
+    encode_header,
+    header_wire_names,
+)
 
 _INT = st.integers(-(2**31), 2**31 - 1)
 _LONG = st.integers(-(2**63), 2**63 - 1)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from remoting_helpers import FnProcessor
+
 from remoting.command import RemotingCommand
 from remoting.executor import RequestExecutor, RequestTask
-from remoting_helpers import FnProcessor
 
 
 class FakeChannel:

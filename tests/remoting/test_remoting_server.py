@@ -8,15 +8,20 @@ import struct
 import orjson
 import pytest
 import structlog
+from remoting_helpers import FnProcessor, expect_silence, raw_frame, read_frame
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.command import FLAG_ONEWAY, RemotingCommand
 from remoting.errors import HeaderError, RemotingConnectError, RemotingTimeoutError
 from remoting.executor import RequestExecutor
-from remoting.headers import GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, decode_header, encode_header
+from remoting.headers import (
+    GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
+    decode_header,
+    encode_header,
+)
 from remoting.server import OVERLOAD_REMARK, REJECT_REQUEST_REMARK
-from remoting_helpers import FnProcessor, expect_silence, raw_frame, read_frame
 
 
 @pytest.fixture
@@ -118,7 +123,6 @@ async def test_parked_request_answered_later_through_the_channel(make_server, cl
 
     async def park(channel, request):
         parked.append((channel, request))
-        return None
 
     server = await make_server({11: (FnProcessor(park), RequestExecutor("pull", 1, 10))})
     fut = asyncio.ensure_future(client.invoke(server.address, RemotingCommand.request(11), 3))
@@ -245,7 +249,7 @@ async def test_c_style_request_with_untyped_ext_fields(make_server) -> None:
               "extFields": {"queueId": 1, "sysFlag": 0, "batch": "1", "unitMode": False, "topic": "T"}}
     writer.write(raw_frame(orjson.dumps(header), b"body"))
     head = await asyncio.wait_for(reader.readexactly(8), 5)
-    length, hlen = struct.unpack(">iI", head)  # C reads hlen unmasked: the type byte must be 0
+    _length, hlen = struct.unpack(">iI", head)  # C reads hlen unmasked: the type byte must be 0
     assert hlen < 1 << 24
     resp_header = orjson.loads(await reader.readexactly(hlen))
     assert all(type(v) is str for v in resp_header["extFields"].values())
@@ -331,7 +335,6 @@ async def test_client_connect_error(client) -> None:
 async def test_client_fails_pending_invokes_when_the_server_goes_away(make_server, client) -> None:
     async def hang_up(channel, request):
         channel.close()
-        return None
 
     server = await make_server({10: (FnProcessor(hang_up), RequestExecutor("send", 1, 10)),
                                 11: (FnProcessor(), RequestExecutor("pull", 1, 10))})
@@ -369,7 +372,6 @@ async def test_broker_to_client_invoke_round_trip(make_server, client) -> None:
     async def ids_changed(channel, request):
         assert request.is_oneway
         notified.set()
-        return None
 
     client.set_request_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, running_info)
     client.set_request_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ids_changed)
@@ -407,7 +409,6 @@ async def test_broker_invoke_fails_when_client_disconnects(make_server) -> None:
             await channel.invoke(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE), 5)
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             outcome.set_result(exc)
-        return None
 
     server = await make_server({34: (FnProcessor(heartbeat), RequestExecutor("hb", 1, 10))})
     reader, writer = await open_raw(server)

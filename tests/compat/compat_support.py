@@ -364,8 +364,8 @@ def counts_by_key(items: Iterable[Received]) -> Counter[str]:
 def describe_missing(expected: Iterable[str], items: list[Received]) -> str:
     got = counts_by_key(items)
     missing = [k for k in expected if k not in got]
-    dups = {k: n for k, n in got.items() if n > 1}
-    return f"received {len(items)} messages; missing {len(missing)}: {missing[:10]}; duplicated: {dict(list(dups.items())[:10])}"
+    dups = dict(list({k: n for k, n in got.items() if n > 1}.items())[:10])
+    return f"received {len(items)} messages; missing {len(missing)}: {missing[:10]}; duplicated: {dups}"
 
 
 def make_message(

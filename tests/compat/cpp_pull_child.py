@@ -1,7 +1,8 @@
 """Child process for the compat tests: drain one topic with the C++ wheel's `PullConsumer.pull` generator.
 
 Usage: python cpp_pull_child.py '{"namesrv": "127.0.0.1:N", "group": "G", "topic": "T", "expression": "*"}'
-Prints one JSON line per message ({"event": "message", ...}) and a final {"event": "done", "offsets": {...}}.
+Prints one JSON line per message ({"event": "message", ...}), then
+{"event": "done", "next_offsets": {queue_id: offset}}.
 It is a separate process so the parent can kill it: the wheel's generator never returns while pulls fail.
 """
 
@@ -32,12 +33,12 @@ def main() -> int:
                 "queue_id": msg.queue_id,
                 "queue_offset": msg.queue_offset,
                 "store_size": msg.store_size,
-                "min_offset": (msg.get_property("MIN_OFFSET") or b"").decode(),
-                "max_offset": (msg.get_property("MAX_OFFSET") or b"").decode(),
                 "body_b64": base64.b64encode(msg.body or b"").decode(),
             }
             print(json.dumps(event), flush=True)
-        print(json.dumps({"event": "done", "offsets": consumer.offset_table}), flush=True)
+        # offset_table keys are "<topic>@<queueId>" (the topic as the bytes repr); report {queueId: nextOffset}.
+        offsets = {key.rsplit("@", 1)[1]: offset for key, offset in consumer.offset_table.items()}
+        print(json.dumps({"event": "done", "next_offsets": offsets}), flush=True)
     finally:
         consumer.shutdown()
     return 0

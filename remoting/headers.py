@@ -116,8 +116,13 @@ def _parse_int(cls_name: str, wire_name: str, value: str, kind: int) -> int:
     # Java parseInt/parseLong: optional sign, ASCII digits, nothing else (no spaces, no '_').
     if not (value.isascii() and _SIGNED_DIGITS.fullmatch(value)):
         raise HeaderError(f"{cls_name}: the header field '{wire_name}' is not {_KIND_NAMES[kind]}: {value!r}")
-    number = int(value)
+    # Java accepts any number of leading zeros; strip them first (and bound the length) so a
+    # hostile 5000-digit value is "out of range", not Python's int-string limit ValueError.
+    magnitude = value.lstrip("+-").lstrip("0") or "0"
     lo, hi = _INT_RANGE if kind == _KIND_INT else _LONG_RANGE
+    number = int(magnitude) if len(magnitude) <= 20 else hi + 1
+    if value[0] == "-":
+        number = -number
     if not lo <= number <= hi:
         raise HeaderError(f"{cls_name}: the header field '{wire_name}' is out of range for "
                           f"{_KIND_NAMES[kind]}: {value!r}")

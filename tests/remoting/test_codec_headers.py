@@ -100,6 +100,11 @@ def test_integer_and_long_accepted_forms() -> None:
         decode_header(h.ViewMessageRequestHeader, {"offset": str(2**63)})
     with pytest.raises(HeaderError, match="'offset' is not a long"):
         decode_header(h.ViewMessageRequestHeader, {"offset": "12abc"})
+    with pytest.raises(HeaderError, match="'offset' is out of range for a long"):
+        decode_header(h.ViewMessageRequestHeader, {"offset": "9" * 5000})
+    assert decode_header(h.ViewMessageRequestHeader, {"offset": "0" * 5000 + "42"}).offset == 42
+    assert decode_header(h.ViewMessageRequestHeader, {"offset": str(-(2**63))}).offset == -(2**63)
+    assert decode_header(h.GetMaxOffsetRequestHeader, {"topic": "t", "queueId": "-0000"}).queue_id == 0
 
 
 def test_optional_fields_are_still_type_checked() -> None:

@@ -112,6 +112,7 @@ class RequestExecutor:
         self._worker_tasks: list[asyncio.Task[None]] = []
         self._accepting = False
         self._drained: asyncio.Event | None = None
+        self._paused_until = 0.0  # loop time; workers take no task before it (fault injection)
 
     # ---- counters -----------------------------------------------------------------------
     @property
@@ -158,6 +159,18 @@ class RequestExecutor:
         self.expired += 1
         task.return_response(code, remark)
         return task
+
+    # ---- pausing (fault injection: a stuck worker pool) ------------------------------------
+    def pause(self, duration_s: float) -> None:
+        """Workers take no new task for ``duration_s``, as if every worker were stuck; queued requests age."""
+        self._paused_until = asyncio.get_running_loop().time() + max(duration_s, 0.0)
+
+    def resume(self) -> None:
+        self._paused_until = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_until > 0.0 and asyncio.get_running_loop().time() < self._paused_until
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -210,6 +223,12 @@ class RequestExecutor:
                 self._idle.append(waiter)
                 await waiter
                 continue
+            if self._paused_until:
+                remaining = self._paused_until - loop.time()
+                if remaining > 0:
+                    await asyncio.sleep(min(remaining, 0.05))
+                    continue
+                self._paused_until = 0.0
             task = queue.popleft()
             if task.stopped:
                 continue

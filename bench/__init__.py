@@ -1,0 +1,1 @@
+"""Benchmarks and the ``mqbench`` suite: scenarios, Spark load jobs, scoring, reports and comparisons."""

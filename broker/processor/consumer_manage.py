@@ -3,6 +3,7 @@ UPDATE_CONSUMER_OFFSET (15)."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import orjson
@@ -16,11 +17,22 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+# upstream accessMessageInMemoryMaxRatio: data further than 40% of RAM behind the head counts as "on disk"
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
+
+
+def _memory_budget() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 8 * 1024**3
+    return total * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
 
 
 class ConsumerManageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
+        self._memory_budget = _memory_budget()
 
     def reject_request(self) -> bool:
         return False
@@ -50,7 +62,16 @@ class ConsumerManageProcessor:
             return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
         # A young queue (nothing ever removed from it) answers 0 so a new group reads from the start
         # even with CONSUME_FROM_LAST_OFFSET, as upstream does while offset 0 is still in memory.
-        min_offset = self.c.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
-        if min_offset <= 0 and not self.c.store.check_in_disk_by_consume_offset(hdr.topic, hdr.queue_id, 0):
+        store = self.c.store
+        min_offset = store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
+        if min_offset <= 0 and not self._in_disk(hdr.topic, hdr.queue_id, 0):
             return request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
         return request.response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
+
+    def _in_disk(self, topic: str, queue_id: int, cq_offset: int) -> bool:
+        """Upstream checkInDiskByConsumeOffset: is that entry's message beyond the in-memory window?"""
+        store = self.c.store
+        if store.get_max_offset_in_queue(topic, queue_id) <= cq_offset:
+            return False
+        phy = store.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)
+        return store.get_max_phy_offset() - phy > self._memory_budget

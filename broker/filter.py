@@ -30,7 +30,6 @@ COMPILED_CACHE_SIZE = 1024
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_NAME_VALUE = 0x01
 _PROPERTY_END = 0x02
 _TAGS_KEY = b"TAGS\x01"
 

@@ -24,6 +24,7 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.data_version import DataVersion
 from broker.fast_failure import BrokerFastFailure, SweptQueue
 from broker.fault_injection import FaultInjector
+from broker.filter import ExpressionCompiler
 from broker.long_polling import PullRequestHoldService
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
@@ -83,7 +84,8 @@ class BrokerController:
                                                        store_path_root_dir=config.store_path_root_dir, now_ms=now_ms)
         self.transaction_service = TransactionalMessageService(store=self.store, store_host=self.store_host,
                                                                now_ms=now_ms)
-        self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = None
+        self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = \
+            ExpressionCompiler()
 
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)

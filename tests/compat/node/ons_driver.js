@@ -96,7 +96,8 @@ async function produce(args) {
       sent++;
       emit('sent', {
         index: i, msgId: r.msgId, status: r.sendStatus,
-        queueId: r.messageQueue && r.messageQueue.queueId, queueOffset: r.queueOffset,
+        // the send response header is strings: ali-ons keeps queueId as the string it got
+        queueId: r.messageQueue && Number(r.messageQueue.queueId), queueOffset: r.queueOffset,
       });
     } catch (err) {
       sendErrors++;

@@ -47,7 +47,6 @@ from store.results import AppendMessageResult, PutMessageStatus
 
 log = structlog.get_logger(__name__)
 
-_HEAD = struct.Struct(">iii")  # TOTALSIZE MAGIC BODYCRC
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
@@ -178,14 +177,16 @@ class CommitLog:
 
     # ------------------------------------------------------------------------------------------ reads
     def get_message(self, offset: int, size: int) -> memoryview | None:
-        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        # no "first file when not found" fallback (upstream does it for offset 0): once the file of
+        # offset 0 expired, that would hand out the first record of another file
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mf is None:
             return None
         return mf.select(offset % self.mapped_file_size, size)
 
     def get_data(self, offset: int) -> tuple[int, memoryview] | None:
         """(start offset, view to the readable end of its file) — the reput reads in file-sized chunks."""
-        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mf is None:
             return None
         pos = offset % self.mapped_file_size
@@ -466,13 +467,14 @@ class CommitLog:
     def verify_record(view: memoryview, pos: int, check_crc: bool) -> int:
         """Size of the valid record at `pos`, 0 for the BLANK filler, -1 for anything else (recovery scan)."""
         end = len(view)
-        if pos + 12 > end:
+        if pos + 8 > end:
             return -1
-        total, magic, crc = _HEAD.unpack_from(view, pos)
+        total, magic = _BLANK.unpack_from(view, pos)
         if magic != MESSAGE_MAGIC_CODE:
             return 0 if magic == BLANK_MAGIC_CODE else -1
         if total < 91 or pos + total > end:
             return -1
+        (crc,) = _INT.unpack_from(view, pos + 8)
         (body_len,) = _INT.unpack_from(view, pos + 84)
         if body_len < 0 or FIXED_PART_LENGTH + body_len + 3 > total:
             return -1

@@ -160,10 +160,8 @@ class FlushRealTimeService(_Service):
             if now >= self._last_thorough + cfg.flush_commit_log_thorough_interval:
                 self._last_thorough = now
                 least = 0
-            if cfg.flush_commit_log_timed:
-                await asyncio.sleep(cfg.flush_interval_commit_log / 1000)
-            else:
-                await self.wait_for_running(cfg.flush_interval_commit_log)
+            # timed (upstream default): puts do not wake us; only stop() cuts the sleep short
+            await self.wait_for_running(cfg.flush_interval_commit_log)
             begin = time.monotonic()
             await self.flusher.flush(least)
             past = (time.monotonic() - begin) * 1000
@@ -252,7 +250,10 @@ class CommitRealTimeService(_Service):
                 for f, _, _ in held:
                     f.release()
             self.mfq.apply_commit(held)
-            return sum(end - start for _, start, end in held)
+        committed = sum(end - start for _, start, end in held)
+        if committed:
+            self.on_committed()  # readers (reput) and the flush may go further now
+        return committed
 
     async def run(self) -> None:
         while not self._stopped:
@@ -262,15 +263,12 @@ class CommitRealTimeService(_Service):
             if now >= self._last_commit + cfg.commit_commit_log_thorough_interval:
                 self._last_commit = now
                 least = 0
-            committed = await self.commit(least)
-            if committed:
+            if await self.commit(least):
                 self._last_commit = self.now_ms()
-                self.on_committed()
             await self.wait_for_running(cfg.commit_interval_commit_log)
         for _ in range(10):
             if not await self.commit(0):
                 break
-            self.on_committed()
 
 
 def _commit_ranges(targets: Iterable[tuple[MappedFile, int, int]]) -> None:

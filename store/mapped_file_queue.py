@@ -64,6 +64,13 @@ class MappedFileQueue:
                     # a crash right after creating the last file; it never held data
                     os.unlink(path)
                     continue
+                if size < self.mapped_file_size and name == names[-1]:
+                    # the last file lost its end (truncated copy, crash while creating it): restore the
+                    # size with zeros; recovery then stops at the last complete record
+                    log.warning("last mapped file is short, extending it", file=path, size=size)
+                    os.truncate(path, self.mapped_file_size)
+                    self.mapped_files.append(MappedFile.open_existing(path, self.mapped_file_size))
+                    continue
                 raise OSError(
                     f"{path} is {size} bytes but the configured mapped file size is {self.mapped_file_size}; "
                     "check mappedFileSize* settings"

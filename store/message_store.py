@@ -554,6 +554,14 @@ class MessageStore:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional")
             if m.delay_time_level > 0:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
+        # upstream checks the size of the batch as the client sent it (20 + body + 2 + properties each)
+        wire_size = sum(22 + len(m.body or b"") + len(m.properties_string.encode()) for m in msgs)
+        if wire_size > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"batch of {wire_size} bytes exceeds maxMessageSize {self.config.max_message_size}",
+            )
         begin = self.now_ms()
         data = bytearray()
         metas: list[RecordMeta] = []
@@ -564,8 +572,6 @@ class MessageStore:
                 return encoded
             data += encoded[0]
             metas.append(encoded[1])
-        if len(data) > self.config.max_message_size + 64 * 1024 * len(msgs):
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch is larger than maxMessageSize")
         return await self._submit(
             data, metas, first.topic, first.queue_id, first.sys_flag, 0, first.store_host, stall_append_ms, True,
             None, begin,
@@ -630,10 +636,10 @@ class MessageStore:
         return PutMessageResult(status, result)
 
     async def _after_append(self) -> None:
-        """After each writer section: dispatch what became readable (without a pool, everything just
-        written), so a put returns only after its consume queue entry exists."""
-        if self.pool is None:
-            await self.reput.catch_up()
+        """After each writer section: dispatch what became readable, so that (without a transient pool,
+        where bytes become readable only once committed) a put returns after its consume queue entry
+        exists and its arrival was announced."""
+        await self.reput.catch_up()
 
     def _on_committed(self) -> None:
         self.reput.wakeup()
@@ -770,9 +776,6 @@ class MessageStore:
             if get_codes is not None:
                 vector = True
                 code_set = get_codes()
-        if message_filter is None or (vector and code_set is None):
-            # every entry matches; the batch cannot take more than max_msg_nums (+1 to see the break)
-            max_entries = min(max_entries, max(max_msg_nums, 0) + 1)
         entries = cq.get_entries(offset, max_entries)
         if entries is None:
             return GetMessageStatus.OFFSET_FOUND_NULL, self._next_offset_correction(offset, cq.roll_next_file(offset))

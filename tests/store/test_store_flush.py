@@ -1,0 +1,84 @@
+"""Flush: ASYNC_FLUSH in the background, SYNC_FLUSH group commit, FLUSH_DISK_TIMEOUT, and the event
+loop never blocking on fsync (it runs in worker threads)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conftest import make_msg
+from store import MessageStore, PutMessageStatus
+
+
+async def _ticker(counter: list[int], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        counter[0] += 1
+        await asyncio.sleep(0.005)
+
+
+async def test_async_flush_catches_up_in_background(store_factory, config_factory):
+    s = await store_factory(config_factory(flush_interval_commit_log=20, flush_commit_log_least_pages=0))
+    for _ in range(50):
+        await s.put_message(make_msg(body=b"z" * 500))
+    target = s.get_max_phy_offset()
+    for _ in range(200):
+        if s.commit_log.mapped_file_queue.flushed_where >= target:
+            break
+        await asyncio.sleep(0.01)
+    assert s.commit_log.mapped_file_queue.flushed_where >= target
+    assert s.checkpoint.physic_msg_timestamp > 0
+
+
+async def test_async_flush_respects_least_pages(store_factory, config_factory):
+    s = await store_factory(
+        config_factory(
+            flush_interval_commit_log=10,
+            flush_commit_log_least_pages=4,
+            flush_commit_log_thorough_interval=10**9,
+        )
+    )
+    await asyncio.sleep(0.05)  # the first (thorough) round passes with nothing to flush
+    await s.put_message(make_msg(body=b"z" * 1000))  # far less than 4 pages
+    await asyncio.sleep(0.1)
+    assert s.commit_log.mapped_file_queue.flushed_where == 0
+
+
+async def test_sync_flush_acks_after_fsync_and_groups_commits(store_factory, config_factory):
+    s = await store_factory(config_factory(flush_disk_type="SYNC_FLUSH"))
+    r = await s.put_message(make_msg())
+    assert r.status == PutMessageStatus.PUT_OK
+    assert s.commit_log.mapped_file_queue.flushed_where >= r.append_result.wrote_offset + r.append_result.wrote_bytes
+    before = s._flusher.flush_count
+    results = await asyncio.gather(*(s.put_message(make_msg(queue_id=i % 4)) for i in range(200)))
+    assert all(x.status == PutMessageStatus.PUT_OK for x in results)
+    fsyncs = s._flusher.flush_count - before
+    assert 0 < fsyncs < 100, fsyncs  # one fsync covers many puts
+
+
+async def test_sync_flush_timeout_and_loop_keeps_running(store_factory, config_factory):
+    s = await store_factory(config_factory(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200))
+    s.fault.inject_slow_fsync(600)
+    counter, stop = [0], asyncio.Event()
+    ticker = asyncio.create_task(_ticker(counter, stop))
+    r = await s.put_message(make_msg())
+    stop.set()
+    await ticker
+    assert r.status == PutMessageStatus.FLUSH_DISK_TIMEOUT
+    assert r.append_result is not None  # stored, not yet durable: the broker answers FLUSH_DISK_TIMEOUT (10)
+    assert counter[0] >= 10, "the event loop was blocked during the slow fsync"
+    # a message that does not wait (WAIT=false) is answered at once
+    r = await asyncio.wait_for(s.put_message(make_msg(props={"WAIT": "false"})), 0.5)
+    assert r.status == PutMessageStatus.PUT_OK
+    s.fault.clear()
+
+
+async def test_shutdown_flushes_everything(config_factory):
+    cfg = config_factory(flush_interval_commit_log=10_000, flush_commit_log_timed=True)
+    s = MessageStore(cfg)
+    assert await s.load()
+    await s.start()
+    for _ in range(20):
+        await s.put_message(make_msg())
+    end = s.get_max_phy_offset()
+    mfq = s.commit_log.mapped_file_queue
+    await s.shutdown()
+    assert mfq.flushed_where == end

@@ -1,0 +1,83 @@
+"""IndexFile / QUERY_MESSAGE: by key, by unique key, time ranges, collisions, roll-over, upstream layout,
+and VIEW_MESSAGE_BY_ID through the offset message id."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from conftest import make_msg
+from store import decode_offset_msg_id, decode_records
+from store.index_service import index_key_hash
+
+
+async def test_query_by_keys_and_unique_key(store_factory):
+    s = await store_factory()
+    for i in range(20):
+        await s.put_message(make_msg(keys=f"order{i} user{i % 2}", uniq=f"U{i:04d}"))
+    await s.put_message(make_msg(topic="Other", keys="order3"))
+    got = decode_records(s.query_message("T", "order3", 32, 0, 2**62).body)
+    assert [m.properties["UNIQ_KEY"] for m in got] == ["U0003"]
+    got = decode_records(s.query_message("T", "user1", 32, 0, 2**62).body)
+    assert sorted(m.properties["UNIQ_KEY"] for m in got) == [f"U{i:04d}" for i in range(1, 20, 2)]
+    got = decode_records(s.query_message("T", "U0011", 32, 0, 2**62).body)
+    assert [m.properties["KEYS"] for m in got] == ["order11 user1"]
+    assert s.query_message("T", "nope", 32, 0, 2**62).buffers == []
+    q = s.query_message("T", "user0", 3, 0, 2**62)
+    assert len(q.buffers) == 3
+    assert q.index_last_update_phyoffset > 0 and q.index_last_update_timestamp > 0
+
+
+async def test_time_range_filters(store_factory):
+    now = [1_800_000_000_000]
+    s = await store_factory(now_ms=lambda: now[0])
+    for i in range(5):
+        now[0] += 10_000
+        await s.put_message(make_msg(keys="same"))
+    got = decode_records(s.query_message("T", "same", 32, 1_800_000_020_000, 1_800_000_040_000).body)
+    assert sorted(m.store_timestamp for m in got) == [1_800_000_020_000, 1_800_000_030_000, 1_800_000_040_000]
+
+
+async def test_collisions_are_resolved_against_the_record(store_factory, config_factory):
+    s = await store_factory(config_factory(max_hash_slot_num=1))  # every key in one chain
+    for i in range(30):
+        await s.put_message(make_msg(keys=f"k{i}"))
+    for i in (0, 17, 29):
+        got = decode_records(s.query_message("T", f"k{i}", 32, 0, 2**62).body)
+        assert [m.properties["KEYS"] for m in got] == [f"k{i}"]
+
+
+async def test_index_files_roll_and_keep_upstream_layout(store_factory, config_factory):
+    s = await store_factory(config_factory(max_index_num=16, max_hash_slot_num=8))
+    for i in range(40):
+        await s.put_message(make_msg(uniq=f"R{i}"))
+    files = sorted(os.listdir(s.config.store_path_index))
+    assert len(files) >= 3
+    assert all(len(n) == 17 and n.isdigit() for n in files)  # yyyyMMddHHmmssSSS
+    got = decode_records(s.query_message("T", "R1", 32, 0, 2**62).body)  # in the oldest file
+    assert [m.properties["UNIQ_KEY"] for m in got] == ["R1"]
+    size = 40 + 8 * 4 + 16 * 20
+    first = os.path.join(s.config.store_path_index, files[0])
+    assert os.path.getsize(first) == size
+    raw = open(first, "rb").read()
+    begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count = struct.unpack_from(">qqqqii", raw, 0)
+    assert index_count == 16 and begin_phy == 0 and end_ts >= begin_ts > 0
+    # entry #1 is the first key: hash of "T#R0", its CommitLog offset, previous entry 0
+    key_hash, phy, tdiff, prev = struct.unpack_from(">iqii", raw, 40 + 8 * 4 + 1 * 20)
+    assert (key_hash, phy, prev) == (index_key_hash("T#R0"), 0, 0)
+    slot = struct.unpack_from(">i", raw, 40 + (key_hash % 8) * 4)[0]
+    assert slot >= 1
+
+
+def test_index_key_hash_is_abs_java_hash():
+    assert index_key_hash("polygenelubricants") == 0  # Math.abs(Integer.MIN_VALUE) < 0 → 0
+    assert index_key_hash("TagA") == 2598919
+
+
+async def test_view_message_by_offset_msg_id(store_factory):
+    s = await store_factory()
+    await s.put_message(make_msg(body=b"first"))
+    r = await s.put_message(make_msg(body=b"by-id"))
+    _ip, _port, offset = decode_offset_msg_id(r.append_result.msg_id)
+    assert s.look_message_by_offset(offset).body == b"by-id"
+    assert bytes(s.select_one_message_by_offset(offset))[88:93] == b"by-id"

@@ -414,9 +414,36 @@ def cpp_producer(
     producer.set_namesrv_addr(namesrv)
     producer.start()
     try:
+        _connect(producer)
         yield producer
     finally:
         _call_within(producer.shutdown, 15, "Producer.shutdown()")
+
+
+#: Topic of the producers' first (connecting) message; no test consumes it.
+WARMUP_TOPIC = "COMPAT_WARMUP"
+
+
+def _connect(producer: Any, attempts: int = 5) -> None:
+    """Send one message to WARMUP_TOPIC, retrying a few times, so the producer's broker connection exists.
+
+    The C++ client's first send to a broker it just learned from a route can lose a race with its own
+    connect: while another client thread's connect to that address is pending, TcpRemotingClient::
+    CreateTransport returns null at once, and the send's 5 retries (no back-off) all fail within a
+    millisecond ("No route info of this topic"). Only this connecting send is retried; later sends reuse
+    the connection and are checked strictly.
+    """
+    from rocketmq.exceptions import ProducerSendSyncFailed
+
+    error: Exception | None = None
+    for _ in range(attempts):
+        try:
+            producer.send_sync(make_message(WARMUP_TOPIC, b"warm-up"))
+            return
+        except ProducerSendSyncFailed as e:
+            error = e
+            time.sleep(0.2)
+    raise AssertionError(f"a C++ producer could not send its first message in {attempts} tries: {error}")
 
 
 @contextlib.contextmanager

@@ -81,8 +81,12 @@ class SendMessageProcessor:
         self.store = controller.store
 
     def reject_request(self) -> bool:
-        # Upstream: page cache busy or no free buffer in the transient store pool.
-        return self.store.is_os_page_cache_busy() or self.store.is_transient_store_pool_deficient()
+        # Upstream: page cache busy or no free buffer in the transient store pool. The server calls this
+        # once per request and answers [REJECTREQUEST] when it is true, so this is where it is counted.
+        if self.store.is_os_page_cache_busy() or self.store.is_transient_store_pool_deficient():
+            self.c.stats.on_busy("REJECTREQUEST")
+            return True
+        return False
 
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
         if request.code == RequestCode.CONSUMER_SEND_MSG_BACK:

@@ -17,6 +17,7 @@ import struct
 import time
 from collections.abc import Callable
 
+import numpy as np
 import structlog
 
 from store.checkpoint import StoreCheckpoint
@@ -41,6 +42,66 @@ def index_key_hash(key: str) -> int:
     """IndexFile.indexKeyHashMethod: Math.abs(hashCode), 0 for Integer.MIN_VALUE."""
     h = java_string_hash(key)
     return 0 if h == -0x80000000 else abs(h)
+
+
+def _abs_hash(h: int) -> int:
+    return 0 if h == -0x80000000 else abs(h)
+
+
+def _index_keys(req: DispatchRequest) -> list[str]:
+    """topic#key for the UNIQ_KEY and each KEYS value; none for a rolled-back transaction."""
+    if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
+        return []
+    out: list[str] = []
+    if req.uniq_key:
+        out.append(f"{req.topic}#{req.uniq_key}")
+    if req.keys:
+        out.extend(f"{req.topic}#{k}" for k in req.keys.split(MessageConst.KEY_SEPARATOR) if k)
+    return out
+
+
+class JavaHasher:
+    """String.hashCode for many strings at once: ASCII strings of one length become a uint8 matrix
+    multiplied by the powers of 31 (uint64 arithmetic wraps modulo 2**64, hence also modulo 2**32)."""
+
+    MIN_VECTOR = 8
+
+    def __init__(self) -> None:
+        self._powers: dict[int, np.ndarray] = {}
+
+    def _pow(self, n: int) -> np.ndarray:
+        p = self._powers.get(n)
+        if p is None:
+            p = np.ones(n, dtype=np.uint64)
+            for i in range(n - 2, -1, -1):
+                p[i] = p[i + 1] * np.uint64(31)
+            self._powers[n] = p
+        return p
+
+    def hash_many(self, keys: list[str]) -> list[int]:
+        out = [0] * len(keys)
+        groups: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            if k.isascii():
+                groups.setdefault(len(k), []).append(i)
+            else:
+                out[i] = java_string_hash(k)
+        for n, idxs in groups.items():
+            if n == 0:
+                continue
+            if len(idxs) < self.MIN_VECTOR:
+                for i in idxs:
+                    out[i] = java_string_hash(keys[i])
+                continue
+            data = "".join([keys[i] for i in idxs]).encode("ascii")
+            mat = np.frombuffer(data, dtype=np.uint8).reshape(len(idxs), n).astype(np.uint64)
+            with np.errstate(over="ignore"):
+                h = (mat @ self._pow(n)) & np.uint64(0xFFFFFFFF)
+            signed = h.astype(np.int64)
+            signed[signed >= 0x80000000] -= 0x100000000
+            for i, v in zip(idxs, signed.tolist()):
+                out[i] = v
+        return out
 
 
 def time_millis_to_human_string(ms: int) -> str:
@@ -89,9 +150,9 @@ class IndexFile:
             self.begin_phy_offset = self.end_phy_offset = end_phy_offset
         if end_timestamp > 0:
             self.begin_timestamp = self.end_timestamp = end_timestamp
-        self._write_header()
+        self.write_header()
 
-    def _write_header(self) -> None:
+    def write_header(self) -> None:
         _HEADER.pack_into(
             self.mapped_file.view,
             0,
@@ -107,9 +168,15 @@ class IndexFile:
         return self.index_count >= self.index_num
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        ok = self.put_hashed(index_key_hash(key), phy_offset, store_timestamp)
+        if ok:
+            self.write_header()
+        return ok
+
+    def put_hashed(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one entry; the header in the file is updated by `write_header` (once per batch)."""
         if self.index_count >= self.index_num:
             return False
-        key_hash = index_key_hash(key)
         slot_pos = key_hash % self.hash_slot_num
         abs_slot = INDEX_HEADER_SIZE + slot_pos * HASH_SLOT_SIZE
         view = self.mapped_file.view
@@ -132,7 +199,6 @@ class IndexFile:
         self.index_count += 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
         return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -179,6 +245,7 @@ class IndexService:
         self.now_ms = now_ms
         self.index_files: list[IndexFile] = []
         self._creating: asyncio.Future | None = None
+        self._hasher = JavaHasher()
         self._pending_keys: list[tuple[str, int, int]] = []
 
     @property
@@ -253,9 +320,10 @@ class IndexService:
             else:
                 await asyncio.shield(self._creating)
         pending, self._pending_keys = self._pending_keys, []
-        for key, phy, ts in pending:
+        for n, (key, phy, ts) in enumerate(pending):
             if not self._put(key, phy, ts):
-                self._pending_keys.append((key, phy, ts))
+                self._pending_keys = pending[n:]
+                break
 
     def _put(self, key: str, phy: int, ts: int) -> bool:
         if not self.index_files:
@@ -263,24 +331,40 @@ class IndexService:
         return self.index_files[-1].put_key(key, phy, ts)
 
     def build_index(self, req: DispatchRequest) -> None:
+        self.build_batch([req])
+
+    def build_batch(self, reqs: list[DispatchRequest]) -> None:
+        """Index the keys of dispatched records, in CommitLog order (one hashing pass for all keys)."""
         if not self.index_files:
+            self._pending_keys.extend(
+                (key, req.commit_log_offset, req.store_timestamp) for req in reqs for key in _index_keys(req)
+            )
             return
-        f = self.index_files[-1]
-        if req.commit_log_offset < f.end_phy_offset:
-            return
-        if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
-            return
-        topic = req.topic
         keys: list[str] = []
-        if req.uniq_key:
-            keys.append(req.uniq_key)
-        if req.keys:
-            keys.extend(k for k in req.keys.split(MessageConst.KEY_SEPARATOR) if k)
-        for key in keys:
-            idx_key = f"{topic}#{key}"
-            if self._pending_keys or not self._put(idx_key, req.commit_log_offset, req.store_timestamp):
-                # the file filled up in the middle of a message: finish once the next file exists
-                self._pending_keys.append((idx_key, req.commit_log_offset, req.store_timestamp))
+        refs: list[tuple[int, int]] = []
+        end_phy = self.index_files[-1].end_phy_offset
+        for req in reqs:
+            if req.commit_log_offset < end_phy:
+                continue
+            for key in _index_keys(req):
+                keys.append(key)
+                refs.append((req.commit_log_offset, req.store_timestamp))
+        if not keys:
+            return
+        if self._pending_keys:
+            self._pending_keys.extend((k, phy, ts) for k, (phy, ts) in zip(keys, refs))
+            return
+        hashes = self._hasher.hash_many(keys)
+        f = self.index_files[-1]
+        for i, (phy, ts) in enumerate(refs):
+            if not f.put_hashed(_abs_hash(hashes[i]), phy, ts):
+                # the file filled up in the middle: the rest waits for the next file (ensure_file)
+                self._pending_keys.extend((keys[j], refs[j][0], refs[j][1]) for j in range(i, len(keys)))
+                break
+        f.write_header()
+
+    def has_pending(self) -> bool:
+        return bool(self._pending_keys)
 
     # ----------------------------------------------------------------------------------------- queries
     def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> tuple[list[int], int, int]:

@@ -113,7 +113,11 @@ class MessageStore:
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
         self.checkpoint: StoreCheckpoint | None = None
-        self.reput = ReputMessageService(self.commit_log, self._dispatch, self._prepare_dispatch)
+        self._index_enabled = config.message_index_enable
+        self._index_batch: list[DispatchRequest] = []
+        self.reput = ReputMessageService(
+            self.commit_log, self._dispatch, self._prepare_dispatch, self._end_dispatch_round
+        )
         self.commit_log.post_append = self._after_append
         self.stats = StoreStats(now_ms)
         self._total_memory = _total_physical_memory()
@@ -129,6 +133,7 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._manifest: set[tuple[str, int]] = set()
         self._manifest_dirty = False
+        self._manifest_lock = asyncio.Lock()
         self.last_recovery: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------ threading
@@ -325,11 +330,9 @@ class MessageStore:
         assert self.checkpoint is not None
         cfg = self.config
         # a crash from now on must be recovered abnormally
-        with open(cfg.abort_file, "w"):
-            pass
         self.checkpoint.clean_max_offset = -1
         self.checkpoint.write()
-        await self._run_blocking(self.checkpoint.fsync)
+        await self._run_blocking(self._mark_running_blocking)
         self._flusher = CommitLogFlusher(self.commit_log.mapped_file_queue, self.checkpoint, self._run_blocking, self.fault)
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             self._flush_service = GroupCommitService(self._flusher)
@@ -359,9 +362,22 @@ class MessageStore:
             await self._save_manifest()
         self._shutdown = False
         self._running = True
-        # the next CommitLog file is created ahead, off the loop
-        if self.commit_log.mapped_file_queue.last_mapped_file() is not None:
-            self.commit_log.mapped_file_queue.allocate_ahead()
+        # the first CommitLog file (if none) and the next one are created now, in worker threads, so
+        # the first put does not wait for a 1 GiB file to be allocated and warmed
+        mfq = self.commit_log.mapped_file_queue
+        if mfq.last_mapped_file() is None:
+            try:
+                await mfq.get_last_mapped_file_async(0)
+            except OSError as exc:
+                log.error("cannot create the first CommitLog file", error=str(exc))
+        elif not mfq.last_mapped_file().is_full():
+            mfq.allocate_ahead()
+
+    def _mark_running_blocking(self) -> None:
+        with open(self.config.abort_file, "w"):
+            pass
+        assert self.checkpoint is not None
+        self.checkpoint.fsync()
 
     async def shutdown(self) -> None:
         """Stop accepting puts, drain the writer, dispatch, flush everything, write the checkpoint and
@@ -391,12 +407,10 @@ class MessageStore:
                 self.checkpoint.clean_max_offset = self.commit_log.get_max_offset()
             self.checkpoint.write()
             await self._run_blocking(self.checkpoint.fsync)
+        self._manifest_dirty = True
         await self._save_manifest()
         if clean:
-            try:
-                os.unlink(self.config.abort_file)
-            except FileNotFoundError:
-                pass
+            await self._run_blocking(_unlink_quietly, self.config.abort_file)
         else:
             log.warning("the store may be wrong, so shutdown abnormally, and keep abort file")
         await self._close_files()
@@ -420,11 +434,16 @@ class MessageStore:
         self._loaded = False
 
     async def _save_manifest(self) -> None:
-        self._manifest_dirty = False
-        try:
-            await self._run_blocking(self._write_manifest_blocking, set(self._manifest))
-        except OSError as exc:
-            log.warning("cannot write the consume queue manifest", error=str(exc))
+        """Write the queue manifest; concurrent calls coalesce (one writer, always the latest set)."""
+        async with self._manifest_lock:
+            if not self._manifest_dirty:
+                return
+            self._manifest_dirty = False
+            try:
+                await self._run_blocking(self._write_manifest_blocking, set(self._manifest))
+            except OSError as exc:
+                self._manifest_dirty = True
+                log.warning("cannot write the consume queue manifest", error=str(exc))
 
     def destroy(self) -> None:
         """Delete every file of the store (tests, admin)."""
@@ -671,7 +690,7 @@ class MessageStore:
             cq = self.find_consume_queue(req.topic, req.queue_id)
             if cq.needs_file_for(req.consume_queue_offset) and req.commit_log_offset + req.msg_size > cq.max_physic_offset:
                 return cq.ensure_file_for(req.consume_queue_offset)
-        if self.config.message_index_enable and self.index_service.needs_file():
+        if self._index_enabled and self.index_service.needs_file():
             return self.index_service.ensure_file()
         return None
 
@@ -684,8 +703,8 @@ class MessageStore:
                     self.checkpoint.logics_msg_timestamp = req.store_timestamp
             else:
                 log.error("[BUG] put commit log position info failed", topic=req.topic, queue_id=req.queue_id)
-        if self.config.message_index_enable:
-            self.index_service.build_index(req)
+        if self._index_enabled:
+            self._index_batch.append(req)
         listener = self.message_arriving_listener
         if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
             try:
@@ -699,6 +718,15 @@ class MessageStore:
                 )
             except Exception:
                 log.exception("message arriving listener failed", topic=req.topic)
+
+    def _end_dispatch_round(self) -> Any:
+        """Index what the round dispatched (one hashing pass); an awaitable if an index file is needed."""
+        if self._index_batch:
+            batch, self._index_batch = self._index_batch, []
+            self.index_service.build_batch(batch)
+        if self._index_enabled and self.index_service.has_pending():
+            return self.index_service.ensure_file()
+        return None
 
     def _all_consume_queues(self) -> Iterable[ConsumeQueue]:
         for queues in list(self.consume_queue_table.values()):
@@ -1019,6 +1047,13 @@ class MessageStore:
         info["transientStorePoolLocked"] = str(bool(self.pool and self.pool.locked)).lower()
         info["osPageCacheBusy"] = str(self.is_os_page_cache_busy()).lower()
         return info
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _has_key(msg: MessageExt, key: str) -> bool:

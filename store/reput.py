@@ -29,12 +29,15 @@ class ReputMessageService:
         commit_log: CommitLog,
         dispatch: Callable[[DispatchRequest], None],
         prepare: Callable[[DispatchRequest], object],
+        end_round: Callable[[], object] = lambda: None,
     ) -> None:
         """`dispatch` writes one request synchronously; `prepare` returns None when the files it needs
-        exist, else an awaitable creating them (in a worker thread)."""
+        exist, else an awaitable creating them (in a worker thread); `end_round` finishes batched work
+        (the index) before any await and at the end, and may return an awaitable too."""
         self.commit_log = commit_log
         self._dispatch = dispatch
         self._prepare = prepare
+        self._end_round = end_round
         self.reput_from_offset = 0
         self._running = False
         self._again = False
@@ -62,10 +65,16 @@ class ReputMessageService:
             while True:
                 self._again = False
                 await self._do_reput()
+                await self._finish_round()
                 if not self._again:
                     break
         finally:
             self._running = False
+
+    async def _finish_round(self) -> None:
+        pending = self._end_round()
+        if pending is not None:
+            await pending
 
     async def _do_reput(self) -> None:
         cl = self.commit_log
@@ -92,6 +101,7 @@ class ReputMessageService:
                     break  # not committed yet
                 pending = self._prepare(req)
                 if pending is not None:
+                    await self._finish_round()
                     await pending
                     continue
                 dq.popleft()
@@ -100,6 +110,7 @@ class ReputMessageService:
                 self.dispatched_total += 1
                 done += 1
                 if done % _YIELD_EVERY == 0:
+                    await self._finish_round()
                     await asyncio.sleep(0)
                 continue
             progressed = await self._reput_from_log(max_offset)
@@ -107,6 +118,7 @@ class ReputMessageService:
                 break
             done += 1
             if done % _YIELD_EVERY == 0:
+                await self._finish_round()
                 await asyncio.sleep(0)
 
     async def _reput_from_log(self, max_offset: int) -> bool:
@@ -127,6 +139,7 @@ class ReputMessageService:
             if size > 0 and req is not None:
                 pending = self._prepare(req)
                 if pending is not None:
+                    await self._finish_round()
                     await pending
                     # the view is still valid: the file cannot go away while we hold it here
                 self._dispatch(req)
@@ -135,6 +148,7 @@ class ReputMessageService:
                 pos += size
                 count += 1
                 if count % _YIELD_EVERY == 0:
+                    await self._finish_round()
                     await asyncio.sleep(0)
                 continue
             if size == 0:

@@ -26,6 +26,7 @@ from broker.fast_failure import BrokerFastFailure, SweptQueue
 from broker.fault_injection import FaultInjector
 from broker.filter import ExpressionCompiler
 from broker.long_polling import PullRequestHoldService
+from broker.metrics import BrokerMetrics
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
 from broker.processor.admin import AdminBrokerProcessor
@@ -96,6 +97,7 @@ class BrokerController:
         self.server = RemotingServer(config.listen_host, config.listen_port, listener=self, now_ms=now_ms,
                                      frame_max=config.frame_max_length)
         self.executors = self._build_executors()
+        self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
         self.admin_processor = AdminBrokerProcessor(self)
         self._register_processors()
 
@@ -150,7 +152,7 @@ class BrokerController:
         }
 
     def _register_processors(self) -> None:
-        e, reg = self.executors, self.server.register_processor
+        e, reg = self.executors, self.metrics.instrumented(self.server.register_processor)
         send = self.send_processor
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                      RequestCode.CONSUMER_SEND_MSG_BACK):
@@ -168,7 +170,7 @@ class BrokerController:
         reg(RequestCode.UPDATE_CONSUMER_OFFSET, consumer_manage, e["consumer_manage"])
         reg(RequestCode.QUERY_CONSUMER_OFFSET, consumer_manage, e["consumer_manage"])
         reg(RequestCode.END_TRANSACTION, EndTransactionProcessor(self), e["end_transaction"])
-        self.server.register_default_processor(self.admin_processor, e["admin"])
+        self.server.register_default_processor(self.metrics.wrap(self.admin_processor, "admin"), e["admin"])
 
     # -- helpers used by processors --------------------------------------------------------------
     def born_host(self, channel) -> tuple[str, int]:
@@ -342,6 +344,7 @@ class BrokerController:
         await self.server.start()
         self.schedule_service.start()
         self.fast_failure.start()
+        await self.metrics.start()
         self._register_pending = asyncio.Event()
         await self.register_broker_all()
         loop = asyncio.get_running_loop()
@@ -392,6 +395,7 @@ class BrokerController:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.fast_failure.stop()
+        await self.metrics.stop()
         for pr in self.pull_hold_service.shutdown():
             self.pull_processor.execute_request_when_wakeup(pr)
         await self.server.stop(grace)

@@ -1,59 +1,167 @@
-"""FaultInjector: reproduce broker-busy incidents on purpose (only with ``faultInjectionEnable=true``).
+"""Fault injection: reproduce broker-busy incidents on purpose (only with ``faultInjectionEnable=true``).
 
-Kinds, each for ``durationMs``:
-- ``stall_send_workers`` / ``stall_queue`` (target = executor name, default ``send``): the queue's
-  workers stop taking requests, so queued requests age into ``[TIMEOUT_CLEAN_QUEUE]``;
-- ``stall_append``: appends hold the commit-log lock until the window ends,
-  so the page cache reads busy (``[PCBUSY_CLEAN_QUEUE]``, ``[REJECTREQUEST]``, ``[PC_SYNCHRONIZED]``);
+Broker side, ``FaultInjector`` serves the FAULT_INJECT (5001) admin request. Kinds, each for ``durationMs``:
+- ``stall_queue`` (``target`` = a queue name: send, pull, query, client_manage, heartbeat,
+  consumer_manage, end_transaction, admin; default send) and its alias ``stall_send_workers``: the
+  queue's workers take no request, so queued requests age into ``[TIMEOUT_CLEAN_QUEUE]`` and a full
+  queue answers ``[OVERLOAD]``;
+- ``stall_append``: appends hold the commit-log lock until the window ends, so the page cache reads
+  busy after ``osPageCacheBusyTimeOutMills`` (``[PCBUSY_CLEAN_QUEUE]``, ``[REJECTREQUEST]``,
+  ``[PC_SYNCHRONIZED]``);
 - ``drain_transient_pool``: the transient store pool reports no free buffer (``[REJECTREQUEST]``);
-- ``slow_fsync``: for the duration, every fsync sleeps ``value`` ms (default 100) first (SYNC_FLUSH sends time out: FLUSH_DISK_TIMEOUT);
-- ``clear``: end every active fault.
+  needs ``transientStorePoolEnable=true``;
+- ``slow_fsync``: every commit-log fsync first sleeps ``value`` ms (default 100); SYNC_FLUSH sends then
+  answer FLUSH_DISK_TIMEOUT;
+- ``clear``: end every active fault now.
+The per-message switches are the user properties ``brokerSleepMs`` / ``brokerStallAppendMs`` (read by
+the send processor). With injection off, FAULT_INJECT is answered NO_PERMISSION by the admin processor.
+
+Client side, ``inject_fault`` / ``inject_fault_async`` send FAULT_INJECT to a broker (for ``mqadmin`` and
+tests) and raise ``FaultInjectionError`` with the broker's remark when it refuses.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
+
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import FaultInjectRequestHeader, encode_header
 
 log = structlog.get_logger(__name__)
 
 KINDS = ("stall_send_workers", "stall_queue", "stall_append", "drain_transient_pool", "slow_fsync", "clear")
+DEFAULT_SLOW_FSYNC_MS = 100
+MAX_DURATION_MS = 3_600_000  # an hour: longer is a typo, not an experiment
+
+
+class FaultInjectionError(Exception):
+    """A FAULT_INJECT the broker refused (bad kind/target/duration, injection disabled) or could not reach."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class FaultInjector:
-    def __init__(self, *, executors: Callable[[], dict], store, now_ms: Callable[[], int]) -> None:
+    """Applies FAULT_INJECT requests to the broker's executors and store; remembers what is active."""
+
+    def __init__(self, *, executors: Callable[[], Mapping[str, Any]], store: Any,
+                 now_ms: Callable[[], int]) -> None:
         self._executors = executors
         self._store = store
         self._now_ms = now_ms
-        self.active: dict[str, int] = {}  # kind → until (wall ms)
+        self.active: dict[str, int] = {}  # "kind" or "stall_queue:<target>" → until (wall ms)
+        self._fsync_timer: asyncio.TimerHandle | None = None
 
     def inject(self, kind: str, target: str | None, duration_ms: int, value: str | None) -> None:
+        """Arm one fault; ValueError (its text is the answer's remark) for anything malformed."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {', '.join(KINDS)}")
-        if kind != "clear" and duration_ms <= 0:
-            raise ValueError("durationMs must be a positive number of milliseconds")
-        log.warning("fault injected", kind=kind, target=target, duration_ms=duration_ms, value=value)
-        fault = self._store.fault
         if kind == "clear":
-            self.active.clear()
-            fault.clear()
-            for executor in self._executors().values():
-                executor.resume()
+            self.clear()
             return
+        if duration_ms <= 0:
+            raise ValueError(f"durationMs must be a positive number of milliseconds, got {duration_ms}")
+        if duration_ms > MAX_DURATION_MS:
+            raise ValueError(f"durationMs {duration_ms} is over the limit of {MAX_DURATION_MS} ms")
+        fault = self._store.fault
+        key = kind
         if kind in ("stall_send_workers", "stall_queue"):
             name = target or "send"
-            executor = self._executors().get(name)
+            executors = self._executors()
+            executor = executors.get(name)
             if executor is None:
-                raise ValueError(f"unknown queue {name!r}; expected one of {', '.join(sorted(self._executors()))}")
+                raise ValueError(f"unknown queue {name!r}; expected one of {', '.join(sorted(executors))}")
             executor.pause(duration_ms / 1000)
+            key = f"stall_queue:{name}"
         elif kind == "stall_append":
             fault.inject_stall_append(duration_ms)
         elif kind == "drain_transient_pool":
+            if getattr(self._store, "pool", None) is None:
+                raise ValueError("drain_transient_pool needs a transient store pool: start the broker with "
+                                 "transientStorePoolEnable=true (ASYNC_FLUSH master)")
             fault.inject_drain_pool(duration_ms)
         elif kind == "slow_fsync":
-            fault.inject_slow_fsync(int(value) if value else 100)
-            asyncio.get_running_loop().call_later(duration_ms / 1000, fault.inject_slow_fsync, 0)
-        self.active[kind] = self._now_ms() + duration_ms
+            delay_ms = _parse_ms(value, DEFAULT_SLOW_FSYNC_MS, "slow_fsync value (ms per fsync)")
+            fault.inject_slow_fsync(delay_ms)
+            if self._fsync_timer is not None:  # a newer window replaces the older one's end
+                self._fsync_timer.cancel()
+            self._fsync_timer = asyncio.get_running_loop().call_later(duration_ms / 1000, self._end_slow_fsync)
+        self.active[key] = self._now_ms() + duration_ms
+        log.warning("fault injected", kind=kind, target=target, duration_ms=duration_ms, value=value)
 
+    def _end_slow_fsync(self) -> None:
+        self._fsync_timer = None
+        self._store.fault.inject_slow_fsync(0)
+
+    def clear(self) -> None:
+        self.active.clear()
+        self._store.fault.clear()
+        if self._fsync_timer is not None:
+            self._fsync_timer.cancel()
+            self._fsync_timer = None
+        for executor in self._executors().values():
+            executor.resume()
+        log.warning("faults cleared")
+
+    def active_faults(self) -> dict[str, int]:
+        """Faults still in their window → remaining ms (expired ones are dropped)."""
+        now = self._now_ms()
+        for key in [k for k, until in self.active.items() if until <= now]:
+            del self.active[key]
+        return {k: until - now for k, until in self.active.items()}
+
+
+def _parse_ms(value: str | None, default: int, what: str) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        ms = int(value)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+    if ms < 0:
+        raise ValueError(f"{what} must not be negative, got {ms}")
+    return ms
+
+
+# ---------------------------------------------------------------------------------------- client side
+def fault_inject_request(kind: str, *, target: str | None = None, duration_ms: int = 0,
+                         value: str | None = None) -> RemotingCommand:
+    """The FAULT_INJECT (5001) request for one fault."""
+    hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
+    return RemotingCommand.request(RequestCode.FAULT_INJECT, encode_header(hdr))
+
+
+async def inject_fault_async(addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
+                             value: str | None = None, client: RemotingClient | None = None,
+                             timeout_s: float = 5.0) -> None:
+    """Arm ``kind`` on the broker at ``addr`` ("host:port"); FaultInjectionError if it refuses or is unreachable.
+
+    ``client``: reuse a connected ``RemotingClient``; otherwise one is opened and closed for this call.
+    """
+    own = client is None
+    rc = RemotingClient() if client is None else client
+    try:
+        resp = await rc.invoke(addr, fault_inject_request(kind, target=target, duration_ms=duration_ms,
+                                                          value=value), timeout_s)
+    except Exception as exc:
+        raise FaultInjectionError(f"FAULT_INJECT to {addr} failed: {exc}") from exc
+    finally:
+        if own:
+            await rc.close()
+    if resp.code != ResponseCode.SUCCESS:
+        raise FaultInjectionError(f"broker {addr} refused FAULT_INJECT {kind}: {resp.remark} (code {resp.code})",
+                                  resp.code)
+
+
+def inject_fault(addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
+                 value: str | None = None, timeout_s: float = 5.0) -> None:
+    """Blocking ``inject_fault_async`` for command-line tools (must not be called from a running loop)."""
+    asyncio.run(inject_fault_async(addr, kind, duration_ms=duration_ms, target=target, value=value,
+                                   timeout_s=timeout_s))

@@ -209,6 +209,10 @@ class BrokerController:
             info[upstream + "Rejected"] = executor.rejected
             info[upstream + "Expired"] = executor.expired
             info[upstream + "HeadWaitTimeMills"] = executor.head_wait_ms()
+        # upstream spells the end-transaction pair unlike every other queue
+        info["EndTransactionQueueSize"] = self.executors["end_transaction"].size
+        info["EndTransactionThreadPoolQueueCapacity"] = self.executors["end_transaction"].capacity
+        self.stats.observe_overload(self.executors)  # [OVERLOAD] is counted by the executors themselves
         for kind, count in self.stats.busy.items():
             info[f"busy{kind}"] = count
         for key, value in self.store.runtime_info().items():
@@ -353,6 +357,7 @@ class BrokerController:
                              name="persist-offsets"),
             loop.create_task(self._every(CLIENT_HOUSEKEEPING_INTERVAL_S, self._housekeeping), name="housekeeping"),
             loop.create_task(self._registration_loop(), name="register-broker"),
+            loop.create_task(self.stats.run_shed_reporter(lambda: self.executors), name="load-shedding-log"),
         ]
 
     async def _every(self, interval_s: float, fn: Callable[[], Any]) -> None:

@@ -3,8 +3,8 @@
 A prepared message is stored in the half topic (queue 0) with its real topic and queue in
 properties and its transaction bits cleared, so no consumer sees it. END_TRANSACTION either stores
 the real message (commit) or not (rollback); both write an op record into RMQ_SYS_TRANS_OP_HALF_TOPIC
-whose body is the half message's queue offset and whose tag is "d", as upstream, so the check-back
-scan knows the half message is decided.
+(same queue id) whose body is the half message's queue offset and whose tag is "d", as upstream, so
+the check-back scan (``transaction.check``) knows the half message is decided.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Callable
 import structlog
 
 from broker.message_const import MessageConst
-from broker.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from broker.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from store.message import (TRANSACTION_ROLLBACK_TYPE, MessageExt, MessageExtBrokerInner, encode_properties,
                            tags_hash)
 from store.results import PutMessageResult
@@ -26,6 +26,18 @@ REMOVE_TAG = "d"
 
 def reset_transaction_value(sys_flag: int, tx_type: int) -> int:
     return (sys_flag & ~TRANSACTION_ROLLBACK_TYPE) | tx_type
+
+
+def _inner_from(msg: MessageExt, topic: str, queue_id: int, props: dict[str, str], *,
+                sys_flag: int | None = None, store_host: tuple[str, int] | None = None,
+                prepared_transaction_offset: int = 0) -> MessageExtBrokerInner:
+    tags = props.get(MessageConst.TAGS)
+    return MessageExtBrokerInner(
+        topic=topic, queue_id=queue_id, flag=msg.flag, body=msg.body, properties=props,
+        properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
+        sys_flag=msg.sys_flag if sys_flag is None else sys_flag, born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host, store_host=store_host or msg.store_host, reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset)
 
 
 class TransactionalMessageService:
@@ -45,29 +57,41 @@ class TransactionalMessageService:
         return msg
 
     def end_message_transaction(self, half: MessageExt, commit_log_offset: int, tx_type: int) -> MessageExtBrokerInner:
-        """The real message for a committed half message."""
+        """The real message for a committed half message (upstream endMessageTransaction)."""
         props = dict(half.properties)
-        topic = props.get(MessageConst.REAL_TOPIC, half.topic)
-        queue_id = int(props.get(MessageConst.REAL_QID, "0") or 0)
+        topic = props.pop(MessageConst.REAL_TOPIC, half.topic)
+        try:
+            queue_id = int(props.pop(MessageConst.REAL_QID, "0") or 0)
+        except ValueError:
+            queue_id = 0
         props.pop(MessageConst.TRAN_MSG, None)
-        tags = props.get(MessageConst.TAGS)
-        return MessageExtBrokerInner(
-            topic=topic, queue_id=queue_id, flag=half.flag, body=half.body, properties=props,
-            properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
-            sys_flag=reset_transaction_value(half.sys_flag, tx_type), born_timestamp=half.born_timestamp,
-            born_host=half.born_host, store_host=self.store_host, reconsume_times=half.reconsume_times,
-            prepared_transaction_offset=commit_log_offset)
+        return _inner_from(half, topic, queue_id, props, sys_flag=reset_transaction_value(half.sys_flag, tx_type),
+                           store_host=self.store_host, prepared_transaction_offset=commit_log_offset)
+
+    def renew_half_message(self, half: MessageExt) -> MessageExtBrokerInner:
+        """A copy of a half message to put back at the end of the half queue (upstream
+        renewHalfMessageInner): same born time, properties (with any updated check count) and body."""
+        return _inner_from(half, TRANS_HALF_TOPIC, half.queue_id, dict(half.properties),
+                           store_host=self.store_host)
+
+    def discarded_message(self, half: MessageExt) -> MessageExtBrokerInner:
+        """A half message checked too often, as it is parked in TRANS_CHECK_MAX_TIME_TOPIC."""
+        return _inner_from(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties), store_host=self.store_host)
 
     async def delete_prepare_message(self, half: MessageExt) -> bool:
         """Write the op record that marks ``half`` as decided."""
-        body = str(half.queue_offset).encode()
+        return await self.put_op_record(half.queue_id, half.queue_offset)
+
+    async def put_op_record(self, queue_id: int, half_queue_offset: int) -> bool:
+        body = str(half_queue_offset).encode()
         props = {MessageConst.TAGS: REMOVE_TAG}
         op = MessageExtBrokerInner(
-            topic=TRANS_OP_HALF_TOPIC, queue_id=half.queue_id, flag=0, body=body, properties=props,
+            topic=TRANS_OP_HALF_TOPIC, queue_id=queue_id, flag=0, body=body, properties=props,
             properties_string=encode_properties(props), tags_code=tags_hash(REMOVE_TAG), sys_flag=0,
             born_timestamp=self._now_ms(), born_host=self.store_host, store_host=self.store_host)
         result: PutMessageResult = await self.store.put_message(op)
         ok = result.is_ok()
         if not ok:
-            log.warning("cannot write transaction op record", half_offset=half.queue_offset, status=result.status.name)
+            log.warning("cannot write transaction op record", half_offset=half_queue_offset,
+                        status=result.status.name)
         return ok

@@ -42,6 +42,7 @@ from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, \
     TopicConfig, check_topic_name
 from broker.topic_config_manager import TopicConfigManager
+from broker.transaction.check import TransactionalMessageCheckService, send_to_producer, system_topic_creator
 from broker.transaction.service import TransactionalMessageService
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
@@ -85,6 +86,10 @@ class BrokerController:
                                                        store_path_root_dir=config.store_path_root_dir, now_ms=now_ms)
         self.transaction_service = TransactionalMessageService(store=self.store, store_host=self.store_host,
                                                                now_ms=now_ms)
+        self.transaction_check_service = TransactionalMessageCheckService(
+            store=self.store, service=self.transaction_service, offsets=self.consumer_offset_manager, config=config,
+            send_check=send_to_producer(self.producer_manager),
+            ensure_topic=system_topic_creator(self.topic_config_manager), now_ms=now_ms)
         self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = \
             ExpressionCompiler()
 
@@ -347,6 +352,7 @@ class BrokerController:
             await self.namesrv_server.start()
         await self.server.start()
         self.schedule_service.start()
+        self.transaction_check_service.start()
         self.fast_failure.start()
         await self.metrics.start()
         self._register_pending = asyncio.Event()
@@ -406,6 +412,7 @@ class BrokerController:
         await self.server.stop(grace)
         for executor in self.executors.values():
             await executor.stop(grace)
+        await self.transaction_check_service.stop()
         await self.schedule_service.stop()
         if self.config.namesrv_addr_list:
             await self.unregister_broker_all()

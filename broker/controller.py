@@ -31,6 +31,7 @@ from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
 from broker.processor.admin import AdminBrokerProcessor
 from broker.processor.client_manage import ClientManageProcessor
+from broker.processor.consumer_admin import ConsumerAdminProcessor
 from broker.processor.consumer_manage import ConsumerManageProcessor
 from broker.processor.end_transaction import EndTransactionProcessor
 from broker.processor.pull import PullMessageProcessor, wake_in_loop
@@ -104,6 +105,8 @@ class BrokerController:
         self.executors = self._build_executors()
         self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
         self.admin_processor = AdminBrokerProcessor(self)
+        for code, handler in ConsumerAdminProcessor(self).handlers().items():
+            self.admin_processor.register(code, handler)
         self._register_processors()
 
         self.fault_injector = FaultInjector(executors=lambda: self.executors, store=self.store, now_ms=now_ms)

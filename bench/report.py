@@ -1,0 +1,232 @@
+"""``report.html`` and its plots (matplotlib PNGs) from ``score.json`` + ``series.json`` — no Spark needed.
+
+Plots: publish and end-to-end latency over time, throughput over time (with backlog), errors by kind
+(over time and in total), and consumer cache / RSS when the run sampled them. Injected faults are
+drawn as vertical lines so cause and effect sit on one axis.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _faults(ax: Any, series: dict[str, Any]) -> None:
+    for f in series.get("faults") or []:
+        t = f.get("t")
+        if t is not None:
+            ax.axvline(t, color="tab:red", linestyle="--", linewidth=1, alpha=0.7)
+            ax.annotate(str(f.get("kind")), (t, 1), xycoords=("data", "axes fraction"), fontsize=7,
+                        color="tab:red", rotation=90, va="top", ha="right")
+
+
+def _none_to_nan(values: list[Any]) -> list[float]:
+    return [float("nan") if v is None else float(v) for v in values]
+
+
+def plot_latency(series: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    t = series.get("second", [])
+    for key, label, style in (("publish_p50_ms", "publish p50", "-"), ("publish_p99_ms", "publish p99", "--"),
+                              ("e2e_p50_ms", "end-to-end p50", "-"), ("e2e_p99_ms", "end-to-end p99", "--")):
+        vals = _none_to_nan(series.get(key, []))
+        if any(v == v for v in vals):  # any non-NaN
+            ax.plot(t, vals, style, label=label, linewidth=1.4)
+    ax.set_xlabel("seconds since load start")
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_title("Latency over time")
+    ax.grid(True, alpha=0.3)
+    _faults(ax, series)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(series: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    t = series.get("second", [])
+    ax.plot(t, series.get("sent", []), label="sent/s", linewidth=1.2)
+    ax.plot(t, series.get("acked", []), label="acked/s", linewidth=1.4)
+    ax.plot(t, series.get("consumed", []), label="consumed/s", linewidth=1.4)
+    ax.set_xlabel("seconds since load start")
+    ax.set_ylabel("messages per second")
+    ax.set_title("Throughput and backlog over time")
+    ax.grid(True, alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot(t, series.get("backlog", []), color="tab:gray", linestyle=":", label="backlog")
+    ax2.set_ylabel("backlog (messages)")
+    _faults(ax, series)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_errors(score: dict[str, Any], series: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [2, 1]})
+    t = series.get("second", [])
+    errors = series.get("errors") or {}
+    for kind, vals in sorted(errors.items()):
+        ax1.plot(t, vals, label=kind, linewidth=1.2)
+    ax1.set_title("Errors and busy answers over time")
+    ax1.set_xlabel("seconds since load start")
+    ax1.set_ylabel("per second")
+    ax1.grid(True, alpha=0.3)
+    _faults(ax1, series)
+    if errors:
+        ax1.legend(fontsize=7, loc="upper left")
+    totals = (score.get("errors") or {}).get("all_by_kind") or {}
+    kinds = sorted(totals, key=lambda k: -totals[k])
+    ax2.barh(kinds or ["(none)"], [totals[k] for k in kinds] or [0], color="tab:red")
+    ax2.set_title("Errors by kind (all attempts)")
+    ax2.invert_yaxis()
+    ax2.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_memory(series: dict[str, Any], path: Path) -> Path | None:
+    cache = series.get("cache_bytes") or []
+    rss = series.get("rss_bytes") or []
+    if not any(v for v in cache) and not any(v for v in rss):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    t = series.get("second", [])
+    mib = 1024 * 1024
+    ax.plot(t, [float("nan") if v is None else v / mib for v in cache], label="consumer cache (max) MiB")
+    ax.plot(t, [float("nan") if v is None else v / mib for v in rss], label="worker RSS (max) MiB")
+    ax.set_xlabel("seconds since load start")
+    ax.set_ylabel("MiB")
+    ax.set_title("Client memory")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items()) or "—"
+    return str(v)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;max-width:1100px;color:#222}
+h1{font-size:1.5em} h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0} th,td{padding:.2em .8em;border-bottom:1px solid #eee;text-align:left}
+th{font-weight:600;color:#444} .bad{color:#b00020;font-weight:600} .ok{color:#1b7f3a;font-weight:600}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0} .grid{display:flex;gap:2em;flex-wrap:wrap}
+code{background:#f5f5f5;padding:0 .3em}
+"""
+
+
+def render_html(score: dict[str, Any], images: list[Path]) -> str:
+    scen = score.get("scenario") or {}
+    counts = score.get("counts") or {}
+    pub = score.get("publish") or {}
+    con = score.get("consume") or {}
+    e2e = (score.get("end_to_end") or {}).get("latency_ms") or {}
+    plat = pub.get("latency_ms") or {}
+    errors = score.get("errors") or {}
+    backlog = score.get("backlog") or {}
+    broker = score.get("broker") or {}
+    client = score.get("client") or {}
+    problems = [(k, counts.get(k, 0)) for k in ("lost", "duplicated", "out_of_order", "failed")
+                if counts.get(k, 0)]
+    verdict = ("<p class='ok'>No lost, duplicated or out-of-order messages; every send accounted for.</p>"
+               if not problems and counts.get("accounted", True) else
+               "<p class='bad'>" + html.escape(", ".join(f"{k}: {v:,}" for k, v in problems)) + "</p>")
+    lat_rows = [(name, plat.get(name), e2e.get(name)) for name in ("p50", "p75", "p95", "p99", "p99_9", "max", "mean")]
+    lat_table = ("<table><tr><th></th><th>publish (ms)</th><th>end-to-end (ms)</th></tr>" +
+                 "".join(f"<tr><th>{n}</th><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>" for n, a, b in lat_rows) +
+                 "</table>")
+    imgs = "".join(f"<img src='plots/{html.escape(p.name)}' alt='{html.escape(p.stem)}'>" for p in images)
+    run = score.get("run") or {}
+    title = html.escape(str(scen.get("name", "mqbench run")))
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>mqbench — {title}</title>
+<style>{_CSS}</style></head><body>
+<h1>mqbench — {title}</h1>
+<p>{html.escape(str(scen.get("description", "")))}</p>
+{verdict}
+<div class="grid"><div><h2>Run</h2>{_table([("run id", run.get("run_id")), ("driver", run.get("driver")),
+    ("master", run.get("master")), ("name server", run.get("namesrv")), ("Spark tasks", run.get("tasks")),
+    ("send mode", scen.get("send_mode")), ("message size", scen.get("message_size")),
+    ("topics × queues", f"{scen.get('topics')} × {scen.get('queues_per_topic')}"),
+    ("producers/topic", scen.get("producers_per_topic")),
+    ("consumers/subscription", scen.get("consumers_per_subscription")),
+    ("rate", scen.get("producer_rate") or "unlimited"), ("duration / warm-up (s)",
+     f"{scen.get('duration_s')} / {scen.get('warmup_s')}")])}</div>
+<div><h2>Accounting</h2>{_table([(k, v) for k, v in counts.items()])}</div></div>
+<div class="grid"><div><h2>Rates</h2>{_table([("publish msg/s", pub.get("rate_msg_s")),
+    ("publish MiB/s", pub.get("rate_mib_s")), ("consume msg/s", con.get("rate_msg_s")),
+    ("consume MiB/s", con.get("rate_mib_s")), ("backlog max", backlog.get("max")),
+    ("backlog at end", backlog.get("final")), ("drain time (s)", backlog.get("drain_time_s")),
+    ("drain complete", backlog.get("drain_complete"))])}</div>
+<div><h2>Latency</h2>{lat_table}</div></div>
+<h2>Errors</h2>{_table([("final failures by kind", errors.get("final_by_kind")),
+    ("retried attempts by kind", errors.get("retried_by_kind")), ("busy answers", errors.get("busy")),
+    ("busy total", errors.get("busy_total"))])}
+<h2>Broker and client</h2>{_table([("broker started by mqbench", broker.get("started_by_mqbench")),
+    ("broker boot time (s)", broker.get("boot_time_s")), ("broker RSS at boot", broker.get("rss_at_boot_bytes")),
+    ("broker RSS peak", broker.get("rss_peak_bytes")), ("client peak cache bytes", client.get("peak_cache_bytes")),
+    ("client peak cached messages", client.get("peak_cache_msgs")),
+    ("worker peak RSS", client.get("peak_rss_bytes"))])}
+<h2>Plots</h2>{imgs}
+<p>Raw data: <code>score.json</code>, <code>series.json</code>, <code>outcomes/</code> (Parquet).</p>
+</body></html>
+"""
+
+
+def write_report(out_dir: Path, score: dict[str, Any] | None = None, series: dict[str, Any] | None = None) -> Path:
+    """Write ``report.html`` and ``plots/*.png`` into ``out_dir`` (reads the JSON files when not given)."""
+    if score is None:
+        score = json.loads((out_dir / "score.json").read_text(encoding="utf-8"))
+    if series is None:
+        series = json.loads((out_dir / "series.json").read_text(encoding="utf-8"))
+    plots = out_dir / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    images = [plot_latency(series, plots / "latency.png"), plot_throughput(series, plots / "throughput.png"),
+              plot_errors(score, series, plots / "errors.png")]
+    mem = plot_memory(series, plots / "memory.png")
+    if mem is not None:
+        images.append(mem)
+    path = out_dir / "report.html"
+    path.write_text(render_html(score, images), encoding="utf-8")
+    return path

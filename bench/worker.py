@@ -1,0 +1,540 @@
+"""The load worker one Spark task runs: producers and consumers on one asyncio loop, every outcome recorded.
+
+A task gets a ``TaskSpec`` (its producers and consumers, the scenario, the name server). All tasks
+of a run are gang-scheduled (Spark barrier mode) and step through the same phases together,
+synchronised with ``all_gather``:
+
+1. start consumers (route, heartbeat, first rebalance); 2. heartbeat again and rebalance once every
+consumer is registered, so queues are split once and for all before load; 3. agree on a start time;
+4. produce for warm-up + duration (worker 0 also fires the scenario's broker faults); 5. when every
+producer everywhere is done, drain until each consumer caught up with its queues or the drain
+deadline passes; 6. close everything together (so no consumer's departure re-balances queues
+under one still draining).
+
+Progress (counts, errors) goes to the driver as UDP datagrams once a second, best effort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from bench.broker_proc import rss_bytes
+from bench.outcomes import STATUS_FAILED, STATUS_ONEWAY, OutcomeBuffer
+from bench.scenario import Scenario, parse_scenario
+
+PROP_RUN = "BENCH_RUN"
+PROP_PRODUCER = "BENCH_PRODUCER"
+PROP_SEQ = "BENCH_SEQ"
+
+
+class Barrier(Protocol):
+    def all_gather(self, message: str) -> list[str]: ...
+
+
+class LocalBarrier:
+    """``all_gather`` for N threads of one process (tests and in-process runs without Spark)."""
+
+    def __init__(self, parties: int) -> None:
+        self.parties = parties
+        self._lock = threading.Condition()
+        self._round = 0
+        self._items: dict[int, list[str]] = {}
+        self._done: dict[int, list[str]] = {}
+
+    def all_gather(self, message: str) -> list[str]:
+        with self._lock:
+            rnd = self._round
+            items = self._items.setdefault(rnd, [])
+            items.append(message)
+            if len(items) == self.parties:
+                self._done[rnd] = list(items)
+                self._round += 1
+                self._lock.notify_all()
+            else:
+                while rnd not in self._done:
+                    if not self._lock.wait(600):
+                        raise TimeoutError("barrier: a party never arrived")
+            return self._done[rnd]
+
+
+class SparkBarrier:
+    def __init__(self) -> None:
+        from pyspark import BarrierTaskContext
+
+        self._ctx = BarrierTaskContext.get()
+
+    def all_gather(self, message: str) -> list[str]:
+        return list(self._ctx.allGather(message))
+
+
+@dataclass(frozen=True)
+class ProducerSpec:
+    id: str
+    topic: str
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    id: str
+    topic: str
+    group: str
+
+
+@dataclass
+class TaskSpec:
+    run_id: str
+    worker: int
+    namesrv: str
+    scenario: dict[str, Any]
+    producers: list[ProducerSpec] = field(default_factory=list)
+    consumers: list[ConsumerSpec] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    progress_addr: str | None = None
+    run_faults: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskSpec:
+        d = json.loads(text)
+        d["producers"] = [ProducerSpec(**p) for p in d["producers"]]
+        d["consumers"] = [ConsumerSpec(**c) for c in d["consumers"]]
+        return cls(**d)
+
+    def load_scenario(self) -> Scenario:
+        data = dict(self.scenario)
+        source = data.pop("source", "<task>")
+        return parse_scenario(data, source)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def quiet_logs() -> None:
+    """Client logs would drown the run's own output: warnings and up only, to stderr."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(file=__import__("sys").stderr))
+
+
+@dataclass
+class Stats:
+    """What the progress line shows; one per task."""
+
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    consumed: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+class ProgressReporter:
+    """Best-effort UDP datagrams to the driver's collector; never blocks the load."""
+
+    def __init__(self, addr: str | None, worker: int) -> None:
+        self.worker = worker
+        self._sock: socket.socket | None = None
+        self._addr: tuple[str, int] | None = None
+        if addr:
+            host, _, port = addr.rpartition(":")
+            self._addr = (host, int(port))
+            self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self._sock.setblocking(False)
+
+    def report(self, stats: Stats, phase: str) -> None:
+        if self._sock is None or self._addr is None:
+            return
+        msg = {"w": self.worker, "t": now_ms(), "phase": phase, "sent": stats.sent, "acked": stats.acked,
+               "failed": stats.failed, "consumed": stats.consumed, "errors": dict(stats.errors)}
+        try:
+            self._sock.sendto(json.dumps(msg).encode(), self._addr)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+
+
+class _Load:
+    """State of one task's run."""
+
+    def __init__(self, spec: TaskSpec, barrier: Barrier, driver: Any) -> None:
+        self.spec = spec
+        self.scen = spec.load_scenario()
+        self.barrier = barrier
+        self.driver = driver
+        self.buf = OutcomeBuffer(worker=spec.worker)
+        self.stats = Stats()
+        self.progress = ProgressReporter(spec.progress_addr, spec.worker)
+        self.phase = "starting"
+        self.t0 = 0
+        self.load_end = 0
+        self.fault_counts: dict[str, Counter[int]] = {}  # per producer: how often each message fault fired
+
+    async def gather_all(self, message: str) -> list[str]:
+        # allGather blocks its thread; the loop keeps consuming meanwhile.
+        return await asyncio.get_running_loop().run_in_executor(None, self.barrier.all_gather, message)
+
+    async def report_loop(self) -> None:
+        while True:
+            self.progress.report(self.stats, self.phase)
+            await asyncio.sleep(1.0)
+
+    async def sample_loop(self, consumers: list[Any]) -> None:
+        pid = os.getpid()
+        while True:
+            t = now_ms()
+            rss = rss_bytes(pid)
+            if not consumers:
+                self.buf.add("sample", consume_ms=t, rss_bytes=rss)
+            for c in consumers:
+                self.buf.add("sample", consume_ms=t, consumer=c.id, group=c.group, topic=c.topic,
+                             cache_msgs=c.cached_messages(), cache_bytes=c.cached_bytes(), rss_bytes=rss)
+            await asyncio.sleep(1.0)
+
+    async def run(self) -> OutcomeBuffer:
+        spec, scen = self.spec, self.scen
+        consumers = [self.driver.make_consumer(self, c) for c in spec.consumers]
+        producers = [self.driver.make_producer(self, p) for p in spec.producers]
+        background: list[asyncio.Task[Any]] = [asyncio.ensure_future(self.report_loop())]
+        try:
+            await asyncio.gather(*(c.start() for c in consumers))
+            await self.gather_all("started")
+            await asyncio.gather(*(c.heartbeat() for c in consumers))
+            await self.gather_all("registered")
+            await asyncio.gather(*(c.rebalance() for c in consumers))
+            clocks = await self.gather_all(str(now_ms()))
+            self.t0 = max(int(x) for x in clocks) + 200
+            self.load_end = self.t0 + int((scen.warmup_s + scen.duration_s) * 1000)
+            await asyncio.sleep(max(0.0, (self.t0 - now_ms()) / 1000))
+            background.append(asyncio.ensure_future(self.sample_loop(consumers)))
+            self.phase = "load"
+            jobs = [asyncio.ensure_future(p.run(self.t0, self.load_end)) for p in producers]
+            if spec.run_faults and scen.faults:
+                jobs.append(asyncio.ensure_future(self.fault_loop()))
+            await asyncio.gather(*jobs)
+            self.phase = "drain"
+            await self.gather_all("produced")
+            deadline = time.monotonic() + scen.drain_timeout_s
+            pending = list(consumers)
+            while pending and time.monotonic() < deadline:
+                still = []
+                for c in pending:
+                    try:
+                        done = await c.caught_up()
+                    except Exception:  # a transient broker error: ask again
+                        done = False
+                    if done:
+                        self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="complete",
+                                     consume_ms=now_ms())
+                    else:
+                        still.append(c)
+                pending = still
+                if pending:
+                    await asyncio.sleep(0.25)
+            for c in pending:
+                self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="timeout",
+                             consume_ms=now_ms())
+            self.phase = "closing"
+            await self.gather_all("drained")
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
+            await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+            self.phase = "done"
+            self.progress.report(self.stats, self.phase)
+            self.progress.close()
+        return self.buf
+
+    async def fault_loop(self) -> None:
+        from mqclient import Admin
+
+        async with Admin(self.spec.namesrv) as admin:
+            brokers = [b.master for b in await admin.cluster_info() if b.master]
+            for fault in sorted(self.scen.faults, key=lambda f: f.at_s):
+                await asyncio.sleep(max(0.0, (self.t0 + fault.at_s * 1000 - now_ms()) / 1000))
+                for addr in brokers:
+                    sent = now_ms()
+                    try:
+                        resp = await admin.fault_inject(addr, fault.kind, duration_ms=fault.duration_ms,
+                                                        value=fault.value or None, target=fault.target)
+                        status, remark = ("OK" if resp.code == 0 else f"CODE_{resp.code}"), resp.remark
+                    except Exception as exc:  # recorded, not fatal: the run goes on without the fault
+                        status, remark = "ERROR", repr(exc)
+                    self.buf.add("fault", send_ms=sent, ack_ms=now_ms(), error_kind=fault.kind, status=status,
+                                 remark=remark, broker=addr)
+
+    # ---- helpers shared by drivers ----------------------------------------------------------------
+    def message_properties(self, producer_id: str, seq: int, elapsed_s: float) -> dict[str, str]:
+        props = {PROP_RUN: self.spec.run_id, PROP_PRODUCER: producer_id, PROP_SEQ: str(seq)}
+        for i, mf in enumerate(self.scen.message_faults):
+            if elapsed_s < mf.from_s or (mf.until_s is not None and elapsed_s >= mf.until_s):
+                continue
+            if mf.every and seq % mf.every != 0:
+                continue
+            counts = self.fault_counts.setdefault(producer_id, Counter())
+            if mf.max_per_producer is not None and counts[i] >= mf.max_per_producer:
+                continue
+            counts[i] += 1
+            props[mf.property] = str(mf.value)
+        return props
+
+    def record_consume(self, consumer_id: str, group: str, *, topic: str, props: dict[str, str], queue_id: int,
+                       queue_offset: int, born_ms: int, store_ms: int, msg_id: str, uniq: str | None,
+                       size: int) -> None:
+        if props.get(PROP_RUN) != self.spec.run_id:
+            self.stats.errors["FOREIGN_MESSAGE"] += 1
+            return
+        try:
+            seq = int(props.get(PROP_SEQ, ""))
+        except ValueError:
+            self.stats.errors["FOREIGN_MESSAGE"] += 1
+            return
+        producer = props.get(PROP_PRODUCER)
+        if seq in self.scen.debug.drop_consumed_seqs:
+            return  # planted loss: the accounting must report it
+        self.stats.consumed += 1
+        self.buf.add("consume", topic=topic, producer=producer, seq=seq, queue_id=queue_id,
+                     queue_offset=queue_offset, send_ms=born_ms, store_ms=store_ms, consume_ms=now_ms(),
+                     consumer=consumer_id, group=group, msg_id=msg_id, uniq_key=uniq, size=size,
+                     warmup=born_ms < self.t0 + self.scen.warmup_s * 1000)
+
+
+class _AsyncioProducer:
+    """One producer of the scenario, driven by our asyncio client."""
+
+    def __init__(self, load: _Load, spec: ProducerSpec) -> None:
+        from mqclient import Producer, ProducerConfig
+
+        self.load, self.spec = load, spec
+        c = load.scen.client
+        self.producer = Producer(load.spec.namesrv, ProducerConfig(
+            group=f"{load.spec.run_id}-producers", send_timeout_ms=c.send_timeout_ms,
+            attempt_timeout_ms=c.attempt_timeout_ms, retries=c.retries, retry_on_timeout=c.retry_on_timeout,
+            compress_over_bytes=c.compress_over_bytes))
+        rnd = random.Random(hash((load.spec.run_id, spec.id)))
+        self.payload = rnd.randbytes(load.scen.message_size)
+
+    async def close(self) -> None:
+        await self.producer.close()
+
+    def _record_ok(self, seq: int, warmup: bool, began_ms: int, began: float, res: Any, *, queue_offset: int,
+                   msg_id: str, uniq: str) -> None:
+        self.load.stats.acked += 1
+        lat = int((time.perf_counter() - began) * 1e6)
+        self.load.buf.add("send", topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
+                          queue_id=res.queue.queue_id, broker=res.broker, send_ms=began_ms, ack_ms=now_ms(),
+                          latency_us=lat, status=res.status, msg_id=msg_id, uniq_key=uniq,
+                          queue_offset=queue_offset, attempts=res.attempts, size=len(self.payload))
+
+    def _record_attempts(self, seq: int, errors: list[Any]) -> None:
+        for e in errors:
+            self.load.stats.errors[e.kind] += 1
+            self.load.buf.add("attempt", topic=self.spec.topic, producer=self.spec.id, seq=seq,
+                              queue_id=e.queue_id, broker=e.broker, send_ms=e.started_ms, ack_ms=e.ended_ms,
+                              error_kind=e.kind, error_code=e.code, remark=e.remark)
+
+    def _record_failed(self, seq: int, warmup: bool, began_ms: int, began: float, exc: BaseException) -> None:
+        from mqclient import SendFailedError
+
+        self.load.stats.failed += 1
+        attempts = getattr(exc, "attempts", None) if isinstance(exc, SendFailedError) else None
+        if attempts:
+            last = attempts[-1]
+            self._record_attempts(seq, attempts[:-1])
+            kind, code, remark, queue_id, broker = last.kind, last.code, last.remark, last.queue_id, last.broker
+        else:
+            kind, code, remark, queue_id, broker = type(exc).__name__, None, str(exc), None, None
+        self.load.stats.errors[kind] += 1
+        self.load.buf.add("send", topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
+                          queue_id=queue_id, broker=broker, send_ms=began_ms, ack_ms=now_ms(),
+                          latency_us=int((time.perf_counter() - began) * 1e6), status=STATUS_FAILED,
+                          error_kind=kind, error_code=code, remark=remark,
+                          attempts=len([a for a in attempts or [] if a.kind != "TIMEOUT_BUDGET"]) or 1,
+                          size=len(self.payload))
+
+    async def run(self, t0: int, end: int) -> None:
+        from mqclient import Message
+
+        load, scen = self.load, self.load.scen
+        rate = scen.rate_per_producer
+        limit = scen.max_messages_per_producer
+        mode = scen.send_mode
+        inflight = asyncio.Semaphore(scen.client.max_in_flight)
+        tasks: set[asyncio.Task[None]] = set()
+        warm_end = t0 + scen.warmup_s * 1000
+        start_mono = time.monotonic()
+        batch: list[tuple[int, bool, Any]] = []
+        seq = 0
+
+        async def one(seq: int, warmup: bool, msg: Any) -> None:
+            began_ms, began = now_ms(), time.perf_counter()
+            try:
+                if mode == "oneway":
+                    mq = await self.producer.send_oneway(msg)
+                    load.buf.add("send", topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
+                                 queue_id=mq.queue_id, send_ms=began_ms, ack_ms=now_ms(),
+                                 latency_us=int((time.perf_counter() - began) * 1e6), status=STATUS_ONEWAY,
+                                 attempts=1, size=len(self.payload))
+                    return
+                res = await (self.producer.send(msg) if mode == "sync" else self.producer.send_async(msg))
+            except Exception as exc:
+                self._record_failed(seq, warmup, began_ms, began, exc)
+                return
+            self._record_attempts(seq, res.attempt_errors)
+            self._record_ok(seq, warmup, began_ms, began, res, queue_offset=res.queue_offset,
+                            msg_id=res.offset_msg_id, uniq=res.msg_id)
+
+        async def send_batch(items: list[tuple[int, bool, Any]]) -> None:
+            began_ms, began = now_ms(), time.perf_counter()
+            try:
+                res = await self.producer.send_batch([m for _, _, m in items])
+            except Exception as exc:
+                for s, w, _ in items:
+                    self._record_failed(s, w, began_ms, began, exc)
+                return
+            ids = res.offset_msg_id.split(",")
+            uniqs = res.msg_id.split(",")
+            self._record_attempts(items[0][0], res.attempt_errors)
+            for i, (s, w, _) in enumerate(items):
+                self._record_ok(s, w, began_ms, began, res, queue_offset=res.queue_offset + i,
+                                msg_id=ids[i] if i < len(ids) else "", uniq=uniqs[i] if i < len(uniqs) else "")
+
+        async def guarded(coro: Any) -> None:
+            try:
+                await coro
+            finally:
+                inflight.release()
+
+        while True:
+            now = now_ms()
+            if now >= end or (limit is not None and seq >= limit):
+                break
+            if rate is not None:
+                due = start_mono + seq / rate
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    if now_ms() >= end:
+                        break
+            props = load.message_properties(self.spec.id, seq, (now_ms() - t0) / 1000)
+            msg = Message(topic=self.spec.topic, body=self.payload, properties=props)
+            warmup = now_ms() < warm_end
+            load.stats.sent += 1
+            if mode == "sync":
+                await one(seq, warmup, msg)
+            elif mode == "batch":
+                batch.append((seq, warmup, msg))
+                if len(batch) >= scen.client.batch_size:
+                    items, batch = batch, []
+                    await send_batch(items)
+            else:
+                await inflight.acquire()
+                task = asyncio.ensure_future(guarded(one(seq, warmup, msg)))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            seq += 1
+        if batch:
+            await send_batch(batch)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _AsyncioConsumer:
+    def __init__(self, load: _Load, spec: ConsumerSpec) -> None:
+        from mqclient import ConsumerConfig, PushConsumer
+
+        self.load, self.spec = load, spec
+        self.id, self.group, self.topic = spec.id, spec.group, spec.topic
+        c = load.scen.client
+        delay = c.consume_delay_ms / 1000.0
+        self.consumer = PushConsumer(load.spec.namesrv, spec.topic, ConsumerConfig(
+            group=spec.group, pull_batch_size=c.pull_batch_size, pull_threshold_for_queue=c.pull_threshold_for_queue,
+            pull_threshold_size_for_queue_mb=c.pull_threshold_size_for_queue_mb, consume_threads=c.consume_threads,
+            suspend_timeout_ms=c.suspend_timeout_ms, pull_timeout_ms=c.pull_timeout_ms,
+            heartbeat_interval_s=c.heartbeat_interval_s, rebalance_interval_s=c.rebalance_interval_s,
+            commit_interval_s=c.commit_interval_s, pull_delay_on_error_ms=min(3000, c.pull_timeout_ms),
+            client_id=f"{socket.gethostname()}@{os.getpid()}#{spec.id}#{load.spec.run_id}"), self.on_message)
+        self.delay = delay
+
+    async def on_message(self, msg: Any, mq: Any) -> None:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        self.load.record_consume(self.id, self.group, topic=msg.topic, props=msg.properties, queue_id=msg.queue_id,
+                                 queue_offset=msg.queue_offset, born_ms=msg.born_timestamp,
+                                 store_ms=msg.store_timestamp, msg_id=msg.offset_msg_id,
+                                 uniq=msg.properties.get("UNIQ_KEY"), size=len(msg.body))
+
+    async def start(self) -> None:
+        await self.consumer.start()
+
+    async def heartbeat(self) -> None:
+        await self.consumer.heartbeat()
+
+    async def rebalance(self) -> None:
+        await self.consumer.rebalance()
+
+    async def caught_up(self) -> bool:
+        return await self.consumer.caught_up()
+
+    def cached_messages(self) -> int:
+        return self.consumer.cached_messages
+
+    def cached_bytes(self) -> int:
+        return self.consumer.cached_bytes
+
+    async def close(self) -> None:
+        await self.consumer.close()
+
+
+class AsyncioDriver:
+    """Load with ``mqclient`` (the default driver)."""
+
+    name = "asyncio"
+
+    def make_producer(self, load: _Load, spec: ProducerSpec) -> _AsyncioProducer:
+        return _AsyncioProducer(load, spec)
+
+    def make_consumer(self, load: _Load, spec: ConsumerSpec) -> _AsyncioConsumer:
+        return _AsyncioConsumer(load, spec)
+
+
+def get_driver(name: str) -> Any:
+    if name == "asyncio":
+        return AsyncioDriver()
+    if name == "cpp":
+        from bench.driver_cpp import CppDriver
+        return CppDriver()
+    raise ValueError(f"unknown driver {name!r}; expected asyncio or cpp")
+
+
+def run_task(spec: TaskSpec, barrier: Barrier, *, driver: str | None = None,
+             loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> OutcomeBuffer:
+    """Run one task's load to completion on a fresh event loop; returns its outcome rows."""
+    from remoting.loop import new_event_loop
+
+    scen = spec.load_scenario()
+    drv = get_driver(driver or scen.driver)
+    loop = (loop_factory or new_event_loop)()
+    try:
+        return loop.run_until_complete(_Load(spec, barrier, drv).run())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()

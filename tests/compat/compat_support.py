@@ -94,30 +94,25 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def command(self) -> list[str]:
-        args = [
-            sys.executable,
-            "-m",
-            "broker.main",
-            "--set",
-            f"listenPort={self.listen_port}",
-            "--set",
-            f"namesrvListenPort={self.namesrv_port}",
-            "--set",
-            f"storePathRootDir={self.store_dir}",
-            "--set",
-            "brokerIP1=127.0.0.1",
-            "--set",
-            "brokerName=broker-a",
-            *self.extra_args,
-        ]
-        args += shlex.split(os.environ.get(BROKER_ARGS_ENV, ""))
-        return args
+        settings = {
+            "listenPort": self.listen_port,
+            "namesrvListenPort": self.namesrv_port,
+            "storePathRootDir": self.store_dir,
+            "brokerIP1": "127.0.0.1",
+            "brokerName": "broker-a",
+            # The team's rule: servers listen on loopback only (the broker binds 0.0.0.0 by default).
+            "listenHost": "127.0.0.1",
+            "namesrvListenHost": "127.0.0.1",
+        }
+        args = [sys.executable, "-m", "broker.main"]
+        for key, value in settings.items():
+            args += ["--set", f"{key}={value}"]
+        return [*args, *self.extra_args, *shlex.split(os.environ.get(BROKER_ARGS_ENV, ""))]
 
     def start(self) -> None:
         if self.running:
             raise BrokerError("broker already running")
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        begin = self.log_size()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== compat harness: boot #{self.boots + 1}: {shlex.join(self.command())}\n".encode())

@@ -227,11 +227,17 @@ class ConsumeQueue:
         return self.array_of(mf)[start:end]
 
     def get_entry(self, index: int) -> tuple[int, int, int] | None:
-        entries = self.get_entries(index, 1)
-        if entries is None or not len(entries):
+        """(commitLogOffset, size, tagsCode) of one readable entry (struct, not numpy: one entry)."""
+        byte_offset = index * CQ_STORE_UNIT_SIZE
+        if index < 0 or byte_offset < self.min_logic_offset:
             return None
-        e = entries[0]
-        return int(e["offset"]), int(e["size"]), int(e["tags"])
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(byte_offset)
+        if mf is None:
+            return None
+        pos = byte_offset - mf.file_from_offset
+        if pos + CQ_STORE_UNIT_SIZE > mf.read_position:
+            return None
+        return _ENTRY.unpack_from(mf.view, pos)
 
     def filter_window(self, index: int, count: int, code_set: Collection[int] | None) -> np.ndarray:
         """Logical offsets in [index, index+count) whose tag code matches (vectorised; spans files)."""

@@ -318,60 +318,79 @@ def record_length(body_length: int, topic_length: int, properties_length: int) -
     return 91 + body_length + topic_length + properties_length
 
 
-def encode_record(
-    msg: MessageExtBrokerInner,
-    *,
-    max_body_size: int | None = None,
-) -> bytearray:
-    """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0
-    for the writer to patch under the append lock (`patch_record`).
+class RecordEncoder:
+    """Encodes records with small caches of host and topic bytes (one per store; not shared state)."""
 
-    Raises RecordError("PROPERTIES_SIZE_EXCEEDED"/"MESSAGE_ILLEGAL: ...") for what upstream rejects."""
-    topic = msg.topic.encode("utf-8")
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise RecordError(f"MESSAGE_ILLEGAL: topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
-    props = msg.properties_string.encode("utf-8") if msg.properties_string else b""
-    if len(props) > MAX_PROPERTIES_LENGTH:
-        raise RecordError(
-            f"PROPERTIES_SIZE_EXCEEDED: properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}"
+    _CACHE_MAX = 4096
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, bytes] = {}
+        self._topics: dict[str, bytes] = {}
+
+    def _host(self, ip: str) -> bytes:
+        raw = self._hosts.get(ip)
+        if raw is None:
+            if len(self._hosts) > self._CACHE_MAX:
+                self._hosts.clear()
+            raw = self._hosts[ip] = host_to_bytes(ip)
+        return raw
+
+    def _topic(self, topic: str) -> bytes:
+        """TOPICLEN byte + topic bytes."""
+        raw = self._topics.get(topic)
+        if raw is None:
+            data = topic.encode("utf-8")
+            if len(data) > MAX_TOPIC_LENGTH:
+                raise RecordError(
+                    f"MESSAGE_ILLEGAL: topic is {len(data)} bytes, more than {MAX_TOPIC_LENGTH}"
+                )
+            if len(self._topics) > self._CACHE_MAX:
+                self._topics.clear()
+            raw = self._topics[topic] = bytes((len(data),)) + data
+        return raw
+
+    def encode(self, msg: MessageExtBrokerInner, max_body_size: int | None = None) -> bytearray:
+        """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0
+        for the writer to patch under the append lock (`patch_record`).
+
+        Raises RecordError("PROPERTIES_SIZE_EXCEEDED"/"MESSAGE_ILLEGAL: ...") for what upstream rejects."""
+        topic = self._topic(msg.topic)
+        props = msg.properties_string.encode("utf-8") if msg.properties_string else b""
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise RecordError(
+                f"PROPERTIES_SIZE_EXCEEDED: properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}"
+            )
+        body = msg.body or b""
+        if max_body_size is not None and len(body) > max_body_size:
+            raise RecordError(
+                f"MESSAGE_ILLEGAL: body is {len(body)} bytes, more than maxMessageSize {max_body_size}"
+            )
+        total = 90 + len(body) + len(topic) + len(props)
+        header = FIXED_PART.pack(
+            total,
+            MESSAGE_MAGIC_CODE,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            msg.queue_id,
+            msg.flag,
+            0,
+            0,
+            msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
+            msg.born_timestamp,
+            self._host(msg.born_host[0]),
+            msg.born_host[1],
+            msg.store_timestamp,
+            self._host(msg.store_host[0]),
+            msg.store_host[1],
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            len(body),
         )
-    body = msg.body or b""
-    if max_body_size is not None and len(body) > max_body_size:
-        raise RecordError(f"MESSAGE_ILLEGAL: body is {len(body)} bytes, more than maxMessageSize {max_body_size}")
-    total = record_length(len(body), len(topic), len(props))
-    buf = bytearray(total)
-    FIXED_PART.pack_into(
-        buf,
-        0,
-        total,
-        MESSAGE_MAGIC_CODE,
-        zlib.crc32(body) & 0x7FFFFFFF,
-        msg.queue_id,
-        msg.flag,
-        0,
-        0,
-        msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
-        msg.born_timestamp,
-        host_to_bytes(msg.born_host[0]),
-        msg.born_host[1],
-        msg.store_timestamp,
-        host_to_bytes(msg.store_host[0]),
-        msg.store_host[1],
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        len(body),
-    )
-    pos = FIXED_PART_LENGTH
-    buf[pos : pos + len(body)] = body
-    pos += len(body)
-    buf[pos] = len(topic)
-    pos += 1
-    buf[pos : pos + len(topic)] = topic
-    pos += len(topic)
-    _SHORT.pack_into(buf, pos, len(props))
-    pos += 2
-    buf[pos:] = props
-    return buf
+        return bytearray().join((header, body, topic, _SHORT.pack(len(props)), props))
+
+
+def encode_record(msg: MessageExtBrokerInner, *, max_body_size: int | None = None) -> bytearray:
+    """Upstream's record bytes for `msg` (see RecordEncoder.encode)."""
+    return RecordEncoder().encode(msg, max_body_size)
 
 
 def patch_record(buf: bytearray | memoryview, pos: int, queue_offset: int, phy_offset: int, store_ts: int) -> None:

@@ -46,7 +46,7 @@ from store.message import (
     RecordError,
     decode_record,
     encode_properties,
-    encode_record,
+    RecordEncoder,
     transaction_value,
 )
 from store.results import (
@@ -113,6 +113,7 @@ class MessageStore:
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
         self.checkpoint: StoreCheckpoint | None = None
+        self._encoder = RecordEncoder()
         self._index_enabled = config.message_index_enable
         self._index_batch: list[DispatchRequest] = []
         self.reput = ReputMessageService(
@@ -516,7 +517,7 @@ class MessageStore:
                 f"message body size {len(msg.body)} exceeds maxMessageSize {self.config.max_message_size}",
             )
         try:
-            data = encode_record(msg)
+            data = self._encoder.encode(msg)
         except RecordError as exc:
             text = str(exc)
             status = (

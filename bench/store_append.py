@@ -1,0 +1,159 @@
+"""Benchmark: CommitLog append throughput of the store, next to the raw sequential write bandwidth of the
+same disk measured in the same run.
+
+For 128 B, 1 KiB and 4 KiB message bodies, ASYNC_FLUSH (pool off / on) and SYNC_FLUSH, producers call
+`MessageStore.put_message` concurrently (as the broker's send executor does) and, for the batch rows,
+`put_messages` with 32 messages. Each case runs for a fixed time, then the final fsync is included in
+the elapsed time. Right before each case the raw disk bandwidth is measured (1 MiB writes + fsync in
+the same directory) and the ratio store/raw is printed. `cpu msg/s` = messages per second of CPU time
+of this process (all threads): what the figures would be on an idle machine.
+
+    python -m bench.store_append [--seconds 2.5] [--dir /path/on/the/disk] [--sizes 128,1024,4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+import structlog
+
+from store import MessageExtBrokerInner, MessageStore, MessageStoreConfig, PutMessageStatus
+
+RAW_BYTES = 128 * 1024 * 1024
+
+
+def raw_write_bandwidth(directory: str, nbytes: int = RAW_BYTES) -> float:
+    """MB/s of 1 MiB sequential writes followed by fsync, in `directory`."""
+    path = os.path.join(directory, "raw-bandwidth.tmp")
+    chunk = os.urandom(1024 * 1024)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for _ in range(nbytes // len(chunk)):
+            os.write(fd, chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - t0
+    os.unlink(path)
+    return nbytes / elapsed / 1e6
+
+
+def _message(body: bytes, queue_id: int, seq: int) -> MessageExtBrokerInner:
+    return MessageExtBrokerInner.create(
+        "BenchTopic",
+        body,
+        queue_id=queue_id,
+        properties={"TAGS": "TagA", "UNIQ_KEY": f"7F0000010B5C18B4AAC2{seq:012X}", "WAIT": "true"},
+        born_timestamp=1_700_000_000_000,
+        born_host=("127.0.0.1", 50000),
+    )
+
+
+async def run_case(directory: str, size: int, flush: str, pool: bool, batch: int, seconds: float) -> dict:
+    root = tempfile.mkdtemp(prefix="store-bench-", dir=directory)
+    cfg = MessageStoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=256 * 1024 * 1024,
+        flush_disk_type=flush,
+        transient_store_pool_enable=pool,
+        transient_store_pool_size=3,
+    )
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    body = os.urandom(size)
+    producers = 256 if flush == "SYNC_FLUSH" else 64
+    stop = asyncio.Event()
+    sent = [0]
+    failed = [0]
+
+    async def producer(k: int) -> None:
+        seq = k * 10_000_000
+        while not stop.is_set():
+            if batch:
+                msgs = [_message(body, k % 8, seq + i) for i in range(batch)]
+                r = await store.put_messages(msgs)
+                n = batch
+            else:
+                r = await store.put_message(_message(body, k % 8, seq))
+                n = 1
+            seq += n
+            if r.status == PutMessageStatus.PUT_OK:
+                sent[0] += n
+            else:
+                failed[0] += n
+
+    await asyncio.sleep(0.2)  # let the next file finish warming
+    c0, t0 = time.process_time(), time.perf_counter()
+    tasks = [asyncio.create_task(producer(k)) for k in range(producers if not batch else 16)]
+    await asyncio.sleep(seconds)
+    stop.set()
+    await asyncio.gather(*tasks)
+    # everything acknowledged is made durable before the clock stops
+    if store._commit_service is not None:
+        await store._commit_service.commit(0)
+    await store._flusher.flush(0)
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    nbytes = store.commit_log.put_message_size_total
+    await store.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "msgs": sent[0],
+        "failed": failed[0],
+        "msg_s": sent[0] / elapsed,
+        "mb_s": nbytes / elapsed / 1e6,
+        "cpu_msg_s": sent[0] / cpu if cpu > 0 else 0.0,
+        "record": nbytes // max(1, sent[0]),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    cases = []
+    for size in sizes:
+        cases.append((size, "ASYNC_FLUSH", False, 0))
+        cases.append((size, "ASYNC_FLUSH", True, 0))
+        cases.append((size, "SYNC_FLUSH", False, 0))
+        cases.append((size, "ASYNC_FLUSH", False, 32))
+    print(f"store append benchmark in {args.dir}  (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus)")
+    print(
+        f"{'body':>6} {'flush':>11} {'pool':>4} {'batch':>5} {'record':>6} {'msg/s':>9} {'MB/s':>7} "
+        f"{'raw MB/s':>9} {'ratio':>6} {'cpu msg/s':>10}"
+    )
+    for size, flush, pool, batch in cases:
+        raw = raw_write_bandwidth(args.dir)
+        r = await run_case(args.dir, size, flush, pool, batch, args.seconds)
+        print(
+            f"{size:>6} {flush:>11} {'on' if pool else 'off':>4} {batch or '-':>5} {r['record']:>6} "
+            f"{r['msg_s']:>9.0f} {r['mb_s']:>7.1f} {raw:>9.0f} {r['mb_s'] / raw:>6.1%} {r['cpu_msg_s']:>10.0f}"
+            + (f"  ({r['failed']} not PUT_OK)" if r["failed"] else ""),
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.5, help="duration of each case")
+    parser.add_argument("--dir", default=os.environ.get("STORE_BENCH_DIR", os.getcwd()))
+    parser.add_argument("--sizes", default="128,1024,4096")
+    args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        import uvloop
+
+        uvloop.install()  # as the broker does (remoting.loop)
+    except ImportError:
+        pass
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

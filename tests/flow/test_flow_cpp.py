@@ -1,0 +1,167 @@
+"""The five busy answers as the real C++ client (PyPI `rocketmq` 0.4.4, code 10 sends) sees them.
+
+The wheel's exceptions do not carry the broker's remark: a sync send retries without back-off (its loop
+counts "times" 1, 3, 5, so 3 attempts reach a single broker), then raises its own "No route info of this
+topic". The client logs every refused attempt as ``processSendResponse error remark:<remark>, error
+code:<code>``, so the exact text is read there.
+Incidents are made the way the issue's users would: ``Message.set_property('brokerSleepMs', ...)``,
+``brokerStallAppendMs`` and FAULT_INJECT.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from flow_support import (
+    OVERLOAD,
+    PC_SYNCHRONIZED,
+    PCBUSY_RE,
+    REJECTREQUEST,
+    TIMEOUT_RE,
+    unique,
+    wait_sweeper_started,
+)
+
+from broker.fault_injection import inject_fault
+
+pytestmark = pytest.mark.compat
+
+rocketmq = pytest.importorskip("rocketmq.client", reason="the rocketmq==0.4.4 wheel is part of the test extra")
+from compat_support import CppClientLog, cpp_producer, make_message
+from rocketmq.client import SendStatus
+from rocketmq.exceptions import ProducerSendSyncFailed
+
+#: attempts of one sync send against one broker (retryTimes 2 → "times" 1, 3, 5 in the client's log)
+CPP_ATTEMPTS = 3
+ANSWER_RE = re.compile(r"processSendResponse error remark:(.*?), error code:(-?\d+)\[processSendResponse")
+
+
+@pytest.fixture(scope="module")
+def producers(brokers) -> Iterator[dict]:
+    """One started producer per broker configuration (starting one costs a route lookup and a heartbeat)."""
+    opened: dict = {}
+    stack = []
+    try:
+        for name in ("one_worker", "two_workers"):
+            b = brokers.get(name)
+            cm = cpp_producer(b.namesrv_addr, timeout_ms=3000)
+            opened[name] = (b, cm.__enter__())
+            stack.append(cm)
+        for b, p in opened.values():
+            wait_sweeper_started(b)
+            assert p.send_sync(make_message(unique("T_cpp_warm"), b"warm")).status == SendStatus.OK
+        yield opened
+    finally:
+        for cm in reversed(stack):
+            cm.__exit__(None, None, None)
+
+
+def answers_since(log: CppClientLog) -> list[tuple[str, int]]:
+    return [(remark, int(code)) for remark, code in ANSWER_RE.findall(log.since_mark())]
+
+
+def in_background(fn) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run() -> None:
+        t0 = time.monotonic()
+        try:
+            out["result"] = fn()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out["error"] = exc
+        out["seconds"] = time.monotonic() - t0
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def failed_send(producer, msg) -> tuple[Exception, float]:
+    t0 = time.monotonic()
+    with pytest.raises(ProducerSendSyncFailed) as refused:
+        producer.send_sync(msg)
+    return refused.value, time.monotonic() - t0
+
+
+def test_cpp_send_behind_a_sleeping_send_gets_timeout_clean_queue(producers):
+    """sendMessageThreadPoolNums=1; brokerSleepMs=1500 holds the worker; each of the victim's attempts
+    waits ~200 ms in the queue and is answered [TIMEOUT_CLEAN_QUEUE]: the client has been through all its
+    retries after ~0.6 s instead of spending its 3 s timeout on one attempt."""
+    _, producer = producers["one_worker"]
+    topic = unique("T_cpp_timeout")
+    log = CppClientLog()
+    log.mark()
+    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"sleepy",
+                                                                        props={"brokerSleepMs": "1500"})))
+    time.sleep(0.1)
+    _, seconds = failed_send(producer, make_message(topic, b"victim"))
+    stall.join(10)
+    assert out["result"].status == SendStatus.OK, out
+    answers = answers_since(log)
+    assert len(answers) == CPP_ATTEMPTS, answers
+    assert all(code == 2 and re.fullmatch(TIMEOUT_RE, r) for r, code in answers), answers
+    assert all(200 <= int(re.fullmatch(TIMEOUT_RE, r).group(1)) <= 230 for r, _ in answers), answers
+    assert 0.2 * CPP_ATTEMPTS - 0.02 <= seconds < 1.45, seconds  # answered before the stall (1.5 s) ended
+
+
+def test_cpp_send_during_a_stalled_append_gets_pcbusy_then_rejectrequest(producers):
+    """brokerStallAppendMs=1500 holds the append lock; the victim's first attempt waits in the send queue
+    when the page cache turns busy (100 ms) → [PCBUSY_CLEAN_QUEUE]; its retries are refused before
+    queueing → [REJECTREQUEST]."""
+    _, producer = producers["one_worker"]
+    topic = unique("T_cpp_pcbusy")
+    log = CppClientLog()
+    log.mark()
+    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"stall",
+                                                                        props={"brokerStallAppendMs": "1500"})))
+    time.sleep(0.03)
+    _, seconds = failed_send(producer, make_message(topic, b"victim"))
+    stall.join(10)
+    assert out["result"].status == SendStatus.OK, out
+    answers = answers_since(log)
+    assert len(answers) == CPP_ATTEMPTS, answers
+    first, rest = answers[0], answers[1:]
+    assert first[1] == 2 and re.fullmatch(PCBUSY_RE, first[0]), first
+    assert rest == [(REJECTREQUEST, 2)] * (CPP_ATTEMPTS - 1), rest
+    assert seconds < 1.0, seconds
+
+
+def test_cpp_send_reaching_a_busy_store_gets_pc_synchronized(producers):
+    """Two send workers: the first holds the append lock; the victim (brokerSleepMs=400) was taken by the
+    second before the page cache turned busy and reaches the store after: SYSTEM_ERROR [PC_SYNCHRONIZED]."""
+    _, producer = producers["two_workers"]
+    topic = unique("T_cpp_pcsync")
+    log = CppClientLog()
+    log.mark()
+    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"stall",
+                                                                        props={"brokerStallAppendMs": "1200"})))
+    time.sleep(0.03)
+    failed_send(producer, make_message(topic, b"victim", props={"brokerSleepMs": "400"}))
+    stall.join(10)
+    assert out["result"].status == SendStatus.OK, out
+    answers = answers_since(log)
+    assert answers == [(PC_SYNCHRONIZED, 1)] + [(REJECTREQUEST, 2)] * (CPP_ATTEMPTS - 1), answers
+
+
+def test_cpp_send_to_a_full_queue_gets_overload(producers):
+    """sendThreadPoolQueueCapacity=8 and the send workers stalled by FAULT_INJECT; eight oneway sends fill
+    the queue; every attempt of the next sync send is refused at once with [OVERLOAD]."""
+    b, producer = producers["one_worker"]
+    topic = unique("T_cpp_overload")
+    inject_fault(b.broker_addr, "stall_queue", duration_ms=1500, target="send")
+    try:
+        for i in range(8):
+            producer.send_oneway(make_message(topic, f"fill-{i}".encode()))
+        time.sleep(0.05)
+        log = CppClientLog()
+        log.mark()
+        _, seconds = failed_send(producer, make_message(topic, b"victim"))
+        answers = answers_since(log)
+        assert answers == [(OVERLOAD, 2)] * CPP_ATTEMPTS, answers
+        assert seconds < 0.15, seconds
+    finally:
+        inject_fault(b.broker_addr, "clear")

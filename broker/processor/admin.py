@@ -1,26 +1,47 @@
 """AdminBrokerProcessor: the default processor — topic admin, offsets, locks, runtime info, config, stats.
 
 As upstream, every code without a processor of its own lands here; a code this processor does not
-know is answered REQUEST_CODE_NOT_SUPPORTED with upstream's remark.
+know is answered REQUEST_CODE_NOT_SUPPORTED with upstream's remark. The answers are shaped for
+upstream's ``mqadmin`` (clusterList, brokerStatus, topicStatus, statsAll, …): the same keys, the same
+fastjson quirks for MessageQueue-keyed maps (protocol.md §4.5), the same refusals.
+
+Two ``updateBrokerConfig`` keys are not broker.conf keys but run-time switches of ours:
+``logLevel`` (DEBUG/INFO/WARNING/ERROR: the root log level) and ``requestLogEnable`` (true: one debug
+line per request on logger ``broker.requests``). ``getBrokerConfig`` lists their current values.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import math
+import os
+import shutil
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
 
+from broker import logging_setup
 from broker.config import ConfigError
+from broker.metrics import earliest_message_time, is_system_topic
 from broker.topic import TopicConfig, check_topic_name
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import (CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader,
-                              DeleteTopicRequestHeader, FaultInjectRequestHeader, GetConsumeStatsRequestHeader,
-                              GetConsumerConnectionListRequestHeader, GetEarliestMsgStoretimeRequestHeader,
-                              GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
-                              GetProducerConnectionListRequestHeader, GetTopicStatsInfoRequestHeader,
-                              SearchOffsetRequestHeader, decode_header)
+from remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    FaultInjectRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    SearchOffsetRequestHeader,
+    decode_header,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -29,6 +50,12 @@ log = structlog.get_logger(__name__)
 
 BROKER_VERSION_DESC = "V4_9_8"
 BROKER_VERSION = 409
+
+#: Upstream's ``configBlackList`` default: keys updateBrokerConfig refuses with NO_PERMISSION.
+CONFIG_BLACK_LIST = ("configBlackList", "brokerConfigPath")
+#: updateBrokerConfig keys that are run-time switches, not broker.conf keys.
+LOG_LEVEL_KEY = "logLevel"
+REQUEST_LOG_KEY = "requestLogEnable"
 
 
 def mq_key(topic: str, broker_name: str, queue_id: int) -> str:
@@ -66,6 +93,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
             RequestCode.FAULT_INJECT: self.fault_inject,
         }
 
@@ -107,6 +135,13 @@ class AdminBrokerProcessor:
 
     def delete_topic(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteTopicRequestHeader, request.ext_fields)
+        reason = check_topic_name(hdr.topic)
+        if reason is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, reason)
+        if is_system_topic(hdr.topic):
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    f"The topic[{hdr.topic}] is conflict with system topic.")
+        log.info("deleteTopic called", topic=hdr.topic, remote=getattr(channel, "remote_addr", None))
         self.c.topic_config_manager.delete_topic_config(hdr.topic)
         self.c.consumer_offset_manager.remove_topic(hdr.topic)
         self.c.store.delete_topics({hdr.topic})
@@ -123,11 +158,11 @@ class AdminBrokerProcessor:
         store = self.c.store
         entries = {}
         for qid in range(tc.write_queue_nums):
-            max_offset = store.get_max_offset_in_queue(hdr.topic, qid)
+            max_offset = max(0, store.get_max_offset_in_queue(hdr.topic, qid))  # upstream clamps both at 0
             last = store.get_message_store_timestamp(hdr.topic, qid, max_offset - 1) if max_offset > 0 else 0
             entries[mq_key(hdr.topic, self.c.config.broker_name, qid)] = {
                 "lastUpdateTimestamp": last, "maxOffset": max_offset,
-                "minOffset": store.get_min_offset_in_queue(hdr.topic, qid)}
+                "minOffset": max(0, store.get_min_offset_in_queue(hdr.topic, qid))}
         body = '{"offsetTable":' + fastjson_mq_map(entries) + "}"
         return request.response(ResponseCode.SUCCESS, body=body.encode())
 
@@ -202,29 +237,76 @@ class AdminBrokerProcessor:
 
     # -- config and runtime ----------------------------------------------------------------
     def get_broker_runtime_info(self, channel, request: RemotingCommand) -> RemotingCommand:
-        table = {k: str(v) for k, v in self.c.runtime_info().items()}
+        table = {k: str(v) for k, v in self.runtime_table().items()}
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"table": table}))
 
+    def runtime_table(self) -> dict[str, Any]:
+        """The controller's runtime info plus the keys upstream's clusterList/brokerStatus read."""
+        c = self.c
+        info = dict(c.runtime_info())
+        windows = c.metrics.windows
+        info["msgPutTotalYesterdayMorning"] = windows.put_total_yesterday_morning
+        info["msgPutTotalTodayMorning"] = windows.put_total_today_morning
+        info["msgGetTotalYesterdayMorning"] = windows.get_total_yesterday_morning
+        info["msgGetTotalTodayMorning"] = windows.get_total_today_morning
+        end_tx = c.executors.get("end_transaction")
+        if end_tx is not None:  # upstream's spelling of these two
+            info["EndTransactionQueueSize"] = end_tx.size
+            info["EndTransactionThreadPoolQueueCapacity"] = end_tx.capacity
+        info["earliestMessageTimeStamp"] = earliest_message_time(c.store)
+        root = c.config.store_path_root_dir
+        if os.path.isdir(root):
+            usage = shutil.disk_usage(root)
+            info["commitLogDirCapacity"] = (f"Total : {human_readable_bytes(usage.total)}, "
+                                            f"Free : {human_readable_bytes(usage.free)}.")
+        return info
+
     def get_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
-        text = "\n".join(f"{k}={v}" for k, v in sorted(self.c.config.wire_items().items())) + "\n"
+        items = dict(self.c.config.wire_items())
+        items[LOG_LEVEL_KEY] = logging_setup.get_level()
+        items[REQUEST_LOG_KEY] = str(logging_setup.request_logging_enabled()).lower()
+        text = "\n".join(f"{k}={v}" for k, v in sorted(items.items())) + "\n"
         version = orjson.dumps(self.c.config_data_version.to_json()).decode()
         return request.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode())
 
     def update_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         if not request.body:
+            # Upstream answers SUCCESS for an empty body (nothing to change); say why nothing happened.
             return request.response(ResponseCode.SYSTEM_ERROR, "updateBrokerConfig needs properties in the body")
-        items = []
-        for line in bytes(request.body).decode("utf-8", "replace").splitlines():
-            line = line.strip()
-            if not line or line.startswith("#") or "=" not in line:
-                continue
-            key, _, value = line.partition("=")
-            items.append((key.strip(), value.strip()))
+        items = parse_properties(bytes(request.body).decode("utf-8", "replace"))
+        keys = {k for k, _ in items}
+        if keys & set(CONFIG_BLACK_LIST):
+            return request.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        switches = {k: v for k, v in items if k in (LOG_LEVEL_KEY, REQUEST_LOG_KEY)}
+        items = [(k, v) for k, v in items if k not in switches]
         try:
-            self.c.update_config(items)
-        except ConfigError as exc:
+            if LOG_LEVEL_KEY in switches:
+                logging_setup.parse_level(switches[LOG_LEVEL_KEY])  # validate before changing anything
+            if REQUEST_LOG_KEY in switches and switches[REQUEST_LOG_KEY].lower() not in ("true", "false"):
+                raise ValueError(f"{REQUEST_LOG_KEY} must be true or false, got {switches[REQUEST_LOG_KEY]!r}")
+            if items:
+                self.c.update_config(items)
+        except (ConfigError, ValueError) as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if LOG_LEVEL_KEY in switches:
+            level = logging_setup.set_level(switches[LOG_LEVEL_KEY])
+            log.warning("log level changed", level=level, remote=getattr(channel, "remote_addr", None))
+        if REQUEST_LOG_KEY in switches:
+            enabled = switches[REQUEST_LOG_KEY].lower() == "true"
+            logging_setup.set_request_logging(enabled)
+            log.warning("request logging switched", enabled=enabled, remote=getattr(channel, "remote_addr", None))
         return request.response(ResponseCode.SUCCESS)
+
+    # -- stats (mqadmin statsAll) ---------------------------------------------------------
+    def view_broker_stats_data(self, channel, request: RemotingCommand) -> RemotingCommand:
+        name, key = request.ext_fields.get("statsName"), request.ext_fields.get("statsKey")
+        if not name or key is None:
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    "the header fields 'statsName' and 'statsKey' are required")
+        data = self.c.metrics.windows.view(name, key)
+        if data is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
 
     # -- groups and connections -----------------------------------------------------------
     def get_all_subscription_group_config(self, channel, request: RemotingCommand) -> RemotingCommand:
@@ -267,3 +349,25 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         return request.response(ResponseCode.SUCCESS)
 
+
+def parse_properties(text: str) -> list[tuple[str, str]]:
+    """``key=value`` lines as Java's Properties writes them (``#`` comments, ``:`` also separates)."""
+    items = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            items.append((line, ""))
+            continue
+        items.append((line[:cut].strip(), line[cut + 1:].strip()))
+    return items
+
+
+def human_readable_bytes(n: int) -> str:
+    """Upstream's MixAll.humanReadableByteCount(n, false): ``"512 B"``, ``"1.5 GiB"``."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"

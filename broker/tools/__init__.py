@@ -1,0 +1,1 @@
+"""Operator tools: the ``mqadmin`` CLI, its admin client, and an embedded broker for tests."""

@@ -1,0 +1,532 @@
+"""AdminClient: the admin requests ``mqadmin`` sends, over ``remoting.client.RemotingClient``.
+
+Each method is one request (the code is in its docstring) and returns plain data: the answers are
+parsed here — including fastjson's non-standard bodies whose map keys are MessageQueue objects
+(protocol.md §4.1, §4.5) and raw stored messages (§5.2) — so the CLI only renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError
+from remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    FaultInjectRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+    encode_header,
+)
+
+DEFAULT_TOPIC = "TBW102"
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # name server KV namespace of ordered topics' queue layout
+MASTER_ID = "0"
+LONG_MAX = (1 << 63) - 1
+
+
+class AdminError(Exception):
+    """A request failed: refused by the server (``code``/``remark``) or not delivered (``code`` None)."""
+
+    def __init__(self, message: str, *, code: int | None = None, remark: str | None = None,
+                 addr: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.remark = remark
+        self.addr = addr
+
+
+# ------------------------------------------------------------------------------------------------
+# fastjson-tolerant JSON
+
+
+class _LenientParser:
+    """JSON where an object's keys may be any value (fastjson writes ``{0:"a"}`` and ``{{..mq..}:{..}}``).
+
+    Non-string keys come back as their compact, key-sorted JSON text, so a MessageQueue key reads
+    ``{"brokerName":"b","queueId":0,"topic":"t"}`` whichever order the server wrote.
+    """
+
+    _decoder = json.JSONDecoder()
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def _ws(self) -> None:
+        text, pos = self.text, self.pos
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        self.pos = pos
+
+    def value(self) -> Any:
+        self._ws()
+        if self.pos >= len(self.text):
+            raise ValueError("unexpected end of JSON")
+        ch = self.text[self.pos]
+        if ch == "{":
+            return self._object()
+        if ch == "[":
+            return self._array()
+        value, self.pos = self._decoder.raw_decode(self.text, self.pos)
+        return value
+
+    def _expect(self, ch: str) -> None:
+        self._ws()
+        if self.pos >= len(self.text) or self.text[self.pos] != ch:
+            got = self.text[self.pos:self.pos + 10] or "end of input"
+            raise ValueError(f"expected {ch!r} at offset {self.pos}, got {got!r}")
+        self.pos += 1
+
+    def _object(self) -> dict[str, Any]:
+        self._expect("{")
+        out: dict[str, Any] = {}
+        self._ws()
+        if self.text.startswith("}", self.pos):
+            self.pos += 1
+            return out
+        while True:
+            key = self.value()
+            if not isinstance(key, str):
+                key = json.dumps(key, sort_keys=True, separators=(",", ":"))
+            self._expect(":")
+            out[key] = self.value()
+            self._ws()
+            if self.text.startswith(",", self.pos):
+                self.pos += 1
+                continue
+            self._expect("}")
+            return out
+
+    def _array(self) -> list[Any]:
+        self._expect("[")
+        out: list[Any] = []
+        self._ws()
+        if self.text.startswith("]", self.pos):
+            self.pos += 1
+            return out
+        while True:
+            out.append(self.value())
+            self._ws()
+            if self.text.startswith(",", self.pos):
+                self.pos += 1
+                continue
+            self._expect("]")
+            return out
+
+
+def parse_fastjson(body: bytes | memoryview | str | None) -> Any:
+    """Parse a body that may use fastjson's non-string map keys; ValueError with the position if broken."""
+    if body is None:
+        return None
+    text = body if isinstance(body, str) else bytes(body).decode("utf-8")
+    if not text.strip():
+        return None
+    parser = _LenientParser(text)
+    value = parser.value()
+    parser._ws()
+    if parser.pos != len(text):
+        raise ValueError(f"trailing data at offset {parser.pos}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    @classmethod
+    def from_key(cls, key: str) -> MessageQueue:
+        data = json.loads(key)
+        return cls(str(data["topic"]), str(data["brokerName"]), int(data["queueId"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
+
+
+# ------------------------------------------------------------------------------------------------
+# stored messages (protocol.md §5.2)
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    properties: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    @property
+    def offset_msg_id(self) -> str:
+        return create_offset_msg_id(self.store_host, self.commit_log_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """What clients call the message id: UNIQ_KEY when the producer set one, else the offset id."""
+        return self.properties.get("UNIQ_KEY") or self.offset_msg_id
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"msgId": self.msg_id, "offsetMsgId": self.offset_msg_id, "topic": self.topic,
+                "queueId": self.queue_id, "queueOffset": self.queue_offset,
+                "commitLogOffset": self.commit_log_offset, "sysFlag": self.sys_flag, "flag": self.flag,
+                "bornTimestamp": self.born_timestamp, "bornHost": self.born_host,
+                "storeTimestamp": self.store_timestamp, "storeHost": self.store_host,
+                "reconsumeTimes": self.reconsume_times, "properties": self.properties,
+                "bodySize": len(self.body)}
+
+
+def _host(buf: bytes, pos: int, v6: bool) -> tuple[str, int]:
+    if v6:
+        raw = buf[pos:pos + 16]
+        ip = ":".join(f"{raw[i] << 8 | raw[i + 1]:x}" for i in range(0, 16, 2))
+        return f"[{ip}]:{struct.unpack_from('>i', buf, pos + 16)[0]}", pos + 20
+    return f"{'.'.join(str(b) for b in buf[pos:pos + 4])}:{struct.unpack_from('>i', buf, pos + 4)[0]}", pos + 8
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in text.split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and name:
+            out[name] = value
+    return out
+
+
+def decode_messages(body: bytes | memoryview | None) -> list[StoredMessage]:
+    """Split a QUERY_MESSAGE / VIEW_MESSAGE_BY_ID body into messages; ValueError on a torn record."""
+    buf = bytes(body or b"")
+    out: list[StoredMessage] = []
+    pos = 0
+    while pos + 4 <= len(buf):
+        total = struct.unpack_from(">i", buf, pos)[0]
+        if total <= 0 or pos + total > len(buf):
+            raise ValueError(f"bad stored message at byte {pos}: size {total}, {len(buf) - pos} bytes left")
+        start = pos
+        (_, _, _, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = struct.unpack_from(">iiiiiqqiq", buf, pos)
+        p = pos + 48
+        born_host, p = _host(buf, p, bool(sys_flag & 0x10))
+        store_ts = struct.unpack_from(">q", buf, p)[0]
+        store_host, p = _host(buf, p + 8, bool(sys_flag & 0x20))
+        reconsume, _prepared, body_len = struct.unpack_from(">iqi", buf, p)
+        p += 16
+        msg_body = buf[p:p + body_len]
+        p += body_len
+        topic_len = buf[p]
+        topic = buf[p + 1:p + 1 + topic_len].decode("utf-8", "replace")
+        p += 1 + topic_len
+        prop_len = struct.unpack_from(">h", buf, p)[0]
+        props = decode_properties(buf[p + 2:p + 2 + prop_len].decode("utf-8", "replace"))
+        out.append(StoredMessage(topic, queue_id, queue_offset, phy, sys_flag, flag, born_ts, born_host, store_ts,
+                                 store_host, reconsume, props, msg_body))
+        pos = start + total
+    return out
+
+
+def create_offset_msg_id(store_host: str, commit_log_offset: int) -> str:
+    host, _, port = store_host.rpartition(":")
+    try:
+        ip = bytes(int(part) for part in host.split("."))
+        if len(ip) != 4:
+            raise ValueError(host)
+    except ValueError:
+        ip = b"\0\0\0\0"
+    return (ip + struct.pack(">iq", int(port or 0), commit_log_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """(store address "ip:port", commit-log offset) of an offset message id; ValueError otherwise."""
+    text = msg_id.strip()
+    if len(text) != 32:
+        raise ValueError(f"{msg_id!r} is not an offset message id (32 hex characters for IPv4)")
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ValueError(f"{msg_id!r} is not hexadecimal") from None
+    port, offset = struct.unpack(">iq", raw[4:])
+    return f"{'.'.join(str(b) for b in raw[:4])}:{port}", offset
+
+
+# ------------------------------------------------------------------------------------------------
+# the client
+
+
+def _mq_map(data: Any, field_name: str) -> dict[MessageQueue, Any]:
+    table = (data or {}).get(field_name) or {}
+    return {MessageQueue.from_key(k): v for k, v in table.items()}
+
+
+class AdminClient:
+    """Admin requests to one name server set and any broker; every failure is an ``AdminError``."""
+
+    def __init__(self, namesrv: str | Sequence[str], *, timeout_s: float = 5.0,
+                 client: RemotingClient | None = None) -> None:
+        addrs = namesrv.split(";") if isinstance(namesrv, str) else list(namesrv)
+        self.namesrv = [a.strip() for a in addrs if a.strip()]
+        self.timeout_s = timeout_s
+        self.client = client or RemotingClient(connect_timeout_s=min(timeout_s, 3.0))
+        self._own_client = client is None
+
+    async def close(self) -> None:
+        if self._own_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    async def invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None, *,
+                     ok: Sequence[int] = (ResponseCode.SUCCESS,), timeout_s: float | None = None) -> RemotingCommand:
+        request = RemotingCommand.request(code, ext or {}, body)
+        try:
+            resp = await self.client.invoke(addr, request, timeout_s or self.timeout_s)
+        except RemotingError as exc:
+            raise AdminError(f"{addr}: {exc}", addr=addr) from exc
+        if resp.code not in ok:
+            name = _name(RequestCode, code)
+            raise AdminError(f"{addr} answered {name} with code {resp.code} ({_name(ResponseCode, resp.code)}): "
+                             f"{(resp.remark or '').strip()}", code=resp.code, remark=resp.remark, addr=addr)
+        return resp
+
+    async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None,
+                             ok: Sequence[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        """Ask the name servers in turn; the first answer wins (J picks one too)."""
+        if not self.namesrv:
+            raise AdminError("no name server address: pass -n host:port or set NAMESRV_ADDR")
+        errors: list[AdminError] = []
+        for addr in self.namesrv:
+            try:
+                return await self.invoke(addr, code, ext, ok=ok)
+            except AdminError as exc:
+                if exc.code is not None:
+                    raise
+                errors.append(exc)
+        raise AdminError("; ".join(str(e) for e in errors))
+
+    # -- name server --------------------------------------------------------------------------
+    async def cluster_info(self) -> dict[str, Any]:
+        """106 GET_BROKER_CLUSTER_INFO → ``{"brokerAddrTable": {...}, "clusterAddrTable": {...}}``."""
+        resp = await self.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        data = parse_fastjson(resp.body) or {}
+        data.setdefault("brokerAddrTable", {})
+        data.setdefault("clusterAddrTable", {})
+        return data
+
+    async def topic_list(self) -> list[str]:
+        """206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER."""
+        resp = await self.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        return list((parse_fastjson(resp.body) or {}).get("topicList") or [])
+
+    async def topic_route(self, topic: str) -> dict[str, Any]:
+        """105 GET_ROUTEINFO_BY_TOPIC (TOPIC_NOT_EXIST → AdminError code 17)."""
+        resp = await self.invoke_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        return parse_fastjson(resp.body) or {}
+
+    async def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
+        """216 DELETE_TOPIC_IN_NAMESRV, on every name server."""
+        ext = {"topic": topic}
+        if cluster:
+            ext["clusterName"] = cluster
+        for addr in self.namesrv:
+            await self.invoke(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, ext)
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """100 PUT_KV_CONFIG, on every name server."""
+        for addr in self.namesrv:
+            await self.invoke(addr, RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+
+    async def masters(self, cluster: str | None = None) -> dict[str, str]:
+        """broker name → master address (all clusters when ``cluster`` is None); AdminError if unknown."""
+        info = await self.cluster_info()
+        clusters = info["clusterAddrTable"]
+        if cluster is not None and cluster not in clusters:
+            known = ", ".join(sorted(clusters)) or "none"
+            raise AdminError(f"cluster {cluster!r} is not known to the name server (known: {known})")
+        names = set(clusters[cluster]) if cluster is not None else set(info["brokerAddrTable"])
+        out = {}
+        for name in sorted(names):
+            addrs = {str(k): v for k, v in ((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items()}
+            if MASTER_ID in addrs:
+                out[name] = addrs[MASTER_ID]
+        return out
+
+    async def route_masters(self, topic: str) -> dict[str, str]:
+        """broker name → address (master, else any) of the brokers serving ``topic`` (J selectBrokerAddr)."""
+        route = await self.topic_route(topic)
+        out = {}
+        for bd in route.get("brokerDatas") or []:
+            addrs = {str(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+            addr = addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
+            if addr:
+                out[str(bd.get("brokerName"))] = addr
+        return out
+
+    # -- brokers -----------------------------------------------------------------------------
+    async def runtime_info(self, addr: str) -> dict[str, str]:
+        """28 GET_BROKER_RUNTIME_INFO → KVTable."""
+        resp = await self.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return {str(k): str(v) for k, v in ((parse_fastjson(resp.body) or {}).get("table") or {}).items()}
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """26 GET_BROKER_CONFIG → the properties text, parsed."""
+        resp = await self.invoke(addr, RequestCode.GET_BROKER_CONFIG)
+        out = {}
+        for line in bytes(resp.body or b"").decode("utf-8", "replace").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                out[key.strip()] = value.strip()
+        return out
+
+    async def update_broker_config(self, addr: str, properties: dict[str, str]) -> None:
+        """25 UPDATE_BROKER_CONFIG with ``key=value`` lines in the body."""
+        body = "".join(f"{k}={v}\n" for k, v in properties.items()).encode()
+        await self.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+
+    async def create_topic(self, addr: str, topic: str, *, read_queues: int = 8, write_queues: int = 8,
+                           perm: int = 6, order: bool = False, topic_sys_flag: int = 0) -> None:
+        """17 UPDATE_AND_CREATE_TOPIC."""
+        hdr = CreateTopicRequestHeader(topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queues,
+                                       write_queue_nums=write_queues, perm=perm, topic_filter_type="SINGLE_TAG",
+                                       order=order, topic_sys_flag=topic_sys_flag)
+        await self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, encode_header(hdr))
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        """215 DELETE_TOPIC_IN_BROKER."""
+        await self.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, encode_header(DeleteTopicRequestHeader(topic)))
+
+    async def topic_stats(self, addr: str, topic: str) -> dict[MessageQueue, dict[str, int]]:
+        """202 GET_TOPIC_STATS_INFO → {mq: {minOffset, maxOffset, lastUpdateTimestamp}}."""
+        resp = await self.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO,
+                                 encode_header(GetTopicStatsInfoRequestHeader(topic)))
+        return _mq_map(parse_fastjson(resp.body), "offsetTable")
+
+    async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> tuple[float, dict]:
+        """208 GET_CONSUME_STATS → (consumeTps, {mq: {brokerOffset, consumerOffset, lastTimestamp}})."""
+        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS,
+                                 encode_header(GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)))
+        data = parse_fastjson(resp.body) or {}
+        return float(data.get("consumeTps") or 0.0), _mq_map(data, "offsetTable")
+
+    async def consumer_connection(self, addr: str, group: str) -> dict[str, Any]:
+        """203 GET_CONSUMER_CONNECTION_LIST → ConsumerConnection."""
+        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                 encode_header(GetConsumerConnectionListRequestHeader(group)))
+        return parse_fastjson(resp.body) or {}
+
+    async def producer_connection(self, addr: str, group: str) -> dict[str, Any]:
+        """204 GET_PRODUCER_CONNECTION_LIST → ProducerConnection."""
+        resp = await self.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                 encode_header(GetProducerConnectionListRequestHeader(group)))
+        return parse_fastjson(resp.body) or {}
+
+    async def topic_consume_by_who(self, addr: str, topic: str) -> list[str]:
+        """300 QUERY_TOPIC_CONSUME_BY_WHO → group names."""
+        resp = await self.invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+        return sorted((parse_fastjson(resp.body) or {}).get("groupList") or [])
+
+    async def view_stats(self, addr: str, stats_name: str, stats_key: str) -> dict[str, Any]:
+        """315 VIEW_BROKER_STATS_DATA → BrokerStatsData (statsMinute/Hour/Day: sum, tps, avgpt)."""
+        resp = await self.invoke(addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                                 {"statsName": stats_name, "statsKey": stats_key})
+        return parse_fastjson(resp.body) or {}
+
+    async def view_message(self, addr: str, offset: int) -> StoredMessage:
+        """33 VIEW_MESSAGE_BY_ID."""
+        resp = await self.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, encode_header(ViewMessageRequestHeader(offset)))
+        msgs = decode_messages(resp.body)
+        if not msgs:
+            raise AdminError(f"{addr} answered VIEW_MESSAGE_BY_ID without a message", addr=addr)
+        return msgs[0]
+
+    async def query_message(self, addr: str, topic: str, key: str, *, max_num: int = 64, begin_ms: int = 0,
+                            end_ms: int = LONG_MAX, unique_key: bool = False) -> list[StoredMessage]:
+        """12 QUERY_MESSAGE (by KEYS, or by UNIQ_KEY with ``_UNIQUE_KEY_QUERY``); [] on QUERY_NOT_FOUND."""
+        ext = encode_header(QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num,
+                                                      begin_timestamp=begin_ms, end_timestamp=end_ms))
+        if unique_key:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        resp = await self.invoke(addr, RequestCode.QUERY_MESSAGE, ext,
+                                 ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return decode_messages(resp.body) if resp.code == ResponseCode.SUCCESS else []
+
+    async def reset_offset(self, addr: str, topic: str, group: str, timestamp: int,
+                           force: bool = True) -> dict[MessageQueue, int]:
+        """222 INVOKE_BROKER_TO_RESET_OFFSET (the broker tells the group's clients: 220) → {mq: offset}."""
+        ext = encode_header(ResetOffsetRequestHeader(topic=topic, group=group, timestamp=timestamp, is_force=force))
+        resp = await self.invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        return {mq: int(v) for mq, v in _mq_map(parse_fastjson(resp.body), "offsetTable").items()}
+
+    async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp: int) -> int:
+        """29 SEARCH_OFFSET_BY_TIMESTAMP."""
+        ext = encode_header(SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp))
+        resp = await self.invoke(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
+        return int(resp.ext_fields.get("offset", "0"))
+
+    async def max_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        """30 GET_MAX_OFFSET."""
+        ext = encode_header(GetMaxOffsetRequestHeader(topic=topic, queue_id=queue_id))
+        resp = await self.invoke(addr, RequestCode.GET_MAX_OFFSET, ext)
+        return int(resp.ext_fields.get("offset", "0"))
+
+    async def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """15 UPDATE_CONSUMER_OFFSET."""
+        ext = encode_header(UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,
+                                                              commit_offset=offset))
+        await self.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+
+    async def fault_inject(self, addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
+                           value: str | None = None) -> None:
+        """5001 FAULT_INJECT (mini-rocketmq's own; the broker needs faultInjectionEnable=true)."""
+        hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
+        await self.invoke(addr, RequestCode.FAULT_INJECT, encode_header(hdr))
+
+    async def gather(self, calls: dict[str, Any]) -> dict[str, Any]:
+        """Run ``{label: coroutine}`` concurrently; each value is the result or the AdminError raised."""
+        labels = list(calls)
+        results = await asyncio.gather(*calls.values(), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, AdminError):
+                raise r
+        return dict(zip(labels, results))
+
+
+def _name(enum: Any, code: int) -> str:
+    try:
+        return enum(code).name
+    except ValueError:
+        return str(code)

@@ -23,7 +23,12 @@ import time
 
 import structlog
 
-from store import MessageExtBrokerInner, MessageStore, MessageStoreConfig, PutMessageStatus
+from store import (
+    MessageExtBrokerInner,
+    MessageStore,
+    MessageStoreConfig,
+    PutMessageStatus,
+)
 
 RAW_BYTES = 128 * 1024 * 1024
 

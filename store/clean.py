@@ -148,4 +148,4 @@ class CleanService:
             self._last_physical_min_offset = min_offset
             for cq in list(store._all_consume_queues()):
                 cq.delete_expired_file(min_offset)
-            store.index_service.delete_expired_file(min_offset)
+            store.index_service.delete_expired_file(min_offset, store.unlink_later)

@@ -123,6 +123,7 @@ class CommitLog:
         run_blocking: RunBlocking | None,
         fault: StoreFault,
         on_new_file: Callable[[MappedFile], None] | None = None,
+        unlink: Callable[[str], object] | None = None,
     ) -> None:
         self.config = config
         self.now_ms = now_ms
@@ -137,6 +138,7 @@ class CommitLog:
             warm=config.warm_mapped_file_enable,
             allocate_ahead=True,
             on_new_file=on_new_file,
+            unlink=unlink,
         )
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.begin_time_in_lock = 0
@@ -217,7 +219,7 @@ class CommitLog:
             self._wake.set()
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout=10)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
         while self._pending:
             req = self._pending.popleft()
@@ -298,8 +300,7 @@ class CommitLog:
 
     def _account(self, begin: int) -> None:
         elapsed = self.now_ms() - begin
-        if elapsed > self.lock_time_max_ms:
-            self.lock_time_max_ms = elapsed
+        self.lock_time_max_ms = max(self.lock_time_max_ms, elapsed)
         if elapsed > 500:
             log.warning("putMessage in lock cost time(ms)", elapsed_ms=elapsed)
 

@@ -47,13 +47,16 @@ class ConsumeQueue:
         mapped_file_size: int,
         *,
         run_blocking: RunBlocking | None = None,
+        unlink: Callable[[str], object] | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.entries_per_file = mapped_file_size // CQ_STORE_UNIT_SIZE
         self.queue_dir = os.path.join(store_path, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size, run_blocking=run_blocking)
+        self.mapped_file_queue = MappedFileQueue(
+            self.queue_dir, mapped_file_size, run_blocking=run_blocking, unlink=unlink
+        )
         self.max_physic_offset = -1  # CommitLog end (offset + size) of the last entry
         self.min_logic_offset = 0  # bytes
         self._arrays: dict[int, np.ndarray] = {}
@@ -311,8 +314,7 @@ class ConsumeQueue:
             offset = left
         else:
             offset = right if abs(timestamp - left_value) > abs(timestamp - right_value) else left
-        if offset < 0:
-            offset = 0
+        offset = max(offset, 0)
         return (target.file_from_offset // CQ_STORE_UNIT_SIZE) + offset
 
     def last_entry(self) -> tuple[int, int, int] | None:

@@ -90,7 +90,7 @@ class _Service:
             return
         try:
             await asyncio.wait_for(self._wake.wait(), interval_ms / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         self._wake.clear()
 
@@ -105,7 +105,7 @@ class _Service:
         if task is not None:
             try:
                 await asyncio.wait_for(task, timeout=30)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
             except Exception:
                 log.exception("store service failed at stop", service=self.name)
@@ -306,8 +306,21 @@ class FlushConsumeQueueService(_Service):
             self._last_thorough = now
             least = 0
             logics_ts = self.checkpoint.logics_msg_timestamp
+        # one worker-thread job for every consume queue with dirty pages, not one per queue
+        plans = []
         for mfq in list(self.queues()):
-            await flush_queue(mfq, least, self.run_blocking)
+            targets = mfq.flush_targets(least)
+            if targets:
+                plans.append((mfq, [(f, t) for f, t in targets if f.hold()]))
+        if plans:
+            try:
+                await self.run_blocking(_fsync_files, [f for _, held in plans for f, _ in held], 0)
+            finally:
+                for _, held in plans:
+                    for f, _ in held:
+                        f.release()
+            for mfq, held in plans:
+                mfq.apply_flush(held, 0)
         if self.flush_index is not None:
             result = self.flush_index()
             if asyncio.iscoroutine(result):

@@ -25,7 +25,12 @@ from store.commit_log import DispatchRequest
 from store.config import MessageStoreConfig
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import RunBlocking
-from store.message import TRANSACTION_ROLLBACK_TYPE, MessageConst, java_string_hash, transaction_value
+from store.message import (
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageConst,
+    java_string_hash,
+    transaction_value,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -141,9 +146,8 @@ class IndexFile:
         ) = _HEADER.unpack_from(self.mapped_file.view, 0)
         if self.index_count <= 0:
             self.index_count = 1
-        if self.index_count > self.index_num + 1:
-            # a corrupt header: never write past the end of the file
-            self.index_count = self.index_num + 1
+        # a corrupt header must never make us write past the end of the file
+        self.index_count = min(self.index_count, self.index_num + 1)
 
     def init_new(self, end_phy_offset: int, end_timestamp: int) -> None:
         if end_phy_offset > 0:
@@ -398,7 +402,7 @@ class IndexService:
         for f in list(self.index_files):
             await self.run_blocking(f.flush_blocking)
 
-    def delete_expired_file(self, offset: int) -> int:
+    def delete_expired_file(self, offset: int, unlink: Callable[[str], object] | None = None) -> int:
         """Delete leading files (never the last) whose entries all point below `offset`."""
         doomed: list[IndexFile] = []
         for f in self.index_files[:-1]:
@@ -408,5 +412,5 @@ class IndexService:
                 break
         for f in doomed:
             self.index_files.remove(f)
-            f.mapped_file.destroy()
+            f.mapped_file.destroy(unlink)
         return len(doomed)

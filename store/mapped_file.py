@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -50,24 +51,24 @@ class MappedFile:
     """A mapped file; construct with `create` / `open_existing` (blocking)."""
 
     __slots__ = (
-        "file_name",
-        "file_size",
-        "file_from_offset",
-        "fd",
-        "mm",
-        "view",
-        "wrote_position",
-        "committed_position",
-        "flushed_position",
-        "store_timestamp",
-        "first_create_in_queue",
-        "write_buffer",
-        "write_view",
-        "pool",
-        "_holds",
         "_available",
         "_closed",
+        "_holds",
         "_lock",
+        "committed_position",
+        "fd",
+        "file_from_offset",
+        "file_name",
+        "file_size",
+        "first_create_in_queue",
+        "flushed_position",
+        "mm",
+        "pool",
+        "store_timestamp",
+        "view",
+        "write_buffer",
+        "write_view",
+        "wrote_position",
     )
 
     def __init__(self, file_name: str, file_size: int, fd: int, mm: mmap.mmap) -> None:
@@ -222,8 +223,7 @@ class MappedFile:
 
     def finish_commit(self, end: int) -> None:
         """Record a commit (on the loop); a full, fully committed file gives its buffer back to the pool."""
-        if end > self.committed_position:
-            self.committed_position = end
+        self.committed_position = max(self.committed_position, end)
         if self.write_buffer is not None and self.committed_position >= self.file_size:
             self._return_write_buffer()
 
@@ -273,18 +273,22 @@ class MappedFile:
     def is_available(self) -> bool:
         return self._available
 
-    def destroy(self) -> None:
-        """Unlink the file; the descriptor and mapping close once no worker thread holds them.
+    def destroy(self, unlink: Callable[[str], object] | None = None) -> None:
+        """Unlink the file (through `unlink`, e.g. in a worker thread, when given); the descriptor and
+        mapping close once no worker thread holds them.
 
         Views handed out to readers (pull bodies) keep the pages alive until they are dropped: mmap
         refuses to close while exported, so we leave that mapping to the garbage collector."""
         with self._lock:
             self._available = False
             close_now = self._holds <= 0 and not self._closed
-        try:
-            os.unlink(self.file_name)
-        except FileNotFoundError:
-            pass
+        if unlink is not None:
+            unlink(self.file_name)
+        else:
+            try:
+                os.unlink(self.file_name)
+            except FileNotFoundError:
+                pass
         if close_now:
             self._close()
 

@@ -34,6 +34,7 @@ class MappedFileQueue:
         warm: bool = False,
         allocate_ahead: bool = False,
         on_new_file: Callable[[MappedFile], None] | None = None,
+        unlink: Callable[[str], object] | None = None,
     ) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
@@ -46,6 +47,8 @@ class MappedFileQueue:
         self._warm = warm
         self._allocate_ahead = allocate_ahead
         self._on_new_file = on_new_file
+        # retention unlinks through this (a worker thread in the store): unlinking 1 GiB takes a while
+        self._unlink = unlink
         # path → future of a file being created in a worker thread
         self._allocating: dict[str, asyncio.Future[MappedFile]] = {}
 
@@ -263,7 +266,7 @@ class MappedFileQueue:
         self.mapped_files = [mf for mf in self.mapped_files if id(mf) not in gone]
         for mf in deleted:
             log.info("delete expired file", file=mf.file_name)
-            mf.destroy()
+            mf.destroy(self._unlink)
         return len(deleted)
 
     def destroy(self) -> None:
@@ -337,8 +340,7 @@ class MappedFileQueue:
 
     def apply_flush(self, done: list[tuple[MappedFile, int]], store_timestamp: int) -> None:
         for f, target in done:
-            if target > f.flushed_position:
-                f.flushed_position = target
+            f.flushed_position = max(f.flushed_position, target)
         where = self.flushed_where
         for f in self.mapped_files:
             if f.tail_offset <= where:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 # ---------------------------------------------------------------------------------------------- constants
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7 as a signed int32

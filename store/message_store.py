@@ -22,8 +22,20 @@ import structlog
 
 from store.checkpoint import StoreCheckpoint
 from store.clean import CleanService, disk_used_ratio
-from store.commit_log import AppendFailure, AppendRequest, CommitLog, DispatchRequest, RecordMeta
-from store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig, StoreConfigError
+from store.commit_log import (
+    AppendFailure,
+    AppendRequest,
+    CommitLog,
+    DispatchRequest,
+    RecordMeta,
+)
+from store.config import (
+    CQ_STORE_UNIT_SIZE,
+    BrokerRole,
+    FlushDiskType,
+    MessageStoreConfig,
+    StoreConfigError,
+)
 from store.consume_queue import ConsumeQueue, tags_to_int32
 from store.fault import StoreFault
 from store.flush import (
@@ -43,12 +55,13 @@ from store.message import (
     MessageConst,
     MessageExt,
     MessageExtBrokerInner,
+    RecordEncoder,
     RecordError,
     decode_record,
     encode_properties,
-    RecordEncoder,
     transaction_value,
 )
+from store.reput import ReputMessageService
 from store.results import (
     GetMessageResult,
     GetMessageStatus,
@@ -57,7 +70,6 @@ from store.results import (
     PutMessageStatus,
     QueryMessageResult,
 )
-from store.reput import ReputMessageService
 from store.stats import StoreStats
 from store.transient_store_pool import TransientStorePool
 
@@ -109,6 +121,7 @@ class MessageStore:
             run_blocking=self._run_blocking,
             fault=self.fault,
             on_new_file=self._on_new_commit_log_file,
+            unlink=self.unlink_later,
         )
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
@@ -142,6 +155,16 @@ class MessageStore:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self._io_threads, thread_name_prefix="store-io")
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def unlink_later(self, path: str) -> None:
+        """Unlink in a worker thread when the loop runs (retention), else right away."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            _unlink_quietly(path)
+            return
+        fut = self._run_blocking(_unlink_quietly, path)
+        fut.add_done_callback(_log_unlink_failure)
 
     def _on_new_commit_log_file(self, mf: MappedFile) -> None:
         if self.pool is not None:
@@ -233,6 +256,7 @@ class MessageStore:
             self.config.store_path_consume_queue,
             self.config.mapped_file_size_consume_queue,
             run_blocking=self._run_blocking,
+            unlink=self.unlink_later,
         )
 
     def _recover(self, last_exit_ok: bool) -> None:
@@ -636,7 +660,7 @@ class MessageStore:
                 fut_flush = service.put_request(result.wrote_offset + result.wrote_bytes)
                 try:
                     ok = await asyncio.wait_for(asyncio.shield(fut_flush), cfg.sync_flush_timeout / 1000)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     ok = False
                 if not ok:
                     log.error(
@@ -1055,6 +1079,11 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _log_unlink_failure(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("cannot delete an expired file", error=str(fut.exception()))
 
 
 def _has_key(msg: MessageExt, key: str) -> bool:

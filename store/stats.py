@@ -24,12 +24,10 @@ class StoreStats:
 
     def put_done(self, elapsed_ms: int) -> None:
         self.put_count += 1
-        if elapsed_ms > self.put_entire_time_max:
-            self.put_entire_time_max = elapsed_ms
+        self.put_entire_time_max = max(self.put_entire_time_max, elapsed_ms)
 
     def get_time(self, elapsed_ms: int) -> None:
-        if elapsed_ms > self.get_entire_time_max:
-            self.get_entire_time_max = elapsed_ms
+        self.get_entire_time_max = max(self.get_entire_time_max, elapsed_ms)
 
     def sample(self) -> None:
         self._samples.append((self.now_ms(), self.put_count, self.get_found, self.get_miss, self.get_transferred))

@@ -10,17 +10,17 @@ from store import MessageExtBrokerInner, MessageStore, MessageStoreConfig
 
 
 def small_config(root, **overrides) -> MessageStoreConfig:
-    values = dict(
-        store_path_root_dir=str(root),
-        mapped_file_size_commit_log=64 * 1024,
-        mapped_file_size_consume_queue=100 * 20,
-        max_hash_slot_num=64,
-        max_index_num=256,
-        flush_interval_commit_log=50,
-        flush_interval_consume_queue=50,
-        commit_interval_commit_log=20,
-        clean_resource_interval=3_600_000,
-    )
+    values = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commit_log": 64 * 1024,
+        "mapped_file_size_consume_queue": 100 * 20,
+        "max_hash_slot_num": 64,
+        "max_index_num": 256,
+        "flush_interval_commit_log": 50,
+        "flush_interval_consume_queue": 50,
+        "commit_interval_commit_log": 20,
+        "clean_resource_interval": 3_600_000,
+    }
     values.update(overrides)
     return MessageStoreConfig(**values)
 

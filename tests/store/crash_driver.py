@@ -16,9 +16,14 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-import structlog  # noqa: E402
+import structlog
 
-from store import MessageExtBrokerInner, MessageStore, MessageStoreConfig, PutMessageStatus  # noqa: E402
+from store import (
+    MessageExtBrokerInner,
+    MessageStore,
+    MessageStoreConfig,
+    PutMessageStatus,
+)
 
 TOPIC = "CrashTopic"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from conftest import make_msg
+
 from store import PutMessageStatus
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def test_put_entries_roll_over_and_read(tmp_path):
     # a read never crosses a file: 7, 8, 9
     assert entries["offset"].tolist() == [1700, 1800, 1900]
     assert cq.get_entry(24) == (3400, 100, 0)
-    raw = open(cq.mapped_file_queue.mapped_files[0].file_name, "rb").read(20)
+    raw = Path(cq.mapped_file_queue.mapped_files[0].file_name).read_bytes()[:20]
     assert raw == struct.pack(">qiq", 1000, 100, 0)
     assert cq.put_message_position_info(1000, 100, 0, 0)  # replay is a no-op
     assert cq.get_max_offset_in_queue() == 25
@@ -100,7 +101,7 @@ def test_offset_by_time_binary_search(tmp_path):
     stamps = {i * 100: 1000 + i * 10 for i in range(50)}
     for i in range(50):
         cq.put_message_position_info(i * 100, 100, 0, i)
-    pick = lambda off, size: stamps[off]  # noqa: E731
+    pick = lambda off, size: stamps[off]
     assert cq.get_offset_in_queue_by_time(1000 + 17 * 10, pick, 0) == 17
     assert cq.get_offset_in_queue_by_time(1000 + 17 * 10 + 4, pick, 0) == 17
     assert cq.get_offset_in_queue_by_time(1000 + 17 * 10 + 6, pick, 0) == 18

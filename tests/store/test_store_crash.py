@@ -12,8 +12,8 @@ import sys
 import time
 
 import pytest
-
 from crash_driver import TOPIC, crash_config, expected_body
+
 from store import GetMessageStatus, MessageStore, decode_records
 
 DRIVER = os.path.join(os.path.dirname(__file__), "crash_driver.py")

@@ -4,8 +4,10 @@ loop never blocking on fsync (it runs in worker threads)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from conftest import make_msg
+
 from store import MessageStore, PutMessageStatus
 
 
@@ -82,3 +84,21 @@ async def test_shutdown_flushes_everything(config_factory):
     mfq = s.commit_log.mapped_file_queue
     await s.shutdown()
     assert mfq.flushed_where == end
+
+
+async def test_consume_queues_index_and_checkpoint_are_flushed(store_factory, config_factory):
+    s = await store_factory(config_factory(flush_interval_consume_queue=20, flush_consume_queue_thorough_interval=0))
+    for i in range(30):
+        await s.put_message(make_msg(queue_id=i % 3, keys=f"k{i}"))
+    cqs = [s.find_consume_queue("T", q).mapped_file_queue for q in range(3)]
+    for _ in range(200):
+        if all(m.flushed_where == m.max_offset() for m in cqs) and s.checkpoint.index_msg_timestamp:
+            break
+        await asyncio.sleep(0.01)
+    assert all(m.flushed_where == m.max_offset() == 10 * 20 for m in cqs)
+    assert s.checkpoint.logics_msg_timestamp > 0 and s.checkpoint.index_msg_timestamp > 0
+    import struct
+
+    raw = Path(s.config.store_checkpoint).read_bytes()[:24]
+    _physic, logics, _index = struct.unpack(">qqq", raw)
+    assert logics > 0  # written to the checkpoint file itself

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import struct
+from pathlib import Path
 
 from conftest import make_msg
+
 from store import decode_offset_msg_id, decode_records
 from store.index_service import index_key_hash
 
@@ -59,11 +61,11 @@ async def test_index_files_roll_and_keep_upstream_layout(store_factory, config_f
     size = 40 + 8 * 4 + 16 * 20
     first = os.path.join(s.config.store_path_index, files[0])
     assert os.path.getsize(first) == size
-    raw = open(first, "rb").read()
-    begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count = struct.unpack_from(">qqqqii", raw, 0)
+    raw = Path(first).read_bytes()
+    begin_ts, end_ts, begin_phy, _end_phy, _slot_count, index_count = struct.unpack_from(">qqqqii", raw, 0)
     assert index_count == 16 and begin_phy == 0 and end_ts >= begin_ts > 0
     # entry #1 is the first key: hash of "T#R0", its CommitLog offset, previous entry 0
-    key_hash, phy, tdiff, prev = struct.unpack_from(">iqii", raw, 40 + 8 * 4 + 1 * 20)
+    key_hash, phy, _tdiff, prev = struct.unpack_from(">iqii", raw, 40 + 8 * 4 + 1 * 20)
     assert (key_hash, phy, prev) == (index_key_hash("T#R0"), 0, 0)
     slot = struct.unpack_from(">i", raw, 40 + (key_hash % 8) * 4)[0]
     assert slot >= 1

@@ -25,19 +25,19 @@ from store.message import (
 
 
 def _msg(**kw) -> MessageExtBrokerInner:
-    base = dict(
-        topic="TopicTest",
-        body=b"Hello RocketMQ",
-        queue_id=3,
-        properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC11000100002A9F0000000000000000"},
-        flag=7,
-        sys_flag=0,
-        born_timestamp=1_700_000_000_123,
-        born_host=("192.168.1.9", 53211),
-        store_host=("10.1.2.3", 10911),
-        reconsume_times=2,
-        prepared_transaction_offset=99,
-    )
+    base = {
+        "topic": "TopicTest",
+        "body": b"Hello RocketMQ",
+        "queue_id": 3,
+        "properties": {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC11000100002A9F0000000000000000"},
+        "flag": 7,
+        "sys_flag": 0,
+        "born_timestamp": 1_700_000_000_123,
+        "born_host": ("192.168.1.9", 53211),
+        "store_host": ("10.1.2.3", 10911),
+        "reconsume_times": 2,
+        "prepared_transaction_offset": 99,
+    }
     base.update(kw)
     return MessageExtBrokerInner.create(base.pop("topic"), base.pop("body"), **base)
 

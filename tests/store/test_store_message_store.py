@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_msg
+
 from store import (
     GetMessageStatus,
     MessageStore,

@@ -5,23 +5,22 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
+from conftest import make_msg
 from structlog.testing import capture_logs
 
-from conftest import make_msg
 from store import GetMessageStatus, PutMessageStatus
 from store import transient_store_pool as tsp
 from store.transient_store_pool import TransientStorePool
 
 
 def _pool_config(config_factory, **kw):
-    values = dict(
-        transient_store_pool_enable=True,
-        transient_store_pool_size=2,
-        commit_interval_commit_log=20,
-        commit_commit_log_least_pages=10_000,  # only explicit commits in these tests
-        commit_commit_log_thorough_interval=10**9,
-    )
+    values = {
+        "transient_store_pool_enable": True,
+        "transient_store_pool_size": 2,
+        "commit_interval_commit_log": 20,
+        "commit_commit_log_least_pages": 10_000,  # only explicit commits in these tests
+        "commit_commit_log_thorough_interval": 10**9,
+    }
     values.update(kw)
     return config_factory(**values)
 

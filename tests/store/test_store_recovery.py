@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from conftest import make_msg
+
 from store import GetMessageStatus, MessageStore, PutMessageStatus, decode_records
 
 
@@ -98,7 +100,7 @@ async def test_truncated_last_file(config_factory):
     for name in os.listdir(cfg.store_path_commit_log):
         if int(name) > last_off:
             os.unlink(os.path.join(cfg.store_path_commit_log, name))  # the file created ahead
-    path = os.path.join(cfg.store_path_commit_log, "%020d" % (last_off - last_off % size))
+    path = os.path.join(cfg.store_path_commit_log, f"{last_off - last_off % size:020d}")
     os.truncate(path, last_off % size + last_size // 2)  # cut the last record in half
     _crash_marker(cfg)
     s = await _open(config_factory())
@@ -139,13 +141,12 @@ async def test_all_consume_queues_deleted_are_rebuilt(config_factory):
 async def test_stale_checkpoint_from_earlier_state(config_factory):
     cfg = config_factory()
     await _fill(cfg, n=20)
-    stale = open(cfg.store_checkpoint, "rb").read()
+    stale = Path(cfg.store_checkpoint).read_bytes()
     s = await _open(config_factory())
     for i in range(100):
         await s.put_message(make_msg(body=b"later%d" % i, queue_id=0))
     await s.shutdown()
-    with open(cfg.store_checkpoint, "wb") as f:
-        f.write(stale)  # claims a clean end long before the real one
+    Path(cfg.store_checkpoint).write_bytes(stale)  # claims a clean end long before the real one
     s = await _open(config_factory())
     try:
         assert s.last_recovery["startFile"] != "checkpoint"  # the stale offset was rejected

@@ -3,10 +3,12 @@ follow, consumers behind get OFFSET_TOO_SMALL; a full disk refuses puts."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
 from conftest import make_msg
+
 from store import GetMessageStatus, PutMessageStatus
 from store.clean import CleanService
 
@@ -23,11 +25,11 @@ def _age_files(directory: str, hours: float) -> None:
 
 
 def _hour_now() -> str:
-    return "%02d" % time.localtime().tm_hour
+    return f"{time.localtime().tm_hour:02d}"
 
 
 def _other_hour() -> str:
-    return "%02d" % ((time.localtime().tm_hour + 12) % 24)
+    return f"{(time.localtime().tm_hour + 12) % 24:02d}"
 
 
 async def test_expired_files_go_at_delete_when_and_queues_follow(store_factory, config_factory):
@@ -37,8 +39,14 @@ async def test_expired_files_go_at_delete_when_and_queues_follow(store_factory, 
     assert len(files) >= 3
     _age_files(s.config.store_path_commit_log, 2)
     clean = CleanService(s, disk_ratio=lambda p: 0.1)
+    names = [f.file_name for f in files]
     deleted = clean.run_once()
     assert deleted == len(files) - 1  # never the last file
+    for _ in range(100):  # unlinked in a worker thread, not on the loop
+        if not any(os.path.exists(n) for n in names[:-1]):
+            break
+        await asyncio.sleep(0.01)
+    assert not any(os.path.exists(n) for n in names[:-1]) and os.path.exists(names[-1])
     min_phy = s.get_min_phy_offset()
     assert min_phy == s.commit_log.mapped_file_queue.mapped_files[0].file_from_offset > 0
     min_q = s.get_min_offset_in_queue("T", 0)

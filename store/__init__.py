@@ -16,7 +16,7 @@ from store.message import (
     encode_properties,
     tags_hash,
 )
-from store.message_store import MessageStore
+from store.message_store import MessageStore, StoreNotReadableError
 from store.results import (
     AppendMessageResult,
     GetMessageResult,
@@ -44,6 +44,7 @@ __all__ = [
     "PutMessageStatus",
     "QueryMessageResult",
     "StoreConfigError",
+    "StoreNotReadableError",
     "TagsMessageFilter",
     "create_offset_msg_id",
     "decode_offset_msg_id",

@@ -18,7 +18,7 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -111,7 +111,6 @@ class RecoveryReport:
     scanned_bytes: int = 0
     records: int = 0
     start_file: str = ""
-    errors: list[str] = field(default_factory=list)
 
 
 class CommitLog:

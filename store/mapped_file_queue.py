@@ -227,7 +227,7 @@ class MappedFileQueue:
             self.mapped_files.pop().destroy()
 
     def _drop_allocations(self) -> None:
-        for path, fut in list(self._allocating.items()):
+        for fut in self._allocating.values():
             fut.add_done_callback(_destroy_unused)
         self._allocating.clear()
 

@@ -49,6 +49,7 @@ from store.index_service import IndexService
 from store.mapped_file import MappedFile
 from store.message import (
     MAX_TOPIC_LENGTH,
+    MESSAGE_MAGIC_CODE,
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -82,6 +83,10 @@ _INT_MAX = 0x7FFFFFFF
 
 def _default_now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class StoreNotReadableError(RuntimeError):
+    """A read on a store that is not loaded (or already shut down)."""
 
 
 def _total_physical_memory() -> int:
@@ -774,7 +779,11 @@ class MessageStore:
         max_msg_nums: int,
         message_filter: MessageFilter | None = None,
     ) -> GetMessageResult:
-        """Up to `max_msg_nums` raw records from `offset` (upstream DefaultMessageStore.getMessage)."""
+        """Up to `max_msg_nums` raw records from `offset` (upstream DefaultMessageStore.getMessage).
+
+        Raises StoreNotReadableError once the store is shut down (upstream returns null there; the
+        broker answers SYSTEM_ERROR either way)."""
+        self._ensure_readable("getMessage")
         begin = self.now_ms()
         status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
         next_begin = offset
@@ -905,6 +914,10 @@ class MessageStore:
         result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory
         return status, offset + i
 
+    def _ensure_readable(self, what: str) -> None:
+        if not self._loaded:
+            raise StoreNotReadableError(f"message store is not loaded or has shut down, so {what} is forbidden")
+
     def _next_offset_correction(self, old: int, new: int) -> int:
         if self.config.broker_role != BrokerRole.SLAVE or self.config.offset_check_in_slave:
             return new
@@ -975,12 +988,11 @@ class MessageStore:
 
     def select_one_message_by_offset(self, phy_offset: int) -> memoryview | None:
         """The raw record at `phy_offset` (a view into the mapping) or None."""
+        self._ensure_readable("selectOneMessageByOffset")
         head = self.commit_log.get_message(phy_offset, 8)
         if head is None:
             return None
         size = int.from_bytes(head[:4], "big", signed=True)
-        from store.message import MESSAGE_MAGIC_CODE
-
         if size < 91 or int.from_bytes(head[4:8], "big", signed=True) != MESSAGE_MAGIC_CODE:
             return None
         return self.commit_log.get_message(phy_offset, size)
@@ -989,6 +1001,7 @@ class MessageStore:
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
         """Messages of `topic` whose KEYS or UNIQ_KEY contain `key`, stored within [begin, end]
         (upstream queryMessage: up to three rounds over the index, newest first)."""
+        self._ensure_readable("queryMessage")
         out = QueryMessageResult()
         if not self.config.message_index_enable:
             return out
@@ -1093,4 +1106,4 @@ def _has_key(msg: MessageExt, key: str) -> bool:
     return bool(keys) and key in keys.split(MessageConst.KEY_SEPARATOR)
 
 
-__all__ = ["MessageStore", "StoreConfigError"]
+__all__ = ["MessageStore", "StoreConfigError", "StoreNotReadableError"]

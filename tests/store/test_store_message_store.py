@@ -237,3 +237,17 @@ def test_pool_requires_async_flush_master(config_factory):
         MessageStore(config_factory(transient_store_pool_enable=True, flush_disk_type="SYNC_FLUSH"))
     with pytest.raises(StoreConfigError, match="master"):
         MessageStore(config_factory(transient_store_pool_enable=True, broker_role="SLAVE"))
+
+
+async def test_reads_after_shutdown_raise_a_clear_error(config_factory):
+    from store import StoreNotReadableError
+
+    s = MessageStore(config_factory())
+    assert await s.load()
+    await s.start()
+    await s.put_message(make_msg())
+    await s.shutdown()
+    with pytest.raises(StoreNotReadableError, match="getMessage"):
+        s.get_message("g", "T", 0, 0, 32)
+    with pytest.raises(StoreNotReadableError):
+        s.look_message_by_offset(0)

@@ -15,7 +15,8 @@ Settings
 - per test: ``@pytest.mark.rocketmq_broker_config(autoCreateTopicEnable=False)`` (function scope).
 
 The broker's modules are imported on first use only, so merely having the plugin installed costs a
-test run nothing.
+test run nothing. If the suite has not configured structlog, the first broker routes structlog to
+stdlib logging, so the broker's log lines land in pytest's log capture, not in the tests' stdout.
 """
 
 from __future__ import annotations
@@ -76,9 +77,29 @@ def _ini_config(config: pytest.Config) -> dict[str, str]:
     return out
 
 
+def _route_structlog_to_logging() -> None:
+    """If the suite left structlog unconfigured (its default prints every level to stdout), send the
+    broker's events to stdlib logging instead, so pytest's log capture shows them with failures and
+    test stdout stays the tests' own."""
+    import structlog
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.filter_by_level,
+                    structlog.stdlib.add_log_level, structlog.processors.format_exc_info,
+                    structlog.dev.ConsoleRenderer(colors=False)],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+
+
 def _start(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            keys: dict[str, Any]) -> EmbeddedBroker:
     from broker.tools.embedded import EmbeddedBroker
+
+    _route_structlog_to_logging()
 
     store = tmp_path_factory.mktemp("rocketmq-store")
     return EmbeddedBroker(config=keys, store_dir=store).start()

@@ -754,9 +754,22 @@ async def run(args: argparse.Namespace) -> Output:
         return await args.fn(admin, args)
 
 
+def _quiet_logging() -> None:
+    """The tool's own output is stdout; library log lines (connections, …) go to stderr, warnings only.
+    Left alone when the host process (a test suite, say) configured structlog itself."""
+    import logging
+
+    import structlog
+
+    if not structlog.is_configured():
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                            logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _quiet_logging()
     try:
         out = asyncio.run(run(args))
     except UsageError as exc:

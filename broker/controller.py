@@ -243,12 +243,13 @@ class BrokerController:
         log.info("broker config updated", keys=sorted(changed))
 
     # -- events ------------------------------------------------------------------------------------
-    def _on_message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int,
+    def _on_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int,
                              store_timestamp: int, properties: dict[str, str] | None) -> None:
+        """Called by the store after a message is dispatched; ``max_offset`` is the queue's new max."""
         if topic == SCHEDULE_TOPIC:
             self.schedule_service.on_message_arriving(queue_id)
             return
-        self.pull_hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code, properties)
+        self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code, properties)
 
     def _on_topic_change(self, tc: TopicConfig | None) -> None:
         if tc is not None:

@@ -1,0 +1,147 @@
+"""Units behind the endpoint: latency buckets, the processor wrapper, upstream's stats windows (fake clocks)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from broker.metrics import (
+    RPC_LATENCY_BUCKETS_MS,
+    InstrumentedProcessor,
+    RequestMetrics,
+    StatsWindows,
+    is_system,
+)
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+
+
+class FakeStats:
+    def __init__(self) -> None:
+        self.put_nums: Counter[str] = Counter()
+        self.put_size: Counter[str] = Counter()
+        self.get_nums: Counter[tuple[str, str]] = Counter()
+        self.get_size: Counter[tuple[str, str]] = Counter()
+
+    @property
+    def total_put(self) -> int:
+        return sum(self.put_nums.values())
+
+    @property
+    def total_get(self) -> int:
+        return sum(self.get_nums.values())
+
+
+class Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def local_noon_ms() -> int:
+    lt = time.localtime()
+    return int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 12, 0, 0, 0, 0, -1)) * 1000)
+
+
+@pytest.mark.parametrize("elapsed, bucket", [(0.2, 0), (1.0, 0), (1.01, 1), (3.0, 1), (99.9, 5), (3000.0, 8),
+                                             (3000.1, 9), (1e9, 9)])
+def test_latency_buckets_are_le(elapsed, bucket):
+    m = RequestMetrics()
+    m.observe(RequestCode.SEND_MESSAGE, ResponseCode.SUCCESS, elapsed)
+    cell = m.latency[(RequestCode.SEND_MESSAGE, ResponseCode.SUCCESS, False, "success")]
+    assert cell.buckets.index(1) == bucket and len(cell.buckets) == len(RPC_LATENCY_BUCKETS_MS) + 1
+    assert (cell.count, cell.total_ms) == (1, elapsed)
+
+
+class Inner:
+    def __init__(self, answer=None, error: Exception | None = None, reject: bool = False) -> None:
+        self.answer, self.error, self.reject = answer, error, reject
+
+    def reject_request(self) -> bool:
+        return self.reject
+
+    async def process_request(self, channel, request):
+        if self.error is not None:
+            raise self.error
+        return self.answer(request) if callable(self.answer) else self.answer
+
+
+async def test_wrapper_times_answers_parks_oneways_and_failures():
+    m = RequestMetrics()
+    ticks = iter([0.0, 0.004, 10.0, 10.002, 20.0, 20.5, 30.0, 30.001])
+    clock = lambda: next(ticks)
+    ok = InstrumentedProcessor(Inner(lambda r: r.response(ResponseCode.SUCCESS)), "send", m, clock=clock)
+    resp = await ok.process_request(None, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2))
+    assert resp.code == 0
+    cell = m.latency[(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, False, "success")]
+    assert cell.count == 1 and cell.total_ms == pytest.approx(4.0)
+    parked = InstrumentedProcessor(Inner(None), "pull", m, clock=clock)
+    assert await parked.process_request(None, RemotingCommand.request(RequestCode.PULL_MESSAGE)) is None
+    assert m.latency[(RequestCode.PULL_MESSAGE, None, True, "success")].count == 1
+    assert await parked.process_request(None, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET,
+                                                                      oneway=True)) is None
+    assert m.latency[(RequestCode.UPDATE_CONSUMER_OFFSET, None, False, "oneway")].count == 1
+    failing = InstrumentedProcessor(Inner(error=KeyError("boom")), "admin", m, clock=clock)
+    with pytest.raises(KeyError):  # the executor still answers SYSTEM_ERROR: the wrapper only counts
+        await failing.process_request(None, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+    assert m.latency[(RequestCode.GET_ALL_TOPIC_CONFIG, ResponseCode.SYSTEM_ERROR, False,
+                      "process_request_failed")].count == 1
+
+
+def test_wrapper_counts_refusals_per_queue():
+    m = RequestMetrics()
+    assert InstrumentedProcessor(Inner(reject=True), "send", m).reject_request() is True
+    assert InstrumentedProcessor(Inner(reject=False), "send", m).reject_request() is False
+    assert InstrumentedProcessor(object(), "admin", m).reject_request() is False  # no reject_request at all
+    assert m.rejected == Counter({"send": 1})
+
+
+def test_stats_windows_minute_hour_day():
+    stats, clock = FakeStats(), Clock(local_noon_ms())
+    windows = StatsWindows(stats, cluster_name=lambda: "C", now_ms=clock)
+    assert windows.view("TOPIC_PUT_NUMS", "t") is None  # never counted: upstream's "not exist"
+    windows.tick()
+    stats.put_nums["t"] += 10
+    stats.get_nums[("g", "t")] += 4
+    clock.ms += 5_000
+    view = windows.view("TOPIC_PUT_NUMS", "t")
+    assert view["statsMinute"] == {"sum": 10, "tps": pytest.approx(2.0), "avgpt": 0.0}
+    assert view["statsDay"]["sum"] == 10
+    assert windows.view("GROUP_GET_NUMS", "t@g")["statsHour"]["sum"] == 4
+    assert windows.view("BROKER_PUT_NUMS", "C")["statsMinute"]["sum"] == 10
+    # 80 s later the minute window has rolled past the first 10 messages; the hour still has them.
+    for _ in range(8):
+        clock.ms += 10_000
+        windows.tick()
+    stats.put_nums["t"] += 3
+    view = windows.view("TOPIC_PUT_NUMS", "t")
+    assert view["statsMinute"]["sum"] == 3
+    assert view["statsHour"]["sum"] == 13 and view["statsDay"]["sum"] == 13
+
+
+def test_stats_windows_day_rollover_sets_morning_totals():
+    stats, clock = FakeStats(), Clock(local_noon_ms())
+    windows = StatsWindows(stats, cluster_name=lambda: "C", now_ms=clock)
+    windows.tick()
+    stats.put_nums["t"] = 100
+    stats.get_nums[("g", "t")] = 40
+    clock.ms += 24 * 3_600_000  # tomorrow
+    windows.tick()
+    assert (windows.put_total_yesterday_morning, windows.put_total_today_morning) == (0, 100)
+    assert (windows.get_total_yesterday_morning, windows.get_total_today_morning) == (0, 40)
+    stats.put_nums["t"] = 150
+    clock.ms += 24 * 3_600_000
+    windows.tick()
+    assert (windows.put_total_yesterday_morning, windows.put_total_today_morning) == (100, 150)
+
+
+@pytest.mark.parametrize("topic, group, expected", [
+    ("orders", "g", False), ("TBW102", "", True), ("rmq_sys_x", "", True), ("%RETRY%TOOLS_CONSUMER", "", True),
+    ("orders", "CID_RMQ_SYS_TRANS", True), ("%RETRY%g", "g", False),
+])
+def test_is_system_label(topic, group, expected):
+    assert is_system(topic, group) is expected

@@ -151,5 +151,5 @@ for bad in ({"fmt": "xml"}, {"level": "LOUD"}):
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["refused: unknown log format 'xml'; expected json or console",
-                                        "refused: unknown log level 'LOUD'; expected one of DEBUG, INFO, WARNING, "
-                                        "ERROR, CRITICAL"]
+                                        ("refused: unknown log level 'LOUD'; expected one of DEBUG, INFO, WARNING, "
+                                        "ERROR, CRITICAL")]

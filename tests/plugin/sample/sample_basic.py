@@ -1,0 +1,91 @@
+"""A user's test suite: the ``rocketmq_broker`` fixture with real clients, topics and injected faults.
+
+Run by tests/plugin/test_plugin.py in a fresh pytest process (its files are named ``sample_*.py`` so
+the project's own test run does not collect them).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mqclient.errors import SendFailedError
+from mqclient.message import Message
+from mqclient.producer import Producer, ProducerConfig
+from remoting.codes import RequestCode
+
+
+def test_addresses_and_start_time(rocketmq_broker):
+    host, port = rocketmq_broker.namesrv_addr.split(":")
+    assert host == "127.0.0.1" and int(port) > 0
+    assert rocketmq_broker.broker_addr != rocketmq_broker.namesrv_addr
+    assert rocketmq_broker.start_seconds < 5.0
+    report = os.environ.get("SAMPLE_REPORT")
+    if report:
+        with open(report, "a") as f:
+            f.write(f"start_seconds {rocketmq_broker.start_seconds:.4f}\n")
+
+
+async def test_send_with_an_asyncio_client(rocketmq_broker):
+    rocketmq_broker.create_topic("orders", queues=2)
+    async with Producer(rocketmq_broker.namesrv_addr, ProducerConfig(group="PG_sample")) as producer:
+        result = await producer.send(Message("orders", b"hello", tags="new"))
+    assert result.status == "SEND_OK" and result.broker == rocketmq_broker.broker_addr
+    assert rocketmq_broker.max_offset("orders", result.queue.queue_id) == 1
+
+
+def test_send_with_the_cpp_client(rocketmq_broker):
+    client = pytest.importorskip("rocketmq.client")
+    rocketmq_broker.create_topic("cpp_orders", queues=1)
+    producer = client.Producer("PG_cpp_sample")
+    producer.set_namesrv_addr(rocketmq_broker.namesrv_addr)
+    producer.start()
+    try:
+        msg = client.Message("cpp_orders")
+        msg.set_body("from C++")
+        assert producer.send_sync(msg).status == client.SendStatus.OK
+    finally:
+        producer.shutdown()
+    assert rocketmq_broker.max_offset("cpp_orders", 0) == 1
+
+
+@pytest.mark.rocketmq_broker_config(waitTimeMillsInSendQueue=50)
+async def test_injected_fault_makes_the_broker_busy(rocketmq_broker):
+    rocketmq_broker.create_topic("busy", queues=1)
+    rocketmq_broker.inject_fault("stall_queue", duration_ms=2000, target="send")
+    async with Producer(rocketmq_broker.namesrv_addr, ProducerConfig(group="PG_busy", retries=0)) as producer:
+        with pytest.raises(SendFailedError) as err:
+            await producer.send(Message("busy", b"x"))
+        assert "[TIMEOUT_CLEAN_QUEUE]broker busy" in str(err.value)
+        rocketmq_broker.clear_faults()
+        assert (await producer.send(Message("busy", b"y"))).status == "SEND_OK"
+
+
+@pytest.mark.rocketmq_broker_config(autoCreateTopicEnable=False)
+def test_marker_sets_broker_conf_keys(rocketmq_broker):
+    resp = rocketmq_broker.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "nobody_made_me"}, namesrv=True)
+    assert resp.code == 17  # TOPIC_NOT_EXIST: no auto-created route
+
+
+def test_factory_gives_independent_brokers(rocketmq_broker, rocketmq_broker_factory):
+    other = rocketmq_broker_factory(brokerName="broker-b")
+    assert other.broker_name == "broker-b" and other.namesrv_addr != rocketmq_broker.namesrv_addr
+    other.create_topic("only_b", 1)
+    resp = rocketmq_broker.request(RequestCode.GET_ALL_TOPIC_CONFIG)
+    assert b"only_b" not in resp.body
+
+
+def test_stop_is_idempotent_and_helpers_then_refuse(rocketmq_broker_factory):
+    broker = rocketmq_broker_factory()
+    broker.stop()
+    broker.stop()
+    with pytest.raises(RuntimeError, match="not running"):
+        broker.create_topic("late", 1)
+
+
+def test_time_budget(rocketmq_broker):
+    t0 = time.perf_counter()
+    rocketmq_broker.create_topic("quick", 8)
+    assert time.perf_counter() - t0 < 5.0

@@ -56,7 +56,7 @@ cleanup() {
     else
         local c
         for c in "${containers[@]}"; do
-            pod rm -f -t 0 "$c" >/dev/null 2>&1 || true
+            pod rm -f -v -t 0 "$c" >/dev/null 2>&1 || true
         done
         if [[ $volume_created == 1 ]]; then
             pod volume rm -f "$volume" >/dev/null 2>&1 || true
@@ -158,7 +158,7 @@ phase_done
 phase "building $image FROM $base"
 # --layers=false: with vfs every cached layer is a full copy of the tree (16 steps took 2-3 minutes
 # and 3 GB); one commit per stage takes ~20 s, and the sources change on every commit anyway.
-if ! pod build --isolation chroot --format docker --layers=false \
+if ! pod build --isolation chroot --format docker --layers=false --force-rm \
         --ignorefile "$repo/docker/Dockerfile.dockerignore" \
         --build-arg "BASE_IMAGE=$base" --target broker -f "$repo/docker/Dockerfile" -t "$image" "$repo" \
         >"$work/build.log" 2>&1; then
@@ -183,7 +183,9 @@ namesrv="127.0.0.1:$ns_port"
 # The mounted file sets brokerName; the environment sets listenPort. The broker's port is published
 # under the same number because clients connect to what the broker advertises (brokerIP1:listenPort);
 # the name server's host port can be anything.
-printf 'brokerName=ct-from-conf\nbrokerClusterName=ContainerTestCluster\n' >"$work/broker.conf"
+# 64 MiB commit log files: the store allocates whole files (two of them up front), 2 GiB by default.
+printf 'brokerName=ct-from-conf\nbrokerClusterName=ContainerTestCluster\nmappedFileSizeCommitLog=67108864\n' \
+    >"$work/broker.conf"
 chmod 0644 "$work/broker.conf"
 pod volume create "$volume" >/dev/null
 volume_created=1

@@ -97,3 +97,4 @@ def test_compose_file() -> None:
     bench = compose["services"]["bench"]
     assert bench["profiles"] == ["bench"], "the benchmark is optional"
     assert bench["network_mode"] == "service:broker"
+    assert bench["build"]["target"] == "bench"

@@ -26,7 +26,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 
@@ -122,7 +122,7 @@ class InstrumentedProcessor:
     that the processor parks (answer None) is counted when parked, with ``is_long_polling=true``.
     """
 
-    __slots__ = ("inner", "queue", "metrics", "_reject", "_std_log", "_clock")
+    __slots__ = ("_clock", "_reject", "_std_log", "inner", "metrics", "queue")
 
     def __init__(self, inner: Any, queue: str, metrics: RequestMetrics, *,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -188,7 +188,8 @@ class StatsWindows:
     visible at once instead of after the next sample.
     """
 
-    WINDOWS = {"minute": (10_000, 7), "hour": (600_000, 7), "day": (3_600_000, 25)}
+    WINDOWS: ClassVar[dict[str, tuple[int, int]]] = {
+        "minute": (10_000, 7), "hour": (600_000, 7), "day": (3_600_000, 25)}
 
     def __init__(self, stats: Any, *, cluster_name: Callable[[], str], now_ms: Callable[[], int]) -> None:
         self._stats = stats
@@ -270,7 +271,11 @@ class BrokerCollector:
         return []  # registering must not run a collection
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
 
         c = self.c
         cfg = c.config
@@ -322,6 +327,10 @@ class BrokerCollector:
         head_wait = gauge("rocketmq_processor_head_wait_milliseconds",
                           "How long the oldest queued request has waited", ["processor"])
         completed = counter("rocketmq_processor_completed_total", "Requests the workers finished", ["processor"])
+        rejected = counter("rocketmq_processor_rejected_total", "Requests refused because the queue was full",
+                           ["processor"])
+        expired = counter("rocketmq_processor_expired_total", "Queued requests the fast-failure sweeper answered",
+                          ["processor"])
         flow = counter("rocketmq_flow_control_total",
                        "Requests answered SYSTEM_BUSY/SYSTEM_ERROR by flow control, per queue and busy kind",
                        ["processor", "kind"])
@@ -334,13 +343,15 @@ class BrokerCollector:
             peak.add_metric(values, executor.peak)
             head_wait.add_metric(values, executor.head_wait_ms())
             completed.add_metric(values, executor.completed)
+            rejected.add_metric(values, executor.rejected)
+            expired.add_metric(values, executor.expired)
             # BrokerStats may fold these counts in itself (periodically): take the larger, never the sum.
             shed[(name, "OVERLOAD")] = max(shed[(name, "OVERLOAD")], executor.rejected)
         for queue, n in self.requests.rejected.items():
             shed[(queue, "REJECTREQUEST")] = max(shed[(queue, "REJECTREQUEST")], n)
         for (queue, kind), n in sorted(shed.items()):
             flow.add_metric(common + [PROCESSOR_LABELS.get(queue, queue), kind], n)
-        yield from (watermark, capacity, peak, head_wait, completed, flow)
+        yield from (watermark, capacity, peak, head_wait, completed, rejected, expired, flow)
 
         # -- metadata and clients ----------------------------------------------------------------
         g = gauge("rocketmq_broker_permission", "brokerPermission (6 = read and write)")
@@ -563,7 +574,7 @@ class BrokerMetrics:
             await asyncio.sleep(self.TICK_S)
             try:
                 self.windows.tick()
-            except Exception:  # noqa: BLE001 - a bad tick must not stop the sampling for good
+            except Exception:
                 log.exception("stats sampling failed")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -588,7 +599,7 @@ class BrokerMetrics:
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
             pass  # a scraper that hung up or sent garbage gets nothing more
-        except Exception:  # noqa: BLE001 - a collection bug must cost one scrape, not the server
+        except Exception:
             log.exception("metrics scrape failed")
             try:
                 writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

@@ -85,7 +85,8 @@ def test_queue_gauges_for_every_processor(prom_broker):
     assert {x.labels["processor"] for x in s.samples("rocketmq_processor_watermark")} == PROCESSORS
     assert s.value("rocketmq_processor_queue_capacity", processor="send") == 77
     for name in ("rocketmq_processor_queue_peak", "rocketmq_processor_head_wait_milliseconds",
-                 "rocketmq_processor_completed_total"):
+                 "rocketmq_processor_completed_total", "rocketmq_processor_rejected_total",
+                 "rocketmq_processor_expired_total"):
         assert {x.labels["processor"] for x in s.samples(name)} == PROCESSORS
 
 
@@ -118,6 +119,8 @@ def test_flow_control_counters_per_queue_and_kind(prom_broker):
     assert s.value("rocketmq_flow_control_total", processor="send", kind="OVERLOAD") == 3
     assert s.value("rocketmq_flow_control_total", processor="send", kind="TIMEOUT_CLEAN_QUEUE") == 2
     assert s.value("rocketmq_flow_control_total", processor="send", kind="REJECTREQUEST") >= 1
+    assert s.value("rocketmq_processor_rejected_total", processor="send") == 3
+    assert s.value("rocketmq_processor_expired_total", processor="send") == 2
 
 
 def test_store_gauges(prom_broker):

@@ -9,7 +9,9 @@ and Broker2Client do. Bodies keyed by message queue use fastjson's object keys (
 One deliberate difference: upstream picks the RESET_CONSUMER_CLIENT_OFFSET body form by the language
 of the *admin* request (the C++ client parses only the ``[{topic, brokerName, queueId, offset}]`` list
 form, Java/Go read the map form). We pick it per consumer channel, by the language of that client,
-so a reset reaches C++ consumers whatever tool asked for it. The broker also records the new offsets
+so a reset reaches C++ consumers whatever tool asked for it. Upstream also refuses a reset when any
+queue of the topic has no committed offset for the group; clients never commit offset 0, so we only
+refuse when the group has no offset for the topic at all. The broker also records the new offsets
 itself, so consume stats show them at once and a consumer that reconnects starts from them.
 """
 
@@ -119,17 +121,18 @@ class ConsumerAdminProcessor:
         offsets = self.c.consumer_offset_manager
         store = self.c.store
         table: dict[int, int] = {}
-        for qid in range(tc.write_queue_nums):
-            current = offsets.query_offset(hdr.group, hdr.topic, qid)
-            if current == -1:
-                return request.response(ResponseCode.SYSTEM_ERROR,
-                                        f"THe consumer group <{hdr.group}> not exist")
+        committed = {qid: offsets.query_offset(hdr.group, hdr.topic, qid) for qid in range(tc.write_queue_nums)}
+        if all(offset == -1 for offset in committed.values()):
+            return request.response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{hdr.group}> not exist")
+        for qid, current in committed.items():
             if hdr.timestamp == -1:
                 target = store.get_max_offset_in_queue(hdr.topic, qid)
             else:
                 target = store.get_offset_in_queue_by_time(hdr.topic, qid, hdr.timestamp)
             target = max(target, 0)
-            table[qid] = target if hdr.is_force or target < current else current
+            # A queue the group never committed (clients skip offset 0) takes the target; upstream
+            # refuses the whole reset in that case, which makes resets of young groups fail.
+            table[qid] = target if hdr.is_force or current == -1 or target < current else current
         info = self.c.consumer_manager.get(hdr.group)
         if info is None or not info.channels:
             return request.response(ResponseCode.CONSUMER_NOT_ONLINE,

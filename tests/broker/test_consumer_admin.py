@@ -192,6 +192,15 @@ async def test_reset_offset_by_time_reaches_every_live_consumer(controller):
     finally:
         await java.close()
         await cpp.close()
+    # a queue the group never committed takes the target (upstream refuses the whole reset)
+    c.consumer_offset_manager.commit_offset("G3b", "T", 0, 6)
+    young = FakeConsumer(c, "G3b", "cid-y")
+    try:
+        await young.heartbeat()
+        resp = await _admin(c, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(ext, group="G3b", timestamp="-1"))
+        assert _mq_table(resp.body) == {("T", 0): 6, ("T", 1): 2}
+    finally:
+        await young.close()
     bad = await _admin(c, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(ext, group="NOPE"))
     assert bad.code == ResponseCode.SYSTEM_ERROR and "not exist" in bad.remark
     bad = await _admin(c, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(ext, topic="NoTopic"))

@@ -83,6 +83,16 @@ def raw_pull(broker_addr: str, topic: str, queue_id: int = 0, expression: str = 
     return asyncio.run(go())
 
 
+def admin(broker_addr: str, code: int, ext: dict[str, str]) -> RemotingCommand:
+    async def go() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(broker_addr, RemotingCommand.request(code, ext), 15.0)
+        finally:
+            await client.close()
+    return asyncio.run(go())
+
+
 def wait_for(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -134,6 +144,9 @@ class Scenario:
     tx_listener: TxListener | None = None
     tx_check_wait_s: float = 0.0
     sent_at: dict[str, float] = field(default_factory=dict)
+    running_info: RemotingCommand | None = None
+    reset: RemotingCommand | None = None
+    client_ids: list[str] = field(default_factory=list)
 
     def of(self, key: str) -> list[Received]:
         return sorted((i for i in self.items if i.key == key), key=lambda i: i.at)
@@ -169,6 +182,7 @@ def scenario(sem) -> Scenario:
             for key, level in (("good", None), ("bad", None), ("d1", 1), ("d2", 2)):
                 sent_at[key] = time.monotonic()
                 producer.send_sync(make_message(topics["main"], f"body-{key}".encode(), key=key, delay_level=level))
+            reset_to_ms = int(time.time() * 1000)
             for key, tag in (("a1", "Aa"), ("b1", "BB"), ("a2", "Aa"), ("b2", "BB"), ("c1", "Cc")):
                 producer.send_sync(make_message(topics["tags"], f"body-{key}".encode(), key=key, tags=tag))
             tx_results, tx_listener, tx_wait = run_transactions(ns, topics["tx"])
@@ -177,10 +191,24 @@ def scenario(sem) -> Scenario:
                                         and sum(i.key == "bad" for i in items) >= RETRY_MAX + 1, 20), \
                 sorted((i.key, i.reconsume_times) for i in collector.items())
             dlq = wait_for(lambda: raw_pull(sem.broker_addr, f"%DLQ%{group}")[1], 8, "the failing message in the DLQ")
+            collector.settle(0.5)
+            # consumer management against the live C++ consumer: who is it, what is it doing, rewind it
+            conns = admin(sem.broker_addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            client_ids = [c["clientId"] for c in json.loads(conns.body)["connectionSet"]]
+            running = admin(sem.broker_addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                            {"consumerGroup": group, "clientId": client_ids[0], "jstackEnable": "false"})
+            reset = admin(sem.broker_addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                          {"topic": topics["tags"], "group": group, "timestamp": str(reset_to_ms), "isForce": "true"})
+            # The client restarts a queue only when its parked long poll returns; new matching messages
+            # wake those polls (otherwise they sit out their 15 s suspend time, as with any broker).
+            for q in range(4):
+                producer.send_orderly(make_message(topics["tags"], b"wake", key=f"wake{q}", tags="Aa"), q)
+            collector.wait_until(lambda items: sum(i.key in ("a1", "a2") for i in items) >= 4, 10)
             collector.settle(1.0)
         finally:
             _call_within(consumer.shutdown, 20, "PushConsumer.shutdown()")
-    return Scenario(collector.items(), topics, dlq, tx_results, tx_listener, tx_wait, sent_at)
+    return Scenario(collector.items(), topics, dlq, tx_results, tx_listener, tx_wait, sent_at, running, reset,
+                    client_ids)
 
 
 # -------------------------------------------------------------------------------------------- tests
@@ -225,12 +253,26 @@ def test_delay_levels_deliver_on_time(scenario):
 
 def test_tag_filter_with_colliding_hashes(scenario, sem):
     assert tags_hash(COLLIDING[0]) == tags_hash(COLLIDING[1])
-    keys = sorted(i.key for i in scenario.items if i.topic == scenario.topics["tags"])
-    assert keys == ["a1", "a2"]
+    keys = {i.key for i in scenario.items if i.topic == scenario.topics["tags"]}
+    assert keys == {"a1", "a2", "wake0", "wake1", "wake2", "wake3"}, keys
     # the broker itself re-checks TAGS, so a colliding tag is not even sent to the client
     delivered = {m.properties["KEYS"] for q in range(4) for m in raw_pull(sem.broker_addr, scenario.topics["tags"],
                                                                          q, COLLIDING[0])[1]}
-    assert delivered == {"a1", "a2"}, delivered
+    assert delivered == {"a1", "a2", "wake0", "wake1", "wake2", "wake3"}, delivered
+
+
+def test_reset_offset_by_time_rewinds_the_live_cpp_consumer(scenario):
+    assert scenario.reset.code == ResponseCode.SUCCESS, scenario.reset.remark
+    tags = [i for i in scenario.items if i.topic == scenario.topics["tags"] and not i.key.startswith("wake")]
+    assert sorted(i.key for i in tags) == ["a1", "a1", "a2", "a2"], \
+        "after RESET_CONSUMER_CLIENT_OFFSET the consumer reads the tag topic again from the reset time"
+
+
+def test_running_info_comes_from_the_cpp_consumer(scenario):
+    assert len(scenario.client_ids) == 1
+    info = scenario.running_info
+    assert info.code == ResponseCode.SUCCESS and info.body, info.remark
+    assert scenario.topics["main"].encode() in bytes(info.body), "the C++ client describes its subscriptions"
 
 
 def test_transactions_through_our_producer(scenario):

@@ -21,6 +21,8 @@
 #   MINI_ROCKETMQ_CACHE_DIR   where the base rootfs and podman's storage live (/var/cache/mini-rocketmq)
 #   MINI_ROCKETMQ_PYTHON      python with rocketmq==0.4.4 (<repo>/.venv/bin/python)
 #   MINI_ROCKETMQ_DEBIAN_MIRROR  Debian mirror for debootstrap (default: the first one apt uses here)
+#   MINI_ROCKETMQ_CONTAINER_REV=REV  build from `git archive REV` instead of the work tree (a shared
+#                             checkout may hold others' half-made changes)
 #   KEEP_CONTAINER=1          leave the container and volume behind for inspection
 set -euo pipefail
 
@@ -155,12 +157,19 @@ fi
 phase_done
 
 # --- 3. image --------------------------------------------------------------------------------------
-phase "building $image FROM $base"
+context="$repo"
+if [[ -n "${MINI_ROCKETMQ_CONTAINER_REV:-}" ]]; then
+    context="$work/src"
+    mkdir -p "$context"
+    git -C "$repo" archive "$MINI_ROCKETMQ_CONTAINER_REV" | tar -x -C "$context" \
+        || fail "cannot export $MINI_ROCKETMQ_CONTAINER_REV from $repo"
+fi
+phase "building $image FROM $base (context ${MINI_ROCKETMQ_CONTAINER_REV:-work tree})"
 # --layers=false: with vfs every cached layer is a full copy of the tree (16 steps took 2-3 minutes
 # and 3 GB); one commit per stage takes ~20 s, and the sources change on every commit anyway.
 if ! pod build --isolation chroot --format docker --layers=false --force-rm \
-        --ignorefile "$repo/docker/Dockerfile.dockerignore" \
-        --build-arg "BASE_IMAGE=$base" --target broker -f "$repo/docker/Dockerfile" -t "$image" "$repo" \
+        --ignorefile "$context/docker/Dockerfile.dockerignore" \
+        --build-arg "BASE_IMAGE=$base" --target broker -f "$context/docker/Dockerfile" -t "$image" "$context" \
         >"$work/build.log" 2>&1; then
     tail -n 30 "$work/build.log" >&2
     fail "image build failed"

@@ -7,6 +7,7 @@ Row kinds (``event``):
   * ``sample``  a periodic client gauge: cached messages/bytes of a consumer, process RSS.
   * ``fault``   a FAULT_INJECT request the run sent (time, kind, answer).
   * ``drain``   whether a consumer caught up with every queue it owned before its drain deadline.
+  * ``start``   one per task: the agreed load start (``send_ms``) and planned load end (``ack_ms``).
 
 Times are wall-clock milliseconds; publish latency is measured on the monotonic clock (``latency_us``).
 The Parquet schema is fixed here and written by every driver, so scoring never guesses.

@@ -68,22 +68,29 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
     measured = stored & ~F.coalesce(F.col("warmup"), F.lit(False))
     pcts = F.array(*[F.lit(p) for _, p in PERCENTILES])
 
-    s = sends.agg(
-        F.count(F.lit(1)).alias("sent"),
-        F.sum(stored.cast("long")).alias("acked"),
-        F.sum((F.col("status") == STATUS_FAILED).cast("long")).alias("failed"),
-        F.sum((F.col("status") == STATUS_ONEWAY).cast("long")).alias("oneway"),
-        F.sum(F.greatest(F.col("attempts") - 1, F.lit(0))).alias("retries"),
-        F.sum(F.when(measured, 1).otherwise(0)).alias("measured"),
-        F.sum(F.when(measured, F.col("size")).otherwise(0)).alias("measured_bytes"),
-        F.min(F.when(measured, F.col("send_ms"))).alias("m_first_send"),
-        F.max(F.when(measured, F.col("ack_ms"))).alias("m_last_ack"),
-        F.min("send_ms").alias("first_send"),
-        F.max(F.when(stored, F.col("ack_ms"))).alias("last_ack"),
-        F.max("send_ms").alias("last_send"),
-        F.percentile(F.when(measured, F.col("latency_us")), pcts).alias("pub_pct"),
-        F.avg(F.when(measured, F.col("latency_us"))).alias("pub_mean"),
-        F.max(F.when(measured, F.col("latency_us"))).alias("pub_max"),
+    # Send totals and the run's start rows in one pass over the table.
+    is_send = F.col("event") == "send"
+    is_start = F.col("event") == "start"
+    stored_send = is_send & stored
+    measured_send = is_send & measured
+    s = df.agg(
+        F.sum(is_send.cast("long")).alias("sent"),
+        F.sum(stored_send.cast("long")).alias("acked"),
+        F.sum((is_send & (F.col("status") == STATUS_FAILED)).cast("long")).alias("failed"),
+        F.sum((is_send & (F.col("status") == STATUS_ONEWAY)).cast("long")).alias("oneway"),
+        F.sum(F.when(is_send, F.greatest(F.col("attempts") - 1, F.lit(0)))).alias("retries"),
+        F.sum(measured_send.cast("long")).alias("measured"),
+        F.sum(F.when(measured_send, F.col("size")).otherwise(0)).alias("measured_bytes"),
+        F.min(F.when(measured_send, F.col("send_ms"))).alias("m_first_send"),
+        F.max(F.when(measured_send, F.col("ack_ms"))).alias("m_last_ack"),
+        F.min(F.when(is_send, F.col("send_ms"))).alias("first_send"),
+        F.max(F.when(stored_send, F.col("ack_ms"))).alias("last_ack"),
+        F.max(F.when(is_send, F.col("send_ms"))).alias("last_send"),
+        F.min(F.when(is_start, F.col("send_ms"))).alias("start_t0"),
+        F.max(F.when(is_start, F.col("ack_ms"))).alias("start_end"),
+        F.percentile(F.when(measured_send, F.col("latency_us")), pcts).alias("pub_pct"),
+        F.avg(F.when(measured_send, F.col("latency_us"))).alias("pub_mean"),
+        F.max(F.when(measured_send, F.col("latency_us"))).alias("pub_max"),
     ).first()
 
     # ---- consumption, one row per (group, message) ---------------------------------------------
@@ -137,7 +144,8 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
            .filter(F.col("_prev_max").isNotNull() & (F.col("seq") < F.col("_prev_max"))).count())
 
     # ---- per-second series, errors, samples, drain and faults: one job -------------------------------
-    t0 = meta.get("load_start_ms") or s["first_send"] or c["first_consume"] or 0
+    t0 = meta.get("load_start_ms") or s["start_t0"] or s["first_send"] or c["first_consume"] or 0
+    planned_end = s["start_end"]
     sec = lambda col: F.floor((F.col(col) - F.lit(t0)) / 1000).cast("long")  # noqa: E731
     nul = F.lit(None)
 
@@ -162,7 +170,8 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
                                 cache=F.col("cache_bytes"), rss=F.col("rss_bytes"), lat=F.col("cache_msgs")))
               .unionByName(part(df.filter(F.col("event") == "drain"), "drain", F.col("status"), F.lit(0)))
               .unionByName(part(df.filter(F.col("event") == "fault"), "fault", F.col("error_kind"),
-                                sec("send_ms"), label=F.concat_ws(" ", F.col("status"), F.col("remark")))))
+                                sec("send_ms"), lat=(F.col("send_ms") - F.lit(t0)) / 1000.0,
+                                label=F.concat_ws(" ", F.col("status"), F.col("remark")))))
     rows = events.groupBy("series", "kind", "t").agg(
         F.count(F.lit(1)).alias("n"), F.sum("size").alias("bytes"),
         F.percentile_approx("lat", F.array(F.lit(0.5), F.lit(0.99)), 1000).alias("pct"),
@@ -191,7 +200,7 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
         every_by_kind[k] = every_by_kind.get(k, 0) + v
     busy = {k: v for k, v in every_by_kind.items() if k in BUSY_KINDS}
     drain_counts = {kind: r["n"] for (kind, _), r in by_series.get("drain", {}).items()}
-    faults = sorted(({"t": t, "kind": kind, "count": r["n"], "answer": r["label"]}
+    faults = sorted(({"t": r["lat_max"], "kind": kind, "count": r["n"], "answer": r["label"]}
                      for (kind, t), r in by_series.get("fault", {}).items()), key=lambda f: (f["t"] or 0))
     samp_cache = [r["cache"] for r in ser_samp.values() if r["cache"] is not None]
     samp_msgs = [r["lat_max"] for r in ser_samp.values() if r["lat_max"] is not None]
@@ -242,7 +251,7 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
                     if s["m_first_send"] is not None and s["m_last_ack"] is not None else 0.0)
     cons_window_s = ((c["last_consume"] - c["first_consume"]) / 1000.0
                      if c["first_consume"] is not None else 0.0)
-    load_end = meta.get("load_end_ms") or s["last_ack"] or s["last_send"]
+    load_end = meta.get("load_end_ms") or s["last_ack"] or s["last_send"] or planned_end
     drain_time_s = (round(max(0.0, (c["last_consume"] - load_end) / 1000.0), 3)
                     if c["last_consume"] is not None and load_end is not None else None)
     consumed_unique = int(c["consumed_unique"] or 0)

@@ -221,6 +221,7 @@ class _Load:
             clocks = await self.gather_all(str(now_ms()))
             self.t0 = max(int(x) for x in clocks) + 200
             self.load_end = self.t0 + int((scen.warmup_s + scen.duration_s) * 1000)
+            self.buf.add("start", send_ms=self.t0, ack_ms=self.load_end)
             await asyncio.sleep(max(0.0, (self.t0 - now_ms()) / 1000))
             background.append(asyncio.ensure_future(self.sample_loop(consumers)))
             self.phase = "load"

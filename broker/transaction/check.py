@@ -138,6 +138,8 @@ class TransactionalMessageCheckService:
         start = self._now_ms()
         stats = CheckRound()
         queue_id = HALF_QUEUE_ID
+        if self.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, queue_id) <= 0:
+            return stats  # no transaction ever: leave the offset table alone (upstream has no queue yet)
         half_offset = self._consume_offset(TRANS_HALF_TOPIC, queue_id)
         op_offset = self._consume_offset(TRANS_OP_HALF_TOPIC, queue_id)
         ops = _OpView(read_to=op_offset)

@@ -21,6 +21,7 @@ stdlib logging, so the broker's log lines land in pytest's log capture, not in t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,11 @@ def _route_structlog_to_logging() -> None:
     test stdout stays the tests' own."""
     import structlog
 
-    if structlog.is_configured():
+    factory = structlog.get_config()["logger_factory"]
+    printing_to_stdout = isinstance(factory, structlog.PrintLoggerFactory) and \
+        getattr(factory, "_file", None) in (None, sys.stdout, sys.__stdout__)
+    # capture_logs() leaves structlog "configured" with the defaults again: still the stdout default.
+    if structlog.is_configured() and not printing_to_stdout:
         return
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.filter_by_level,

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import scrape
+from metrics_helpers import scrape
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode

@@ -11,7 +11,7 @@ import logging
 import orjson
 import pytest
 import structlog.testing
-from conftest import producer_heartbeat, pull, send_messages
+from tools_helpers import producer_heartbeat, pull, send_messages
 
 from broker.tools.admin_client import (
     AdminError,

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import producer_heartbeat, pull, send_messages
+from tools_helpers import producer_heartbeat, pull, send_messages
 
 from broker.tools.mqadmin import main, parse_timestamp, table
 from remoting.client import RemotingClient

@@ -487,6 +487,16 @@ def _latency_order(item: tuple[tuple[int, int | None, bool, str], LatencyCell]) 
     return code, -1 if resp is None else resp, long_polling, result
 
 
+@dataclass(frozen=True, slots=True)
+class _Families:
+    """Already collected metric families, shaped like a registry for prometheus_client's encoders."""
+
+    families: list[Any]
+
+    def collect(self) -> list[Any]:
+        return self.families
+
+
 # ------------------------------------------------------------------------------------------------
 # the facade the controller owns
 
@@ -534,13 +544,25 @@ class BrokerMetrics:
         return registry
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """The exposition text (and its content type) for one scrape."""
+        """The exposition text (and its content type) for one scrape, all on the caller's thread."""
         from prometheus_client.exposition import choose_encoder
 
         if self.registry is None:
             self.registry = self.build_registry()
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
+
+    async def render_async(self, accept: str | None = None) -> tuple[bytes, str]:
+        """Collect on the loop (a consistent read of live state), encode on a worker thread: encoding
+        is most of a scrape's cost (~75 ms of ~95 ms with 1000 topics) and needs only the collected,
+        immutable families, so the loop is not held for it."""
+        from prometheus_client.exposition import choose_encoder
+
+        if self.registry is None:
+            self.registry = self.build_registry()
+        families = _Families(list(self.registry.collect()))
+        encoder, content_type = choose_encoder(accept or "")
+        return await asyncio.to_thread(encoder, families), content_type
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -591,7 +613,7 @@ class BrokerMetrics:
             elif parts[1].split("?", 1)[0] not in ("/metrics", "/"):
                 status, body, ctype = "404 Not Found", b"try /metrics\n", "text/plain"
             else:
-                body, ctype = self.render(headers.get("accept"))
+                body, ctype = await self.render_async(headers.get("accept"))
                 status = "200 OK"
             head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                         "Connection: close\r\n\r\n").encode("latin-1")

@@ -68,7 +68,7 @@ def record_tags(record: memoryview | bytes) -> bytes | None:
 class TagMessageFilter:
     """A TAG subscription: ``*`` (everything) or a set of tags."""
 
-    __slots__ = ("_all", "_codes", "_tags", "_tag_bytes")
+    __slots__ = ("_all", "_codes", "_tag_bytes", "_tags")
 
     def __init__(self, sub: SubscriptionData | None) -> None:
         self._all = sub is None or sub.matches_all

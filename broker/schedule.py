@@ -17,9 +17,9 @@ progress was not yet written (at-least-once, like upstream, which writes every 1
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import structlog
 
@@ -156,7 +156,7 @@ class ScheduleMessageService:
                 wait_s = await self._deliver_due(level)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - one bad round must not stop the level
+            except Exception:  # one bad round must not stop the level
                 log.exception("schedule delivery failed", level=level)
                 wait_s = RETRY_AFTER_FAILURE_S
             if self._stopping:
@@ -175,8 +175,7 @@ class ScheduleMessageService:
         try:
             while not self._stopping:
                 min_offset = self.store.get_min_offset_in_queue(SCHEDULE_TOPIC, queue_id)
-                if offset < min_offset:
-                    offset = min_offset
+                offset = max(offset, min_offset)
                 if offset >= self.store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
                     return IDLE_POLL_S
                 store_ts = self.store.get_message_store_timestamp(SCHEDULE_TOPIC, queue_id, offset)

@@ -41,8 +41,12 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
-from remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader, decode_header, \
-    encode_header
+from remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    decode_header,
+    encode_header,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ from broker.filter_sql.nodes import Node
 from broker.filter_sql.parser import MAX_DEPTH, parse
 from broker.filter_sql.values import EvalError
 
-__all__ = ["MAX_DEPTH", "SqlParseError", "Sql92Predicate", "compile_sql92", "parse"]
+__all__ = ["MAX_DEPTH", "Sql92Predicate", "SqlParseError", "compile_sql92", "parse"]
 
 
 class Sql92Predicate:

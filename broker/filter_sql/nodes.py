@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from broker.filter_sql.values import (EvalError, java_compare, java_double_value_of, java_literal, negate)
+from broker.filter_sql.values import EvalError, java_compare, java_double_value_of, java_literal, negate
 
 Properties = Mapping[str, str]
 
@@ -45,7 +45,7 @@ class Node:
 class Constant(Node):
     """A literal. TRUE, FALSE and NULL are upstream's BooleanConstantExpression (boolean-typed)."""
 
-    __slots__ = ("value", "is_boolean")
+    __slots__ = ("is_boolean", "value")
 
     def __init__(self, value: Any, *, boolean: bool = False) -> None:
         self.value = value
@@ -213,7 +213,7 @@ _ORDER_TESTS = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c <
 class Compare(Node):
     """``<``, ``<=``, ``>``, ``>=``: unknown on any null; two strings are compared as doubles or throw."""
 
-    __slots__ = ("op", "left", "right", "_test")
+    __slots__ = ("_test", "left", "op", "right")
     is_boolean = True
 
     def __init__(self, op: str, left: Node, right: Node) -> None:
@@ -241,7 +241,7 @@ class Compare(Node):
 class In(Node):
     """``prop [NOT] IN ('a', 'b')``: only string values take part; anything else is unknown."""
 
-    __slots__ = ("operand", "values", "negated", "_listed")
+    __slots__ = ("_listed", "negated", "operand", "values")
     is_boolean = True
 
     def __init__(self, operand: Property, values: list[str], negated: bool) -> None:

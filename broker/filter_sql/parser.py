@@ -15,10 +15,8 @@ which only rejects expressions that could not have meant what they say.
 from __future__ import annotations
 
 from broker.filter_sql.lexer import SqlParseError, Token, tokenize
-from broker.filter_sql.nodes import (And, BooleanCast, Compare, Constant, Equal, In, Negate, Node, Not, Or,
-                                     Property)
-from broker.filter_sql.values import (DOUBLE_MIN_VALUE, INT_MAX, LONG_MAX, EvalError, JLong, is_number,
-                                      java_compare)
+from broker.filter_sql.nodes import And, BooleanCast, Compare, Constant, Equal, In, Negate, Node, Not, Or, Property
+from broker.filter_sql.values import DOUBLE_MIN_VALUE, INT_MAX, LONG_MAX, EvalError, JLong, is_number, java_compare
 
 #: Deeper trees than this are refused: the tree is evaluated recursively for every message.
 MAX_DEPTH = 100

@@ -28,9 +28,14 @@ from broker.topic import retry_topic
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError, RemotingTimeoutError
-from remoting.headers import (GetConsumeStatsRequestHeader, GetConsumerConnectionListRequestHeader,
-                              GetConsumerRunningInfoRequestHeader, ResetOffsetRequestHeader, decode_header,
-                              encode_header)
+from remoting.headers import (
+    GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsRequestHeader,
+    ResetOffsetRequestHeader,
+    decode_header,
+    encode_header,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController

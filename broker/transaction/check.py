@@ -34,8 +34,15 @@ from broker.transaction.service import REMOVE_TAG, TransactionalMessageService
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.headers import CheckTransactionStateRequestHeader, encode_header
-from store.message import (MessageExt, MessageExtBrokerInner, RecordError, decode_record, encode_properties,
-                           encode_record, patch_record)
+from store.message import (
+    MessageExt,
+    MessageExtBrokerInner,
+    RecordError,
+    decode_record,
+    encode_properties,
+    encode_record,
+    patch_record,
+)
 from store.results import GetMessageStatus
 
 log = structlog.get_logger(__name__)
@@ -129,7 +136,7 @@ class TransactionalMessageCheckService:
                 return
             try:
                 await self.check_once()
-            except Exception:  # noqa: BLE001 - a failed round must not end the service
+            except Exception:  # a failed round must not end the service
                 log.exception("transaction check round failed")
 
     # -- one round ---------------------------------------------------------------------------

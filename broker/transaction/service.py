@@ -9,14 +9,13 @@ the check-back scan (``transaction.check``) knows the half message is decided.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 
 from broker.message_const import MessageConst
 from broker.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from store.message import (TRANSACTION_ROLLBACK_TYPE, MessageExt, MessageExtBrokerInner, encode_properties,
-                           tags_hash)
+from store.message import TRANSACTION_ROLLBACK_TYPE, MessageExt, MessageExtBrokerInner, encode_properties, tags_hash
 from store.results import PutMessageResult
 
 log = structlog.get_logger(__name__)

@@ -14,9 +14,9 @@ import time
 import orjson
 import pytest
 
-import broker.processor.consumer_admin as consumer_admin
 from broker.config import build_config
 from broker.controller import BrokerController
+from broker.processor import consumer_admin
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -56,7 +56,6 @@ class FakeConsumer:
 
     async def _on_reset(self, channel, request):
         self.resets.append(request)
-        return None
 
     async def _on_running_info(self, channel, request):
         await asyncio.sleep(self.delay)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.filter import (ExpressionCompiler, ExpressionMessageFilter, TagMessageFilter, record_properties,
-                           record_tags)
+from broker.filter import ExpressionCompiler, ExpressionMessageFilter, TagMessageFilter, record_properties, record_tags
 from broker.filter_sql import SqlParseError
 from broker.heartbeat import build_subscription
 from store import GetMessageStatus, MessageExtBrokerInner, MessageStore, MessageStoreConfig, decode_records, tags_hash

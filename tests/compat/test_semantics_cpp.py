@@ -169,8 +169,8 @@ def scenario(sem) -> Scenario:
     with cpp_producer(ns) as producer:
         for t in topics.values():
             producer.send_sync(make_message(t, b"warm", key="warm", tags="warm"))
-        from rocketmq.client import PushConsumer  # the harness's consumer, with our failing callback
         from compat_support import _call_within
+        from rocketmq.client import PushConsumer  # the harness's consumer, with our failing callback
         consumer = PushConsumer(group)
         consumer.set_instance_name(unique("sem"))
         consumer.set_namesrv_addr(ns)

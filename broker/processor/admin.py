@@ -253,7 +253,7 @@ class AdminBrokerProcessor:
         if end_tx is not None:  # upstream's spelling of these two
             info["EndTransactionQueueSize"] = end_tx.size
             info["EndTransactionThreadPoolQueueCapacity"] = end_tx.capacity
-        info["earliestMessageTimeStamp"] = earliest_message_time(c.store)
+        info["earliestMessageTimeStamp"] = earliest_message_time(c.store) or -1  # upstream: -1 for an empty store
         root = c.config.store_path_root_dir
         if os.path.isdir(root):
             usage = shutil.disk_usage(root)

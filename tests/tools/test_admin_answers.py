@@ -117,6 +117,7 @@ async def test_topic_stats_202_uses_fastjson_mq_keys(rocketmq_broker, admin, top
 
 async def test_runtime_info_28_has_every_key_cluster_list_parses(rocketmq_broker, admin, topic):
     """clusterList (-m) and brokerStatus: every key present and parseable as the Java tool parses it."""
+    assert (await admin.runtime_info(rocketmq_broker.broker_addr))["earliestMessageTimeStamp"] == "-1"  # empty
     await send_messages(rocketmq_broker, topic, 2)
     kv = await admin.runtime_info(rocketmq_broker.broker_addr)
     for key in CLUSTER_LIST_LONGS:

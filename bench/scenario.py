@@ -213,8 +213,8 @@ class _Checker:
         return value
 
     def string(self, where: str, value: Any) -> Any:
-        if not isinstance(value, str) or not value:
-            self.problems.append(f"{where} must be a non-empty string, got {value!r}")
+        if not isinstance(value, str):
+            self.problems.append(f"{where} must be a string, got {value!r}")
             return None
         return value
 
@@ -299,7 +299,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             return ClientConfig()
 
     def faults(path: str, value: Any) -> tuple[BrokerFault, ...]:
-        if not isinstance(value, list):
+        if not isinstance(value, list | tuple):
             chk.problems.append(f"{path} must be a list, got {type(value).__name__}")
             return ()
         out = []
@@ -325,7 +325,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         return tuple(out)
 
     def message_faults(path: str, value: Any) -> tuple[MessageFault, ...]:
-        if not isinstance(value, list):
+        if not isinstance(value, list | tuple):
             chk.problems.append(f"{path} must be a list, got {type(value).__name__}")
             return ()
         out = []
@@ -367,7 +367,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
     def debug(path: str, value: Any) -> DebugSpec:
         def seqs(sp: str, v: Any) -> tuple[int, ...]:
-            if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+            if not isinstance(v, list | tuple) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
                                                   for x in v):
                 chk.problems.append(f"{sp} must be a list of non-negative integers, got {v!r}")
                 return ()
@@ -399,6 +399,9 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         chk.problems.append(f"message_size must be <= 4194304 (the broker's maxMessageSize), got {vals['message_size']}")
     if vals.get("queues_per_topic") is not None and vals["queues_per_topic"] > 1024:
         chk.problems.append(f"queues_per_topic must be <= 1024, got {vals['queues_per_topic']}")
+    for name in ("name", "topic_prefix"):
+        if vals.get(name) == "":
+            chk.problems.append(f"{name} must not be empty")
     prefix = vals.get("topic_prefix")
     if prefix is not None and not all(c.isalnum() or c in "-_%|" for c in prefix):
         chk.problems.append(f"topic_prefix may only hold letters, digits, '-', '_', got {prefix!r}")

@@ -26,6 +26,18 @@ class BrokerInfo:
     master: str | None
 
 
+def _explain(exc: BaseException) -> str:
+    """Say what a failed connection means for someone typing --namesrv."""
+    cause = exc.__cause__
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused (nothing listens there: is the name server running, is the port right?)"
+    if isinstance(cause, OSError) and cause.errno is not None:
+        return f"{cause.strerror or cause} (errno {cause.errno})"
+    if "timed out" in str(exc):
+        return f"no answer ({exc}): a firewall, a wrong host, or a server that is not a RocketMQ name server"
+    return str(exc)
+
+
 def _lenient_json(body: bytes | memoryview | None) -> dict:
     text = bytes(body or b"{}").decode("utf-8")
     try:
@@ -66,7 +78,7 @@ class Admin:
             try:
                 resp = await self._invoke(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": DEFAULT_TOPIC})
             except RemotingError as exc:
-                errors.append(f"{addr}: {exc}")
+                errors.append(f"{addr}: {_explain(exc)}")
                 continue
             if resp.code in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
                 return

@@ -1,0 +1,58 @@
+"""``mqbench run`` end to end in local[2]: a broker subprocess, Spark load tasks, scoring, report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from bench.broker_proc import free_port
+from bench.cli import main
+from bench.run import RunError, RunOptions, run_scenario
+from bench.scenario import DebugSpec, load_scenario
+
+
+@pytest.mark.slow
+def test_smoke_run_accounting_holds(spark, tmp_path):
+    scen = load_scenario("smoke")
+    # a planted loss: the consumer "forgets" seq 5, which the score must call lost
+    scen = dataclasses.replace(scen, debug=DebugSpec(drop_consumed_seqs=(5,)))
+    out = tmp_path / "run"
+    result = run_scenario(scen, RunOptions(out_dir=out, spark=spark, progress=False))
+    s = result.score
+    c = s["counts"]
+    assert c["sent"] > 100
+    assert c["accounted"] and c["sent"] == c["acked"] + c["failed"] + c["oneway"]
+    # every acked message was consumed, except the planted one
+    assert c["lost"] == 1 and s["lost_sample"][0]["seq"] == 5
+    assert c["consumed_unique"] == c["acked"] - 1
+    assert s["backlog"]["drain_complete"]
+    # the append stall shows up as busy answers of the page-cache kinds (or queue timeouts behind it)
+    assert s["errors"]["busy_total"] > 0
+    assert set(s["errors"]["busy"]) <= {"REJECTREQUEST", "PCBUSY_CLEAN_QUEUE", "TIMEOUT_CLEAN_QUEUE",
+                                         "PC_SYNCHRONIZED"}
+    assert [f["kind"] for f in s["faults"]] == ["stall_append"] and s["faults"][0]["answer"].startswith("OK")
+    assert s["publish"]["latency_ms"]["p50"] is not None and s["end_to_end"]["latency_ms"]["p99"] is not None
+    assert s["broker"]["started_by_mqbench"] and s["broker"]["boot_time_s"] > 0
+    assert s["broker"]["rss_at_boot_bytes"] > 0
+    assert s["client"]["peak_rss_bytes"] > 0
+    assert s["run"]["tasks"] == 2
+    for name in ("score.json", "series.json", "report.html", "run.json", "plots/latency.png",
+                 "plots/throughput.png", "plots/errors.png"):
+        assert (out / name).exists(), name
+    assert json.loads((out / "score.json").read_text())["counts"]["lost"] == 1
+    # the outcome table has what the issue asks for, per message
+    rows = spark.read.parquet(str(out / "outcomes"))
+    consumed = rows.filter("event = 'consume'").first()
+    assert consumed["consumer"] and consumed["msg_id"] and consumed["consume_ms"] and consumed["queue_id"] is not None
+    acked = rows.filter("event = 'send' and status = 'SEND_OK'").first()
+    assert acked["ack_ms"] >= acked["send_ms"] and acked["msg_id"] and acked["uniq_key"]
+
+
+def test_unreachable_name_server_is_a_clear_error(tmp_path, capsys):
+    addr = f"127.0.0.1:{free_port()}"
+    with pytest.raises(RunError, match=f"cannot use name server {addr}.*refused"):
+        run_scenario(load_scenario("smoke"), RunOptions(out_dir=tmp_path / "x", namesrv=addr, progress=False))
+    assert main(["run", "smoke", "--namesrv", addr, "--out", str(tmp_path / "y"), "--quiet"]) == 1
+    assert f"cannot use name server {addr}" in capsys.readouterr().err

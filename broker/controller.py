@@ -103,6 +103,7 @@ class BrokerController:
         self.server = RemotingServer(config.listen_host, config.listen_port, listener=self, now_ms=now_ms,
                                      frame_max=config.frame_max_length)
         self.executors = self._build_executors()
+        self.fault_executor = RequestExecutor("fault_inject", 1, 1000, now_ms=now_ms)
         self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
         self.admin_processor = AdminBrokerProcessor(self)
         for code, handler in ConsumerAdminProcessor(self).handlers().items():
@@ -179,6 +180,9 @@ class BrokerController:
         reg(RequestCode.QUERY_CONSUMER_OFFSET, consumer_manage, e["consumer_manage"])
         reg(RequestCode.END_TRANSACTION, EndTransactionProcessor(self), e["end_transaction"])
         self.server.register_default_processor(self.metrics.wrap(self.admin_processor, "admin"), e["admin"])
+        # Fault injection has a queue of its own, outside the table the injector can stall, so that a
+        # stalled admin queue can still be cleared.
+        reg(RequestCode.FAULT_INJECT, self.admin_processor, self.fault_executor)
 
     # -- helpers used by processors --------------------------------------------------------------
     def born_host(self, channel) -> tuple[str, int]:
@@ -351,6 +355,7 @@ class BrokerController:
         await self.store.start()
         for executor in self.executors.values():
             executor.start()
+        self.fault_executor.start()
         if self.namesrv_server is not None:
             self.namesrv_executor.start()
             await self.namesrv_server.start()
@@ -414,7 +419,7 @@ class BrokerController:
         for pr in self.pull_hold_service.shutdown():
             self.pull_processor.execute_request_when_wakeup(pr)
         await self.server.stop(grace)
-        for executor in self.executors.values():
+        for executor in (*self.executors.values(), self.fault_executor):
             await executor.stop(grace)
         await self.transaction_check_service.stop()
         await self.schedule_service.stop()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,9 +36,11 @@ from store.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
+    MessageExtBrokerInner,
+    RecordEncoder,
+    crc32,
     decode_properties,
     offset_msg_id_prefix,
-    patch_record,
     tags_hash,
     transaction_value,
 )
@@ -73,21 +74,15 @@ class DispatchRequest:
 
 
 @dataclass(slots=True)
-class RecordMeta:
-    """Per-record facts known before the append (so the reput need not parse what we just wrote)."""
-
-    size: int
-    tags_code: int
-    keys: str | None
-    uniq_key: str | None
-    properties: dict[str, str]
-    delay_level: int
-
-
-@dataclass(slots=True)
 class AppendRequest:
-    data: bytearray  # one or more encoded records, back to back
-    metas: list[RecordMeta]
+    """One put (one message, or one batch of one topic/queue): the messages and what was computed for
+    them outside the lock (`RecordEncoder.plan`); the writer encodes them straight into the file."""
+
+    msgs: list[MessageExtBrokerInner]
+    tails: list[bytes]
+    crcs: list[int]
+    sizes: list[int]
+    total: int  # bytes of all records
     topic: str
     queue_id: int
     sys_flag: int
@@ -96,6 +91,11 @@ class AppendRequest:
     stall_ms: int
     future: asyncio.Future
     batch: bool = False
+
+
+# Dispatches records the writer just appended, while the reput is caught up: (request, first CommitLog
+# offset, first queue offset, store timestamp) → how many records it dispatched (the rest go to the reput)
+InlineDispatch = Callable[[AppendRequest, int, int, int], int]
 
 
 @dataclass(slots=True)
@@ -143,6 +143,8 @@ class CommitLog:
         self.begin_time_in_lock = 0
         self.dispatch_queue: deque[DispatchRequest] = deque()
         self.post_append: Callable[[], Awaitable[None]] | None = None
+        self.inline_dispatch: InlineDispatch | None = None
+        self.encoder = RecordEncoder()
         self._pending: deque[AppendRequest] = deque()
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task | None = None
@@ -306,8 +308,7 @@ class CommitLog:
     def _do_append(self, mf: MappedFile, req: AppendRequest, store_ts: int) -> AppendMessageResult | None:
         """Write `req` at the end of `mf`; None after writing the BLANK filler (no room)."""
         pos = mf.wrote_position
-        data = req.data
-        total = len(data)
+        total = req.total
         max_blank = mf.file_size - pos
         view = mf.write_view
         if total + END_FILE_MIN_BLANK_LENGTH > max_blank:
@@ -327,41 +328,36 @@ class CommitLog:
         prefix = self._id_prefix.get(req.store_host)
         if prefix is None:
             prefix = self._id_prefix[req.store_host] = offset_msg_id_prefix(*req.store_host)
-        rec = 0
+        write = self.encoder.write
+        msgs = req.msgs
+        tails = req.tails
+        crcs = req.crcs
+        sizes = req.sizes
+        p = pos
         qo = queue_offset
         msg_ids: list[str] = []
-        dq = self.dispatch_queue
-        for meta in req.metas:
-            phy = wrote_offset + rec
-            patch_record(data, rec, qo, phy, store_ts)
+        for i in range(len(msgs)):
+            size = sizes[i]
+            phy = wrote_offset + (p - pos)
+            write(view, p, msgs[i], tails[i], crcs[i], size, qo, phy, store_ts)
             msg_ids.append(f"{prefix}{phy:016X}")
-            dq.append(
-                DispatchRequest(
-                    req.topic,
-                    req.queue_id,
-                    phy,
-                    meta.size,
-                    self._dispatch_tags_code(req.topic, meta, store_ts),
-                    store_ts,
-                    qo,
-                    meta.keys,
-                    meta.uniq_key,
-                    req.sys_flag,
-                    req.prepared_transaction_offset,
-                    meta.properties,
-                )
-            )
-            rec += meta.size
+            p += size
             if counts:
                 qo += 1
-        view[pos : pos + total] = data
         mf.wrote_position = pos + total
         mf.store_timestamp = store_ts
         if counts:
             table[key] = qo
-        n = len(req.metas)
+        n = len(msgs)
         self.put_message_times_total += n
         self.put_message_size_total += total
+        # the consume queue entries, index keys and arrival notices: inline when the reput is caught up
+        # and the bytes are readable (no pool buffer), else described for the reput
+        done = 0
+        if self.inline_dispatch is not None and mf.write_buffer is None:
+            done = self.inline_dispatch(req, wrote_offset, queue_offset, store_ts)
+        if done < n:
+            self._describe(req, done, wrote_offset, queue_offset, store_ts, counts)
         return AppendMessageResult(
             wrote_offset=wrote_offset,
             wrote_bytes=total,
@@ -372,10 +368,45 @@ class CommitLog:
             msg_ids=msg_ids,
         )
 
-    def _dispatch_tags_code(self, topic: str, meta: RecordMeta, store_ts: int) -> int:
-        if topic == RMQ_SYS_SCHEDULE_TOPIC and meta.delay_level > 0:
-            return self.compute_deliver_timestamp(meta.delay_level, store_ts)
-        return meta.tags_code
+    def _describe(
+        self, req: AppendRequest, start: int, wrote_offset: int, queue_offset: int, store_ts: int, counts: bool
+    ) -> None:
+        """DispatchRequests for records start.. of `req` (so that the reput need not parse them)."""
+        sizes = req.sizes
+        phy = wrote_offset + sum(sizes[:start])
+        qo = queue_offset + start if counts else queue_offset
+        dq = self.dispatch_queue
+        topic = req.topic
+        for i in range(start, len(req.msgs)):
+            props = req.msgs[i].properties
+            size = sizes[i]
+            dq.append(
+                DispatchRequest(
+                    topic,
+                    req.queue_id,
+                    phy,
+                    size,
+                    self.dispatch_tags_code(topic, props, store_ts),
+                    store_ts,
+                    qo,
+                    props.get(MessageConst.KEYS),
+                    props.get(MessageConst.UNIQ_KEY),
+                    req.sys_flag,
+                    req.prepared_transaction_offset,
+                    props,
+                )
+            )
+            phy += size
+            if counts:
+                qo += 1
+
+    def dispatch_tags_code(self, topic: str, props: dict[str, str], store_ts: int) -> int:
+        """Consume-queue tags code: the TAGS hash, or the delivery time in the schedule topic."""
+        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+            level = _int_or_zero(props.get(MessageConst.DELAY))
+            if level > 0:
+                return self.compute_deliver_timestamp(level, store_ts)
+        return self.tags_code_of(props.get(MessageConst.TAGS))
 
     def compute_deliver_timestamp(self, delay_level: int, store_ts: int) -> int:
         """ScheduleMessageService.computeDeliverTimestamp: the tags code of a delayed message."""
@@ -419,7 +450,7 @@ class CommitLog:
         if body_len < 0 or FIXED_PART_LENGTH + body_len + 3 > total:
             return -1, None
         p = pos + FIXED_PART_LENGTH
-        if check_crc and (zlib.crc32(view[p : p + body_len]) & 0x7FFFFFFF) != crc:
+        if check_crc and (crc32(view[p : p + body_len]) & 0x7FFFFFFF) != crc:
             log.warning("CRC check failed", offset=phy)
             return -1, None
         p += body_len
@@ -483,7 +514,7 @@ class CommitLog:
         (props_len,) = _SHORT.unpack_from(view, p + 1 + topic_len) if p + 3 + topic_len <= end else (-1,)
         if props_len < 0 or 91 + body_len + topic_len + props_len != total:
             return -1
-        if check_crc and (zlib.crc32(view[pos + FIXED_PART_LENGTH : pos + FIXED_PART_LENGTH + body_len]) & 0x7FFFFFFF) != crc:
+        if check_crc and (crc32(view[pos + FIXED_PART_LENGTH : pos + FIXED_PART_LENGTH + body_len]) & 0x7FFFFFFF) != crc:
             return -1
         return total
 

@@ -164,6 +164,26 @@ class ConsumeQueue:
                 continue
             await mfq.get_last_mapped_file_async(expect)
 
+    def try_append(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
+        """The common case of `put_message_position_info` (the next entry of a file that has room, not
+        the first entry of a file); False → the caller takes the general path."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return False
+        mf = files[-1]
+        pos = mf.wrote_position
+        if (
+            pos == 0
+            or pos + CQ_STORE_UNIT_SIZE > mf.file_size
+            or mf.file_from_offset + pos != cq_offset * CQ_STORE_UNIT_SIZE
+            or offset + size <= self.max_physic_offset
+        ):
+            return False
+        _ENTRY.pack_into(mf.write_view, pos, offset, size, tags_code)
+        mf.wrote_position = mf.committed_position = pos + CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = offset + size
+        return True
+
     def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
         """Append one entry (upstream putMessagePositionInfo). The file must exist (`ensure_file_for`).
 

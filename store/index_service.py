@@ -16,6 +16,7 @@ import os
 import struct
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import structlog
@@ -53,60 +54,97 @@ def _abs_hash(h: int) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
-def _index_keys(req: DispatchRequest) -> list[str]:
-    """topic#key for the UNIQ_KEY and each KEYS value; none for a rolled-back transaction."""
-    if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
-        return []
+def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
+    """topic#key for the UNIQ_KEY and each KEYS value (the caller skips rolled-back transactions)."""
     out: list[str] = []
-    if req.uniq_key:
-        out.append(f"{req.topic}#{req.uniq_key}")
-    if req.keys:
-        out.extend(f"{req.topic}#{k}" for k in req.keys.split(MessageConst.KEY_SEPARATOR) if k)
+    if uniq_key:
+        out.append(f"{topic}#{uniq_key}")
+    if keys:
+        out.extend(f"{topic}#{k}" for k in keys.split(MessageConst.KEY_SEPARATOR) if k)
     return out
 
 
+def _index_keys(req: DispatchRequest) -> list[str]:
+    """index_keys of a dispatched record; none for a rolled-back transaction."""
+    if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
+        return []
+    return index_keys(req.topic, req.uniq_key, req.keys)
+
+
+# an index entry as numpy sees it (for the vectorised batch insert)
+_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time", ">i4"), ("prev", ">i4")])
+assert _ENTRY_DTYPE.itemsize == INDEX_SIZE
+_VECTOR_MIN = 16  # below this many keys the scalar insert is cheaper
+
+
+_M32 = np.uint64(0xFFFFFFFF)
+_INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so it has an inverse modulo 2**32
+
+
 class JavaHasher:
-    """String.hashCode for many strings at once: ASCII strings of one length become a uint8 matrix
-    multiplied by the powers of 31 (uint64 arithmetic wraps modulo 2**64, hence also modulo 2**32)."""
+    """String.hashCode for many strings at once. numpy's fixed-width unicode array of the strings is a
+    matrix of code points (right-padded with zeros); the matrix times the powers of 31 is the hash of
+    each string followed by its padding, and multiplying by 31**-padding (mod 2**32) removes the padding.
+    uint64 arithmetic wraps modulo 2**64, hence also modulo 2**32. Strings with characters outside the
+    BMP (surrogate pairs in Java) take the scalar path."""
 
     MIN_VECTOR = 8
+    CHUNK = 65536  # strings per matrix (bounds the temporary memory)
 
     def __init__(self) -> None:
         self._powers: dict[int, np.ndarray] = {}
+        self._inverse: np.ndarray = np.ones(1, dtype=np.uint64)
 
     def _pow(self, n: int) -> np.ndarray:
+        """31**(n-1-i) mod 2**32 for i in range(n)."""
         p = self._powers.get(n)
         if p is None:
             p = np.ones(n, dtype=np.uint64)
             for i in range(n - 2, -1, -1):
-                p[i] = p[i + 1] * np.uint64(31)
+                p[i] = (p[i + 1] * np.uint64(31)) & _M32
             self._powers[n] = p
         return p
 
+    def _inv(self, n: int) -> np.ndarray:
+        """31**-k mod 2**32 for k in range(n + 1)."""
+        if len(self._inverse) <= n:
+            inv = [1]
+            for _ in range(n):
+                inv.append(inv[-1] * _INV31 & 0xFFFFFFFF)
+            self._inverse = np.array(inv, dtype=np.uint64)
+        return self._inverse
+
+    def hashes(self, keys: list[str]) -> np.ndarray:
+        """Signed 32-bit String.hashCode of every key, as int64."""
+        n = len(keys)
+        if n < self.MIN_VECTOR:
+            return np.array([java_string_hash(k) for k in keys], dtype=np.int64)
+        if n > self.CHUNK:
+            return np.concatenate([self.hashes(keys[i : i + self.CHUNK]) for i in range(0, n, self.CHUNK)])
+        arr = np.array(keys)
+        width = arr.dtype.itemsize // 4
+        if width == 0:
+            return np.zeros(n, dtype=np.int64)
+        codes = arr.view(np.uint32).reshape(n, width)
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+        with np.errstate(over="ignore"):
+            h = (codes.astype(np.uint64) @ self._pow(width)) & _M32
+            h = (h * self._inv(width)[width - lengths]) & _M32
+        signed = h.astype(np.int64)
+        signed[signed >= 0x80000000] -= 0x100000000
+        if int(codes.max()) > 0xFFFF:
+            for i in np.flatnonzero((codes > 0xFFFF).any(axis=1)).tolist():
+                signed[i] = java_string_hash(keys[i])
+        return signed
+
+    def abs_hashes(self, keys: list[str]) -> np.ndarray:
+        """index_key_hash of every key, as an int64 array."""
+        h = np.abs(self.hashes(keys))
+        h[h == 0x80000000] = 0  # Math.abs(Integer.MIN_VALUE) is negative: upstream uses 0
+        return h
+
     def hash_many(self, keys: list[str]) -> list[int]:
-        out = [0] * len(keys)
-        groups: dict[int, list[int]] = {}
-        for i, k in enumerate(keys):
-            if k.isascii():
-                groups.setdefault(len(k), []).append(i)
-            else:
-                out[i] = java_string_hash(k)
-        for n, idxs in groups.items():
-            if n == 0:
-                continue
-            if len(idxs) < self.MIN_VECTOR:
-                for i in idxs:
-                    out[i] = java_string_hash(keys[i])
-                continue
-            data = "".join([keys[i] for i in idxs]).encode("ascii")
-            mat = np.frombuffer(data, dtype=np.uint8).reshape(len(idxs), n).astype(np.uint64)
-            with np.errstate(over="ignore"):
-                h = (mat @ self._pow(n)) & np.uint64(0xFFFFFFFF)
-            signed = h.astype(np.int64)
-            signed[signed >= 0x80000000] -= 0x100000000
-            for i, v in zip(idxs, signed.tolist()):
-                out[i] = v
-        return out
+        return self.hashes(keys).tolist()
 
 
 def time_millis_to_human_string(ms: int) -> str:
@@ -204,6 +242,62 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True
+
+    def put_many(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> int:
+        """Add entries for many (already abs) key hashes at once; exactly what `put_hashed` in a loop
+        would write. Returns how many fit (the rest need the next file)."""
+        total = len(hashes)
+        done = 0
+        # the first entry of a file sets beginTimestamp, which the time diffs of the others use
+        while done < total and (self.index_count <= 1 or total - done < _VECTOR_MIN):
+            if not self.put_hashed(int(hashes[done]), int(phys[done]), int(times[done])):
+                return done
+            done += 1
+        n = min(total - done, self.index_num - self.index_count)
+        if n <= 0:
+            return done
+        h = hashes[done : done + n]
+        phy = phys[done : done + n]
+        ts = times[done : done + n]
+        count = self.index_count
+        view = self.mapped_file.view
+        slots_arr = np.frombuffer(view, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
+        entries = np.frombuffer(
+            view, dtype=_ENTRY_DTYPE, count=self.index_num, offset=INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        )
+        slots = h % self.hash_slot_num
+        numbers = np.arange(count, count + n, dtype=np.int64)  # entry number = index_count at its insert
+        order = np.argsort(slots, kind="stable")
+        s_sorted = slots[order]
+        n_sorted = numbers[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = s_sorted[1:] != s_sorted[:-1]
+        current = slots_arr[s_sorted].astype(np.int64)
+        # a chain head from before the batch, unless it is out of range (as put_hashed checks it)
+        head = np.where((current <= INVALID_INDEX) | (current > n_sorted), INVALID_INDEX, current)
+        prev_sorted = np.empty(n, dtype=np.int64)
+        prev_sorted[first] = head[first]
+        prev_sorted[~first] = n_sorted[np.flatnonzero(~first) - 1]  # the previous entry of this batch
+        prev = np.empty(n, dtype=np.int64)
+        prev[order] = prev_sorted
+        diff = (ts - self.begin_timestamp) // 1000
+        if self.begin_timestamp <= 0:
+            diff[:] = 0
+        else:
+            np.clip(diff, 0, 0x7FFFFFFF, out=diff)
+        out = entries[count : count + n]
+        out["hash"] = h
+        out["phy"] = phy
+        out["time"] = diff
+        out["prev"] = prev
+        last = np.ones(n, dtype=bool)
+        last[:-1] = s_sorted[1:] != s_sorted[:-1]
+        slots_arr[s_sorted[last]] = n_sorted[last]
+        self.hash_slot_count += int(np.count_nonzero(first & (head == INVALID_INDEX)))
+        self.index_count = count + n
+        self.end_phy_offset = int(phy[-1])
+        self.end_timestamp = int(ts[-1])
+        return done + n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.begin_timestamp, self.end_timestamp
@@ -308,8 +402,9 @@ class IndexService:
                 path = os.path.join(self.store_path, name)
                 while any(f.file_name == path for f in self.index_files) or os.path.exists(path):
                     path += "0"  # two files within one millisecond (tiny test files)
+                slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
                 self._creating = asyncio.ensure_future(
-                    self.run_blocking(MappedFile.create, path, self._file_size)
+                    self.run_blocking(partial(MappedFile.create, warm_prefix=slots_end), path, self._file_size)
                 )
                 creating = self._creating
                 try:
@@ -338,34 +433,47 @@ class IndexService:
         self.build_batch([req])
 
     def build_batch(self, reqs: list[DispatchRequest]) -> None:
-        """Index the keys of dispatched records, in CommitLog order (one hashing pass for all keys)."""
-        if not self.index_files:
-            self._pending_keys.extend(
-                (key, req.commit_log_offset, req.store_timestamp) for req in reqs for key in _index_keys(req)
-            )
-            return
+        """Index the keys of dispatched records, in CommitLog order."""
         keys: list[str] = []
-        refs: list[tuple[int, int]] = []
-        end_phy = self.index_files[-1].end_phy_offset
+        phys: list[int] = []
+        times: list[int] = []
         for req in reqs:
-            if req.commit_log_offset < end_phy:
-                continue
             for key in _index_keys(req):
                 keys.append(key)
-                refs.append((req.commit_log_offset, req.store_timestamp))
+                phys.append(req.commit_log_offset)
+                times.append(req.store_timestamp)
+        self.build_keys(keys, phys, times)
+
+    def build_keys(self, keys: list[str], phys: list[int], times: list[int]) -> None:
+        """Index `keys[i]` → `phys[i]` stored at `times[i]`, in CommitLog order: one hashing pass and
+        one vectorised insert for the whole round."""
         if not keys:
             return
-        if self._pending_keys:
-            self._pending_keys.extend((k, phy, ts) for k, (phy, ts) in zip(keys, refs))
+        if not self.index_files or self._pending_keys:
+            self._pending_keys.extend(zip(keys, phys, times))
             return
-        hashes = self._hasher.hash_many(keys)
+        end_phy = self.index_files[-1].end_phy_offset
+        if phys[0] < end_phy:  # a replay: skip what the index holds already
+            kept = [i for i, phy in enumerate(phys) if phy >= end_phy]
+            keys = [keys[i] for i in kept]
+            phys = [phys[i] for i in kept]
+            times = [times[i] for i in kept]
+            if not keys:
+                return
         f = self.index_files[-1]
-        for i, (phy, ts) in enumerate(refs):
-            if not f.put_hashed(_abs_hash(hashes[i]), phy, ts):
-                # the file filled up in the middle: the rest waits for the next file (ensure_file)
-                self._pending_keys.extend((keys[j], refs[j][0], refs[j][1]) for j in range(i, len(keys)))
-                break
+        if len(keys) < _VECTOR_MIN:
+            done = len(keys)
+            for i, (key, phy, ts) in enumerate(zip(keys, phys, times)):
+                if not f.put_hashed(index_key_hash(key), phy, ts):
+                    done = i
+                    break
+        else:
+            hashes = self._hasher.abs_hashes(keys)
+            done = f.put_many(hashes, np.array(phys, dtype=np.int64), np.array(times, dtype=np.int64))
         f.write_header()
+        if done < len(keys):
+            # the file filled up in the middle: the rest waits for the next file (ensure_file)
+            self._pending_keys.extend(zip(keys[done:], phys[done:], times[done:]))
 
     def has_pending(self) -> bool:
         return bool(self._pending_keys)

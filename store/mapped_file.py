@@ -96,8 +96,13 @@ class MappedFile:
 
     # ------------------------------------------------------------------------------------ construction
     @classmethod
-    def create(cls, file_name: str, file_size: int, *, preallocate: bool = False, warm: bool = False) -> MappedFile:
-        """Create (or reuse) `file_name` with `file_size` bytes and map it. Blocking."""
+    def create(
+        cls, file_name: str, file_size: int, *, preallocate: bool = False, warm: bool = False, warm_prefix: int = 0
+    ) -> MappedFile:
+        """Create (or reuse) `file_name` with `file_size` bytes and map it. Blocking.
+
+        `warm_prefix`: allocate and read in only the first bytes (an index file's hash slots, written
+        at random places: a fault that must allocate a block costs several times one that does not)."""
         os.makedirs(os.path.dirname(file_name) or ".", exist_ok=True)
         fd = os.open(file_name, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -111,6 +116,12 @@ class MappedFile:
                     # reserve blocks now, in this worker thread: no block allocation in the writer's faults
                     os.posix_fallocate(fd, 0, file_size)
                     _read_into_page_cache(fd, file_size)
+                except OSError:
+                    pass
+            elif warm_prefix > 0:
+                try:
+                    os.posix_fallocate(fd, 0, min(warm_prefix, file_size))
+                    _read_into_page_cache(fd, min(warm_prefix, file_size))
                 except OSError:
                     pass
             mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+try:  # ISA-L's CRC32 is the same IEEE CRC as zlib's, ~4x faster (the CRC is most of a 4 KiB append)
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - optional speed-up
+    from zlib import crc32
 
 # ---------------------------------------------------------------------------------------------- constants
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7 as a signed int32
@@ -135,7 +139,7 @@ def tags_hash(tags: str | None) -> int:
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """UtilAll.crc32: IEEE CRC32 & 0x7FFFFFFF."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 # ------------------------------------------------------------------------------------------------- hosts
@@ -349,9 +353,9 @@ class RecordEncoder:
             raw = self._topics[topic] = bytes((len(data),)) + data
         return raw
 
-    def encode(self, msg: MessageExtBrokerInner, max_body_size: int | None = None) -> bytearray:
-        """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0
-        for the writer to patch under the append lock (`patch_record`).
+    def plan(self, msg: MessageExtBrokerInner, max_body_size: int | None = None) -> tuple[bytes, int, int]:
+        """What can be computed outside the append lock: (tail, body CRC, record size), where tail is
+        TOPICLEN + TOPIC + PROPLEN + PROPERTIES (the bytes after the body).
 
         Raises RecordError("PROPERTIES_SIZE_EXCEEDED"/"MESSAGE_ILLEGAL: ...") for what upstream rejects."""
         topic = self._topic(msg.topic)
@@ -365,27 +369,62 @@ class RecordEncoder:
             raise RecordError(
                 f"MESSAGE_ILLEGAL: body is {len(body)} bytes, more than maxMessageSize {max_body_size}"
             )
-        total = 90 + len(body) + len(topic) + len(props)
-        header = FIXED_PART.pack(
-            total,
+        tail = b"".join((topic, _SHORT.pack(len(props)), props))
+        return tail, crc32(body) & 0x7FFFFFFF, FIXED_PART_LENGTH + len(body) + len(tail)
+
+    def write(
+        self,
+        buf: bytearray | memoryview,
+        pos: int,
+        msg: MessageExtBrokerInner,
+        tail: bytes,
+        crc: int,
+        size: int,
+        queue_offset: int,
+        phy_offset: int,
+        store_ts: int,
+    ) -> None:
+        """Write the record planned by `plan` at `pos` of `buf` (the mapped file): one pack_into for the
+        fixed part and two slice copies, no intermediate buffer."""
+        body = msg.body or b""
+        blen = len(body)
+        born = msg.born_host
+        store = msg.store_host
+        FIXED_PART.pack_into(
+            buf,
+            pos,
+            size,
             MESSAGE_MAGIC_CODE,
-            zlib.crc32(body) & 0x7FFFFFFF,
+            crc,
             msg.queue_id,
             msg.flag,
-            0,
-            0,
+            queue_offset,
+            phy_offset,
             msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
             msg.born_timestamp,
-            self._host(msg.born_host[0]),
-            msg.born_host[1],
-            msg.store_timestamp,
-            self._host(msg.store_host[0]),
-            msg.store_host[1],
+            self._host(born[0]),
+            born[1],
+            store_ts,
+            self._host(store[0]),
+            store[1],
             msg.reconsume_times,
             msg.prepared_transaction_offset,
-            len(body),
+            blen,
         )
-        return bytearray().join((header, body, topic, _SHORT.pack(len(props)), props))
+        b = pos + FIXED_PART_LENGTH
+        e = b + blen
+        buf[b:e] = body
+        buf[e : pos + size] = tail
+
+    def encode(self, msg: MessageExtBrokerInner, max_body_size: int | None = None) -> bytearray:
+        """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET are left 0 and STORETIMESTAMP is
+        `msg.store_timestamp`, for the writer to patch under the append lock (`patch_record`).
+
+        Raises RecordError("PROPERTIES_SIZE_EXCEEDED"/"MESSAGE_ILLEGAL: ...") for what upstream rejects."""
+        tail, crc, size = self.plan(msg, max_body_size)
+        buf = bytearray(size)
+        self.write(buf, 0, msg, tail, crc, size, 0, 0, msg.store_timestamp)
+        return buf
 
 
 def encode_record(msg: MessageExtBrokerInner, *, max_body_size: int | None = None) -> bytearray:
@@ -446,7 +485,7 @@ def decode_record(
         raise RecordError(f"inconsistent record sizes at offset {offset}: total {total}, body {body_len}")
     pos = offset + FIXED_PART_LENGTH
     body_mv = mv[pos : pos + body_len]
-    if check_crc and (zlib.crc32(body_mv) & 0x7FFFFFFF) != crc:
+    if check_crc and (crc32(body_mv) & 0x7FFFFFFF) != crc:
         raise RecordError(f"body CRC mismatch at offset {offset}")
     pos += body_len
     topic_len = mv[pos]

@@ -27,7 +27,6 @@ from store.commit_log import (
     AppendRequest,
     CommitLog,
     DispatchRequest,
-    RecordMeta,
 )
 from store.config import (
     CQ_STORE_UNIT_SIZE,
@@ -45,7 +44,7 @@ from store.flush import (
     FlushRealTimeService,
     GroupCommitService,
 )
-from store.index_service import IndexService
+from store.index_service import IndexService, index_keys
 from store.mapped_file import MappedFile
 from store.message import (
     MAX_TOPIC_LENGTH,
@@ -53,10 +52,10 @@ from store.message import (
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
     MessageExt,
     MessageExtBrokerInner,
-    RecordEncoder,
     RecordError,
     decode_record,
     encode_properties,
@@ -131,13 +130,17 @@ class MessageStore:
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
         self.checkpoint: StoreCheckpoint | None = None
-        self._encoder = RecordEncoder()
+        self._encoder = self.commit_log.encoder
         self._index_enabled = config.message_index_enable
-        self._index_batch: list[DispatchRequest] = []
+        # index keys dispatched but not yet written: built in one vectorised pass per dispatch round
+        self._index_keys: list[str] = []
+        self._index_phys: list[int] = []
+        self._index_times: list[int] = []
         self.reput = ReputMessageService(
             self.commit_log, self._dispatch, self._prepare_dispatch, self._end_dispatch_round
         )
         self.commit_log.post_append = self._after_append
+        self.commit_log.inline_dispatch = self._dispatch_appended
         self.stats = StoreStats(now_ms)
         self._total_memory = _total_physical_memory()
         self._flusher: CommitLogFlusher | None = None
@@ -536,7 +539,8 @@ class MessageStore:
         msg.topic = RMQ_SYS_SCHEDULE_TOPIC
         msg.queue_id = level - 1
 
-    def _encode(self, msg: MessageExtBrokerInner) -> tuple[bytearray, RecordMeta] | PutMessageResult:
+    def _plan(self, msg: MessageExtBrokerInner) -> tuple[bytes, int, int] | PutMessageResult:
+        """(tail, crc, size) of the record for `msg` (RecordEncoder.plan), or the rejection."""
         if len(msg.topic) > MAX_TOPIC_LENGTH:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msg.topic)} > 127")
         if msg.body is not None and len(msg.body) > self.config.max_message_size:
@@ -546,7 +550,7 @@ class MessageStore:
                 f"message body size {len(msg.body)} exceeds maxMessageSize {self.config.max_message_size}",
             )
         try:
-            data = self._encoder.encode(msg)
+            return self._encoder.plan(msg)
         except RecordError as exc:
             text = str(exc)
             status = (
@@ -555,16 +559,6 @@ class MessageStore:
                 else PutMessageStatus.MESSAGE_ILLEGAL
             )
             return PutMessageResult(status, None, text)
-        props = msg.properties
-        meta = RecordMeta(
-            len(data),
-            self.commit_log.tags_code_of(props.get(MessageConst.TAGS)),
-            props.get(MessageConst.KEYS),
-            props.get(MessageConst.UNIQ_KEY),
-            props,
-            msg.delay_time_level if msg.topic == RMQ_SYS_SCHEDULE_TOPIC else 0,
-        )
-        return data, meta
 
     async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
         """Append one message; with SYNC_FLUSH wait until an fsync covers it."""
@@ -572,15 +566,16 @@ class MessageStore:
         if status != PutMessageStatus.PUT_OK:
             return PutMessageResult(status, None, remark)
         begin = self.now_ms()
-        self._rewrite_delay(msg)
-        encoded = self._encode(msg)
-        if isinstance(encoded, PutMessageResult):
+        if MessageConst.DELAY in msg.properties:
+            self._rewrite_delay(msg)
+        plan = self._plan(msg)
+        if isinstance(plan, PutMessageResult):
             self.stats.put_failed += 1
-            return encoded
-        data, meta = encoded
+            return plan
+        tail, crc, size = plan
         return await self._submit(
-            data, [meta], msg.topic, msg.queue_id, msg.sys_flag, msg.prepared_transaction_offset,
-            msg.store_host, stall_append_ms, False, msg, begin,
+            [msg], [tail], [crc], [size], size, msg.topic, msg.queue_id, msg.sys_flag,
+            msg.prepared_transaction_offset, msg.store_host, stall_append_ms, False, msg, begin,
         )
 
     async def put_messages(
@@ -612,24 +607,30 @@ class MessageStore:
                 f"batch of {wire_size} bytes exceeds maxMessageSize {self.config.max_message_size}",
             )
         begin = self.now_ms()
-        data = bytearray()
-        metas: list[RecordMeta] = []
+        tails: list[bytes] = []
+        crcs: list[int] = []
+        sizes: list[int] = []
+        plan = self._plan
         for m in msgs:
-            encoded = self._encode(m)
-            if isinstance(encoded, PutMessageResult):
+            planned = plan(m)
+            if isinstance(planned, PutMessageResult):
                 self.stats.put_failed += 1
-                return encoded
-            data += encoded[0]
-            metas.append(encoded[1])
+                return planned
+            tails.append(planned[0])
+            crcs.append(planned[1])
+            sizes.append(planned[2])
         return await self._submit(
-            data, metas, first.topic, first.queue_id, first.sys_flag, 0, first.store_host, stall_append_ms, True,
-            None, begin,
+            msgs, tails, crcs, sizes, sum(sizes), first.topic, first.queue_id, first.sys_flag, 0, first.store_host,
+            stall_append_ms, True, None, begin,
         )
 
     async def _submit(
         self,
-        data: bytearray,
-        metas: list[RecordMeta],
+        msgs: list[MessageExtBrokerInner],
+        tails: list[bytes],
+        crcs: list[int],
+        sizes: list[int],
+        total: int,
         topic: str,
         queue_id: int,
         sys_flag: int,
@@ -640,15 +641,18 @@ class MessageStore:
         msg: MessageExtBrokerInner | None,
         begin: int,
     ) -> PutMessageResult:
-        if len(data) + 8 > self.config.mapped_file_size_commit_log:
+        if total + 8 > self.config.mapped_file_size_commit_log:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 None,
-                f"{len(data)} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
+                f"{total} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
             )
         fut = asyncio.get_running_loop().create_future()
         self.commit_log.submit(
-            AppendRequest(data, metas, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms, fut, batch)
+            AppendRequest(
+                msgs, tails, crcs, sizes, total, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms,
+                fut, batch,
+            )
         )
         result = await fut
         if isinstance(result, AppendFailure):
@@ -733,8 +737,11 @@ class MessageStore:
                     self.checkpoint.logics_msg_timestamp = req.store_timestamp
             else:
                 log.error("[BUG] put commit log position info failed", topic=req.topic, queue_id=req.queue_id)
-        if self._index_enabled:
-            self._index_batch.append(req)
+        if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
+            for key in index_keys(req.topic, req.uniq_key, req.keys):
+                self._index_keys.append(key)
+                self._index_phys.append(req.commit_log_offset)
+                self._index_times.append(req.store_timestamp)
         listener = self.message_arriving_listener
         if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
             try:
@@ -749,11 +756,67 @@ class MessageStore:
             except Exception:
                 log.exception("message arriving listener failed", topic=req.topic)
 
+    def _dispatch_appended(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
+        """The writer's inline dispatch (same effects as `_dispatch` per record, without building
+        DispatchRequests): only while the reput is caught up to this request and every file the records
+        need exists. Returns how many records were dispatched; the reput takes the rest."""
+        reput = self.reput
+        if reput.reput_from_offset != phy or reput.running or self.commit_log.dispatch_queue:
+            return 0
+        index = self._index_enabled
+        if index and self.index_service.needs_file():
+            return 0
+        topic = req.topic
+        queue_id = req.queue_id
+        tran = transaction_value(req.sys_flag)
+        counts = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        cq = self.find_consume_queue(topic, queue_id) if counts else None
+        index = index and tran != TRANSACTION_ROLLBACK_TYPE
+        listener = self.message_arriving_listener
+        if self.config.broker_role == BrokerRole.SLAVE:
+            listener = None
+        tags_code_of = self.commit_log.dispatch_tags_code
+        index_keys_, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
+        checkpoint = self.checkpoint
+        sizes = req.sizes
+        qo = queue_offset
+        done = 0
+        for m in req.msgs:
+            size = sizes[done]
+            props = m.properties
+            tags_code = tags_code_of(topic, props, store_ts)
+            if cq is not None:
+                if not cq.try_append(phy, size, tags_code, qo):
+                    if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
+                        break  # the file is created in a worker thread: the reput continues from here
+                    if not cq.put_message_position_info(phy, size, tags_code, qo):
+                        log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id)
+                if checkpoint is not None:
+                    checkpoint.logics_msg_timestamp = store_ts
+            if index:
+                for key in index_keys(topic, props.get(MessageConst.UNIQ_KEY), props.get(MessageConst.KEYS)):
+                    index_keys_.append(key)
+                    index_phys.append(phy)
+                    index_times.append(store_ts)
+            if listener is not None:
+                try:
+                    listener(topic, queue_id, qo + 1, tags_code, store_ts, props)
+                except Exception:
+                    log.exception("message arriving listener failed", topic=topic)
+            phy += size
+            if counts:
+                qo += 1
+            done += 1
+        reput.reput_from_offset = phy
+        reput.dispatched_total += done
+        return done
+
     def _end_dispatch_round(self) -> Any:
-        """Index what the round dispatched (one hashing pass); an awaitable if an index file is needed."""
-        if self._index_batch:
-            batch, self._index_batch = self._index_batch, []
-            self.index_service.build_batch(batch)
+        """Index what the round dispatched (one vectorised pass); an awaitable if an index file is needed."""
+        if self._index_keys:
+            keys, phys, times = self._index_keys, self._index_phys, self._index_times
+            self._index_keys, self._index_phys, self._index_times = [], [], []
+            self.index_service.build_keys(keys, phys, times)
         if self._index_enabled and self.index_service.has_pending():
             return self.index_service.ensure_file()
         return None

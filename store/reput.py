@@ -44,6 +44,11 @@ class ReputMessageService:
         self._task: asyncio.Task | None = None
         self.dispatched_total = 0
 
+    @property
+    def running(self) -> bool:
+        """A catch-up is in progress (it may be suspended in an await)."""
+        return self._running
+
     def behind(self) -> int:
         return self.commit_log.get_max_offset() - self.reput_from_offset
 

@@ -83,3 +83,58 @@ async def test_view_message_by_offset_msg_id(store_factory):
     _ip, _port, offset = decode_offset_msg_id(r.append_result.msg_id)
     assert s.look_message_by_offset(offset).body == b"by-id"
     assert bytes(s.select_one_message_by_offset(offset))[88:93] == b"by-id"
+
+
+def _index_file(tmp_path, name: str, slots: int, entries: int):
+    from store.index_service import IndexFile
+    from store.mapped_file import MappedFile
+
+    mf = MappedFile.create(str(tmp_path / name), IndexFile.file_size(slots, entries))
+    f = IndexFile(mf, slots, entries)
+    f.init_new(0, 0)
+    return f
+
+
+def test_vectorised_insert_writes_what_the_scalar_insert_writes(tmp_path):
+    """put_many (one numpy pass per batch) must leave byte-identical files to put_hashed in a loop:
+    chains through colliding slots inside one batch and across batches, the first entry setting the
+    begin timestamp, time diffs clamped, a corrupt slot value ignored, and the file filling up."""
+    import random
+
+    import numpy as np
+
+    from store.index_service import JavaHasher
+
+    rnd = random.Random(7)
+    scalar = _index_file(tmp_path, "a", 7, 300)
+    vector = _index_file(tmp_path, "b", 7, 300)
+    for f in (scalar, vector):  # a slot pointing past index_count (torn file): treated as empty
+        struct.pack_into(">i", f.mapped_file.view, 40 + 3 * 4, 9999)
+    hasher = JavaHasher()
+    ts = 1_700_000_000_000
+    phy = 0
+    fitted = 0
+    for batch in (1, 5, 40, 17, 64, 200):
+        keys = [f"T#k{rnd.randrange(50)}-{'x' * rnd.randrange(30)}" for _ in range(batch)]
+        phys, times = [], []
+        for _ in keys:
+            phy += rnd.randrange(100, 5000)
+            ts += rnd.choice((0, 999, 1000, 2500, -3000))  # a clock step back → diff clamped to 0
+            phys.append(phy)
+            times.append(ts)
+        for k, p, t in zip(keys, phys, times):
+            if scalar.put_hashed(index_key_hash(k), p, t):
+                fitted += 1
+        vector.put_many(hasher.abs_hashes(keys), np.array(phys), np.array(times))
+    for f in (scalar, vector):
+        f.write_header()
+    assert fitted == 299  # the file filled up (entry numbers start at 1)
+    assert bytes(scalar.mapped_file.view) == bytes(vector.mapped_file.view)
+
+
+def test_vectorised_java_hash_matches_string_hash_code():
+    from store.index_service import JavaHasher
+    from store.message import java_string_hash
+
+    keys = ["", "a", "TagA", "polygenelubricants", "ключ", "键-€", "emoji-\U0001f600", "x" * 300] * 3
+    assert JavaHasher().hash_many(keys) == [java_string_hash(k) for k in keys]

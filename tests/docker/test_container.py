@@ -31,4 +31,3 @@ def test_broker_image_end_to_end() -> None:
         reason = next((line for line in proc.stdout.splitlines() if line.startswith("SKIP:")), "SKIP: (no reason)")
         pytest.skip(reason)
     assert proc.returncode == 0, output[-6000:]
-    print(output[-3000:])

@@ -227,6 +227,10 @@ class BrokerController:
         self.stats.observe_overload(self.executors)  # [OVERLOAD] is counted by the executors themselves
         for kind, count in self.stats.busy.items():
             info[f"busy{kind}"] = count
+        info.update(self.schedule_service.runtime_info())
+        checks = self.transaction_check_service.total
+        info["transactionCheckedTotal"] = checks.checked
+        info["transactionDiscardedTotal"] = checks.discarded
         for key, value in self.store.runtime_info().items():
             info.setdefault(key, value)
         return info

@@ -64,12 +64,8 @@ class ScheduleMessageService:
     def delivered(self) -> int:
         return self.stats.delivered
 
-    # -- put path ----------------------------------------------------------------------------
-    def maybe_delay(self, msg: MessageExtBrokerInner) -> MessageExtBrokerInner:
-        """Kept for callers: the store itself moves a ``DELAY`` message into the schedule topic
-        (upstream CommitLog.putMessage), so there is nothing to do here."""
-        return msg
-
+    # The store itself moves a ``DELAY`` message into the schedule topic (upstream CommitLog.putMessage);
+    # this service only delivers what falls due.
     def on_message_arriving(self, queue_id: int) -> None:
         event = self._wakeups.get(queue_id + 1)
         if event is not None:

@@ -32,8 +32,6 @@ from remoting.headers import (
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     FaultInjectRequestHeader,
-    GetConsumerConnectionListRequestHeader,
-    GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
@@ -79,7 +77,6 @@ class AdminBrokerProcessor:
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
-            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
@@ -90,7 +87,6 @@ class AdminBrokerProcessor:
             RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
@@ -190,29 +186,6 @@ class AdminBrokerProcessor:
     def get_all_consumer_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=self.c.consumer_offset_manager.snapshot())
 
-    def get_consume_stats(self, channel, request: RemotingCommand) -> RemotingCommand:
-        hdr = decode_header(GetConsumeStatsRequestHeader, request.ext_fields)
-        com = self.c.consumer_offset_manager
-        topics = [hdr.topic] if hdr.topic else sorted(com.which_topic_by_consumer(hdr.consumer_group))
-        entries: dict[str, Any] = {}
-        for topic in topics:
-            tc = self.c.topic_config_manager.select_topic_config(topic)
-            if tc is None:
-                continue
-            for qid in range(tc.read_queue_nums):
-                broker_offset = self.c.store.get_max_offset_in_queue(topic, qid)
-                consumer_offset = max(com.query_offset(hdr.consumer_group, topic, qid), 0)
-                last = 0
-                if consumer_offset > 0:
-                    last = self.c.store.get_message_store_timestamp(topic, qid, consumer_offset - 1)
-                entries[mq_key(topic, self.c.config.broker_name, qid)] = {
-                    "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last}
-        tps = self.c.stats.consume_tps(hdr.consumer_group)
-        body = '{"consumeTps":' + orjson.dumps(float(tps)).decode() + ',"offsetTable":' + \
-            fastjson_mq_map(entries) + "}"
-        return request.response(ResponseCode.SUCCESS, body=body.encode())
-
-    # -- orderly locks ---------------------------------------------------------------------
     def _lock_body(self, request: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
         body = orjson.loads(bytes(request.body or b"{}"))
         mqs = [(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in body.get("mqSet") or []]
@@ -316,18 +289,6 @@ class AdminBrokerProcessor:
         hdr = decode_header(DeleteSubscriptionGroupRequestHeader, request.ext_fields)
         self.c.subscription_group_manager.delete_subscription_group_config(hdr.group_name)
         return request.response(ResponseCode.SUCCESS)
-
-    def get_consumer_connection_list(self, channel, request: RemotingCommand) -> RemotingCommand:
-        hdr = decode_header(GetConsumerConnectionListRequestHeader, request.ext_fields)
-        info = self.c.consumer_manager.get(hdr.consumer_group)
-        if info is None:
-            return request.response(ResponseCode.CONSUMER_NOT_ONLINE,
-                                    f"the consumer group[{hdr.consumer_group}] not online")
-        body = {"connectionSet": [ci.to_connection_json() for ci in info.channels.values()],
-                "consumeFromWhere": info.consume_from_where, "consumeType": info.consume_type,
-                "messageModel": info.message_model,
-                "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()}}
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     def get_producer_connection_list(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetProducerConnectionListRequestHeader, request.ext_fields)

@@ -218,8 +218,8 @@ class SendMessageProcessor:
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
             msg = self.c.transaction_service.prepare_half_message(msg)
         else:
+            # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
-            msg = self.c.schedule_service.maybe_delay(msg)
         stall_ms = await self._fault_sleep(props)
         result = await self.store.put_message(msg, stall_append_ms=stall_ms)
         return self._put_result_to_response(request, result, msg, queue_id)
@@ -296,8 +296,10 @@ class SendMessageProcessor:
             return request.response(ResponseCode.SUCCESS)
         new_topic = retry_topic(hdr.group)
         queue_id = random.randrange(sgc.retry_queue_nums)
-        self.c.topic_config_manager.create_topic_in_send_message_back_method(
+        retry_tc = self.c.topic_config_manager.create_topic_in_send_message_back_method(
             new_topic, sgc.retry_queue_nums, PERM_WRITE | PERM_READ)
+        if not is_writeable(retry_tc.perm):
+            return request.response(ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
         msg_ext = self.store.look_message_by_offset(hdr.offset)
         if msg_ext is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {hdr.offset}")
@@ -319,8 +321,8 @@ class SendMessageProcessor:
             if delay_level == 0:
                 delay_level = 3 + reconsume_times
             props[MessageConst.DELAY] = str(delay_level)
-        origin = hdr.origin_msg_id or props.get(MessageConst.ORIGIN_MESSAGE_ID) or msg_ext.msg_id
-        props[MessageConst.ORIGIN_MESSAGE_ID] = origin
+        # upstream keeps the first origin id, else the stored message's offset id (not the header's value)
+        props[MessageConst.ORIGIN_MESSAGE_ID] = props.get(MessageConst.ORIGIN_MESSAGE_ID) or msg_ext.msg_id
         props[MessageConst.CLUSTER] = self.config.broker_cluster_name
         tags = props.get(MessageConst.TAGS)
         inner = MessageExtBrokerInner(
@@ -328,10 +330,9 @@ class SendMessageProcessor:
             properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
             sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
             store_host=self.c.store_host, reconsume_times=reconsume_times + 1)
-        inner = self.c.schedule_service.maybe_delay(inner)
         result = await self.store.put_message(inner)
         if result.status == PutMessageStatus.PUT_OK:
-            self.c.stats.on_send_back(hdr.group, new_topic)
+            self.c.stats.on_send_back(hdr.group, msg_ext.topic)
             return request.response(ResponseCode.SUCCESS)
         return request.response(ResponseCode.SYSTEM_ERROR, result.status.name)
 

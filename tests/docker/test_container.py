@@ -20,6 +20,7 @@ SKIPPED = 77
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1600)
 @pytest.mark.skipif(os.environ.get("MINI_ROCKETMQ_CONTAINER_TEST") != "1",
                     reason="set MINI_ROCKETMQ_CONTAINER_TEST=1 to build and run the broker image (root, podman)")
 def test_broker_image_end_to_end() -> None:

@@ -130,6 +130,24 @@ def execute_load(spark: SparkSession, specs: list[TaskSpec], out_path: Path, *, 
     df.mapInArrow(load, spark_ddl(), barrier=True).write.mode("overwrite").parquet(str(out_path))
 
 
+def wait_for_slots(spark: SparkSession, wanted: int | None, timeout_s: float = 90.0) -> int:
+    """On a cluster, wait until executors have registered (and offer ``wanted`` slots, if given):
+    a barrier stage submitted before that fails its slot check. Returns the slots available."""
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return sc.defaultParallelism
+    deadline = time.monotonic() + timeout_s
+    while True:
+        executors = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
+        slots = sc.defaultParallelism
+        if executors > 0 and (wanted is None or slots >= wanted):
+            return slots
+        if time.monotonic() > deadline:
+            raise RunError(f"the cluster at {sc.master} offers {slots} task slot(s) from {max(executors, 0)} "
+                           f"executor(s) after {timeout_s:.0f}s; the run needs {wanted or 1}")
+        time.sleep(0.5)
+
+
 def spark_error_message(exc: BaseException) -> str:
     """The Python error inside a failed Spark task, without pages of JVM stack."""
     text = str(exc)
@@ -160,7 +178,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
     spark = opts.spark
     collector: ProgressCollector | None = None
     meta: dict[str, Any] = {"run_id": run_id, "scenario": scen.to_dict(), "driver": driver,
-                            "master": opts.master if own_spark else "(shared session)",
+                            "master": opts.master,
                             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
         namesrv = opts.namesrv
@@ -177,9 +195,10 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         meta["cluster"] = asyncio.run(prepare_topics(namesrv, probe.topics, scen.queues_per_topic))
         if spark is None:
             spark = get_session(opts.master, log_dir=out, conf=opts.spark_conf)
+        meta["master"] = spark.sparkContext.master
         host = spark.sparkContext.getConf().get("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
         collector = ProgressCollector(host, out=opts.progress_out, enabled=opts.progress).start()
-        slots = spark.sparkContext.defaultParallelism
+        slots = wait_for_slots(spark, opts.tasks or scen.tasks)
         tasks = opts.tasks or scen.tasks or slots
         plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr)
         meta.update(tasks=len(plan.specs), groups=plan.groups, topics=plan.topics)

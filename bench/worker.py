@@ -231,8 +231,15 @@ class _Load:
             await asyncio.gather(*jobs)
             self.phase = "drain"
             await self.gather_all("produced")
+            # A consumer is drained once it is caught up twice, ``settle`` apart: a stalled broker
+            # may still store attempts the producers already gave up on (those late copies are
+            # exactly the duplicates and "failed but delivered" messages the score must see).
+            fault_tail = max([(f.at_s * 1000 + f.duration_ms) / 1000 - scen.warmup_s - scen.duration_s
+                              for f in scen.faults] + [0.0])
+            settle = 1.0 + max([mf.value / 1000 for mf in scen.message_faults] + [fault_tail])
             deadline = time.monotonic() + scen.drain_timeout_s
             pending = list(consumers)
+            first_seen: dict[int, float] = {}
             while pending and time.monotonic() < deadline:
                 still = []
                 for c in pending:
@@ -240,11 +247,18 @@ class _Load:
                         done = await c.caught_up()
                     except Exception:  # a transient broker error: ask again
                         done = False
-                    if done:
+                    key = id(c)
+                    if not done:
+                        first_seen.pop(key, None)
+                        still.append(c)
+                    elif key not in first_seen:
+                        first_seen[key] = time.monotonic()
+                        still.append(c)
+                    elif time.monotonic() - first_seen[key] < settle:
+                        still.append(c)
+                    else:
                         self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="complete",
                                      consume_ms=now_ms())
-                    else:
-                        still.append(c)
                 pending = still
                 if pending:
                     await asyncio.sleep(0.25)
@@ -299,7 +313,7 @@ class _Load:
 
     def record_consume(self, consumer_id: str, group: str, *, topic: str, props: dict[str, str], queue_id: int,
                        queue_offset: int, born_ms: int, store_ms: int, msg_id: str, uniq: str | None,
-                       size: int) -> None:
+                       size: int, consume_ms: int | None = None) -> None:
         if props.get(PROP_RUN) != self.spec.run_id:
             self.stats.errors["FOREIGN_MESSAGE"] += 1
             return
@@ -313,7 +327,8 @@ class _Load:
             return  # planted loss: the accounting must report it
         self.stats.consumed += 1
         self.buf.add("consume", topic=topic, producer=producer, seq=seq, queue_id=queue_id,
-                     queue_offset=queue_offset, send_ms=born_ms, store_ms=store_ms, consume_ms=now_ms(),
+                     queue_offset=queue_offset, send_ms=born_ms, store_ms=store_ms,
+                     consume_ms=now_ms() if consume_ms is None else consume_ms,
                      consumer=consumer_id, group=group, msg_id=msg_id, uniq_key=uniq, size=size,
                      warmup=born_ms < self.t0 + self.scen.warmup_s * 1000)
 

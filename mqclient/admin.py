@@ -15,8 +15,8 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
-from remoting.headers import CreateTopicRequestHeader, FaultInjectRequestHeader, GetMaxOffsetRequestHeader, \
-    encode_header
+from remoting.headers import (CreateTopicRequestHeader, FaultInjectRequestHeader, GetMaxOffsetRequestHeader,
+                              QueryConsumerOffsetRequestHeader, encode_header)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +148,16 @@ class Admin:
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, broker_addr)
         return int(resp.ext_fields.get("offset", "0"))
+
+    async def consumer_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of a queue (14); None when the broker has none (22)."""
+        hdr = encode_header(QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id))
+        resp = await self._invoke(broker_addr, RequestCode.QUERY_CONSUMER_OFFSET, hdr)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, broker_addr)
+        return int(resp.ext_fields.get("offset", "-1"))
 
     async def fault_inject(self, broker_addr: str, kind: str, *, duration_ms: int = 0, value: str | None = None,
                            target: str | None = None) -> RemotingCommand:

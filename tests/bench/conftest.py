@@ -1,4 +1,8 @@
-"""Shared fixtures for the benchmark-suite tests: one local[2] SparkSession for the whole session."""
+"""Shared fixtures for the benchmark-suite tests: one Spark JVM for the whole session.
+
+``spark`` is a local[2] session; a test that needs another master (the cluster test) stops it and
+builds its own in the same JVM, and the next test gets a fresh local[2] session cheaply.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,26 @@ pytest.importorskip("pyspark")
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory):
+def spark_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("spark-logs")
+
+
+@pytest.fixture(scope="session")
+def _stop_spark_at_end():
+    yield
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
+@pytest.fixture
+def spark(spark_log_dir: Path, _stop_spark_at_end):
     from bench.session import get_session
 
-    log_dir: Path = tmp_path_factory.mktemp("spark-logs")
-    session = get_session("local[2]", app_name="mqbench-tests", log_dir=log_dir)
-    yield session
-    session.stop()
+    session = get_session("local[2]", app_name="mqbench-tests", log_dir=spark_log_dir)
+    if not session.sparkContext.master.startswith("local["):
+        session.stop()
+        session = get_session("local[2]", app_name="mqbench-tests", log_dir=spark_log_dir)
+    return session

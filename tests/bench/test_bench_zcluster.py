@@ -1,0 +1,66 @@
+"""Scale-out: the same ``mqbench run`` job on a Spark cluster.
+
+In the suite: a ``local-cluster[1,2,1024]`` master — a real standalone master and worker inside the
+driver JVM, the load tasks in a separate executor JVM and its Python workers, exactly the code
+path of ``--master spark://``. Opt-in (MQBENCH_STANDALONE_TEST=1, ~2 minutes): a started standalone
+master and worker on loopback, driven through the ``mqbench`` command line.
+(The module name sorts last so the shared local[2] session is not rebuilt in between.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.run import RunOptions, run_scenario
+from bench.scenario import DebugSpec, load_scenario
+from bench.session import get_session
+
+
+def _check(score: dict) -> None:
+    c = score["counts"]
+    assert c["sent"] > 100 and c["accounted"]
+    assert c["lost"] == 1 and score["lost_sample"][0]["seq"] == 7
+    assert c["consumed_unique"] == c["acked"] - 1
+    assert score["errors"]["busy_total"] > 0
+    assert score["run"]["tasks"] == 2
+
+
+@pytest.mark.slow
+def test_same_job_on_a_local_cluster(spark, spark_log_dir, tmp_path):
+    spark.stop()
+    cluster = get_session("local-cluster[1,2,1024]", app_name="mqbench-cluster-test", log_dir=spark_log_dir)
+    try:
+        assert cluster.sparkContext.master.startswith("local-cluster")
+        scen = dataclasses.replace(load_scenario("smoke"), debug=DebugSpec(drop_consumed_seqs=(7,)))
+        result = run_scenario(scen, RunOptions(out_dir=tmp_path / "run", spark=cluster, progress=False))
+        _check(result.score)
+        assert result.meta["master"].startswith("local-cluster")
+        # the load ran in the executor's Python workers, and they reported progress to the driver
+        assert result.meta["progress_final"]["sent"] == result.score["counts"]["sent"]
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MQBENCH_STANDALONE_TEST") != "1",
+                    reason="set MQBENCH_STANDALONE_TEST=1 to start a standalone master and worker (~2 min)")
+def test_same_job_on_a_standalone_master_and_worker(tmp_path):
+    from bench.standalone import LocalStandaloneCluster
+
+    scen = tmp_path / "smoke-drop.yaml"
+    text = (load_scenario("smoke").source and open(load_scenario("smoke").source).read())
+    scen.write_text(text + "debug:\n  drop_consumed_seqs: [7]\n")
+    with LocalStandaloneCluster(tmp_path / "cluster") as cluster:
+        out = tmp_path / "run"
+        proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", str(scen), "--master", cluster.master_url,
+                               "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    score = json.loads((out / "score.json").read_text())
+    _check(score)
+    assert score["run"]["master"] == cluster.master_url

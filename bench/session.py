@@ -99,4 +99,21 @@ def get_session(master: str = "local[*]", *, app_name: str = "mqbench", log_dir:
     with _stderr_to(log_dir / "spark.log"):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if not (master == "local" or master.startswith("local[")):
+        ship_code(spark, log_dir)
     return spark
+
+
+def ship_code(spark: SparkSession, work_dir: Path) -> Path:
+    """Send our packages to the executors (``addPyFile``), so cluster workers need only the
+    third-party dependencies installed, not this checkout."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    path = work_dir / "mqbench-code.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in ("bench", "mqclient", "remoting"):
+            for f in sorted((root / package).rglob("*.py")):
+                zf.write(f, f.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(str(path))
+    return path

@@ -97,7 +97,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except CompareError as exc:
         _err(str(exc))
         return EXIT_BAD_INPUT
-    deltas = compare(a, b, threshold=args.threshold, overrides=overrides)
+    deltas = compare(a, b, threshold=args.threshold, overrides=overrides, latency_floor_ms=args.latency_floor_ms)
     regressions = [d for d in deltas if d.regression]
     if args.json:
         print(json.dumps([{"metric": d.metric.path, "a": d.a, "b": d.b, "change": d.change,
@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threshold", type=float, default=0.10, help="relative change counted as a regression (0.10)")
     c.add_argument("--metric-threshold", action="append", metavar="METRIC=FRACTION",
                    help="per-metric threshold, e.g. publish.latency_ms.p99=0.25")
+    c.add_argument("--latency-floor-ms", type=float, default=1.0,
+                   help="latency changes below this many ms never count as regressions (1.0)")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_compare)
 

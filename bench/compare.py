@@ -86,7 +86,9 @@ def _get(score: dict[str, Any], path: str) -> float | None:
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], *, threshold: float = 0.10,
-            overrides: dict[str, float] | None = None) -> list[Delta]:
+            overrides: dict[str, float] | None = None, latency_floor_ms: float = 1.0) -> list[Delta]:
+    """``latency_floor_ms``: latency changes smaller than this are noise, whatever their ratio
+    (0.2 → 0.3 ms is +50 % and means nothing)."""
     out = []
     for m in METRICS:
         va, vb = _get(a, m.path), _get(b, m.path)
@@ -100,6 +102,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, threshold: float = 0.10,
                 big = True
             else:
                 big = abs(rel) > limit
+            if m.kind == "latency" and abs(change) < latency_floor_ms:
+                big = False
             worse, better = (worse_dir and big), ((not worse_dir) and big)
         out.append(Delta(m, va, vb, change, rel, worse and m.kind != "info", better))
     return out

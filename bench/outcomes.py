@@ -65,24 +65,6 @@ def spark_ddl() -> str:
     return ", ".join(f"`{f.name}` {names[f.type]}" for f in SCHEMA)
 
 
-def error_kind(code: int | None, remark: str | None) -> str:
-    """Name an error the way people search for it: the busy remark's bracket tag, else the code.
-
-    ``[TIMEOUT_CLEAN_QUEUE]broker busy…`` → ``TIMEOUT_CLEAN_QUEUE``; code 17 → ``TOPIC_NOT_EXIST``.
-    """
-    if remark and remark.startswith("["):
-        end = remark.find("]")
-        if end > 1:
-            return remark[1:end]
-    if code is None:
-        return "UNKNOWN"
-    try:
-        from remoting.codes import ResponseCode
-        return ResponseCode(code).name
-    except (ValueError, ImportError):
-        return f"CODE_{code}"
-
-
 @dataclass
 class OutcomeBuffer:
     """Column-wise appender: cheap per row, turned into Arrow record batches at the end."""

@@ -65,10 +65,15 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
+def topic_names(scen: Scenario, run_id: str) -> list[str]:
+    """Fresh topics per run: no earlier run's messages can be mistaken for this one's."""
+    return [f"{scen.topic_prefix}-{run_id}-t{i}" for i in range(scen.topics)]
+
+
 def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None) -> Plan:
     """Name topics and groups, and deal producers and consumers out to ``tasks`` Spark tasks so each
     task runs a mix (consumers start where producers stopped, so 1 + 1 clients use 2 tasks)."""
-    topics = [f"{scen.topic_prefix}-{run_id}-t{i}" for i in range(scen.topics)]
+    topics = topic_names(scen, run_id)
     producers = [ProducerSpec(id=f"t{ti}-p{p}", topic=t) for ti, t in enumerate(topics)
                  for p in range(scen.producers_per_topic)]
     groups: dict[str, list[str]] = {}
@@ -191,8 +196,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
                 raise RunError(str(exc)) from None
             namesrv = broker.namesrv
         meta["namesrv"] = namesrv
-        probe = Plan(run_id, [f"{scen.topic_prefix}-{run_id}-t{i}" for i in range(scen.topics)], {}, [])
-        meta["cluster"] = asyncio.run(prepare_topics(namesrv, probe.topics, scen.queues_per_topic))
+        meta["cluster"] = asyncio.run(prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic))
         if spark is None:
             spark = get_session(opts.master, log_dir=out, conf=opts.spark_conf)
         meta["master"] = spark.sparkContext.master

@@ -22,6 +22,7 @@ import logging
 import os
 import random
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -128,7 +129,7 @@ def now_ms() -> int:
 def quiet_logs() -> None:
     """Client logs would drown the run's own output: warnings and up only, to stderr."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                        logger_factory=structlog.PrintLoggerFactory(file=__import__("sys").stderr))
+                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
 
 
 @dataclass

@@ -149,6 +149,7 @@ class PushConsumer:
         self._rebalance_now = asyncio.Event()
         self._started = False
         self._closed = False
+        self._last_rebalance = 0.0
         self._listener_is_async = inspect.iscoroutinefunction(listener)
         self.consumed = 0
         self.listener_errors = 0
@@ -205,8 +206,7 @@ class PushConsumer:
                 if now - last_hb >= cfg.heartbeat_interval_s:
                     last_hb = now
                     await self.heartbeat()
-                if self._rebalance_now.is_set() or now - getattr(self, "_last_rebalance", 0.0) >= \
-                        cfg.rebalance_interval_s:
+                if self._rebalance_now.is_set() or now - self._last_rebalance >= cfg.rebalance_interval_s:
                     self._rebalance_now.clear()
                     await self.rebalance()
                 if now - last_commit >= cfg.commit_interval_s:

@@ -45,6 +45,14 @@ def test_latency_and_rate_beyond_threshold():
         ["publish.latency_ms.p99"]
 
 
+def test_tiny_latency_changes_are_noise():
+    a = score(end_to_end__latency_ms={"p50": 0.2, "p95": 0.4, "p99": 0.6, "p99_9": 1.0, "max": 2.0})
+    b = score(end_to_end__latency_ms={"p50": 0.3, "p95": 0.6, "p99": 0.9, "p99_9": 3.0, "max": 2.0})
+    assert regressions(a, b) == ["end_to_end.latency_ms.p99_9"]
+    assert regressions(a, b, latency_floor_ms=0.01) == [f"end_to_end.latency_ms.{p}" for p in
+                                                        ("p50", "p95", "p99", "p99_9")]
+
+
 def test_zero_to_nonzero_counts_regress_and_improvements_do_not():
     assert regressions(score(), score(counts__lost=1)) == ["counts.lost"]
     deltas = compare(score(counts__lost=5), score())

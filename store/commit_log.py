@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import numpy as np
 import structlog
 
 from store.config import MessageStoreConfig
@@ -30,6 +31,7 @@ from store.message import (
     END_FILE_MIN_BLANK_LENGTH,
     FIXED_PART,
     FIXED_PART_LENGTH,
+    MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -40,6 +42,7 @@ from store.message import (
     RecordEncoder,
     crc32,
     decode_properties,
+    java_string_hash,
     offset_msg_id_prefix,
     tags_hash,
     transaction_value,
@@ -52,6 +55,32 @@ _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
 _BLANK = struct.Struct(">ii")
+# TOTALSIZE, MAGIC, BODYCRC, BODYLEN: what the recovery scan needs of the fixed part, in one unpack
+_VERIFY = struct.Struct(">iii72xi")
+assert _VERIFY.size == FIXED_PART_LENGTH
+# the fixed part as numpy sees it (the bulk parser gathers it for many records at once)
+RECORD_DTYPE = np.dtype(
+    [
+        ("total", ">i4"),
+        ("magic", ">i4"),
+        ("crc", ">i4"),
+        ("queue_id", ">i4"),
+        ("flag", ">i4"),
+        ("queue_offset", ">i8"),
+        ("phy", ">i8"),
+        ("sys_flag", ">i4"),
+        ("born_ts", ">i8"),
+        ("born_host", "V8"),
+        ("store_ts", ">i8"),
+        ("store_host", "V8"),
+        ("reconsume", ">i4"),
+        ("prepared", ">i8"),
+        ("body_len", ">i4"),
+    ]
+)
+assert RECORD_DTYPE.itemsize == FIXED_PART_LENGTH
+BULK_RECORDS = 32768  # records per bulk parse (bounds the temporary arrays; the reput yields between)
+_PROPERTY_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 MAX_DRAIN = 4096  # requests per lock section; bounds the time the section can take
 
 
@@ -96,6 +125,27 @@ class AppendRequest:
 # Dispatches records the writer just appended, while the reput is caught up: (request, first CommitLog
 # offset, first queue offset, store timestamp) → how many records it dispatched (the rest go to the reput)
 InlineDispatch = Callable[[AppendRequest, int, int, int], int]
+
+
+@dataclass(slots=True)
+class ParsedRecords:
+    """Dispatch facts of consecutive records, as arrays (the bulk reput: recovery, rebuilds)."""
+
+    phy: np.ndarray  # int64 CommitLog offsets
+    size: np.ndarray  # int64
+    queue_id: np.ndarray  # int64
+    queue_offset: np.ndarray  # int64
+    sys_flag: np.ndarray  # int64
+    store_ts: np.ndarray  # int64
+    tags_code: np.ndarray  # int64 (the delivery time in the schedule topic)
+    topic_id: np.ndarray  # int64 index into topics
+    topics: list[str]
+    key_record: np.ndarray  # int64: the record of each index key, in index order
+    key_hash: np.ndarray  # int64: its index hash, abs(String.hashCode(topic + "#" + key))
+    props: list[bytes]  # raw properties (decoded only when an arrival listener needs them)
+
+    def __len__(self) -> int:
+        return len(self.phy)
 
 
 @dataclass(slots=True)
@@ -145,6 +195,10 @@ class CommitLog:
         self.post_append: Callable[[], Awaitable[None]] | None = None
         self.inline_dispatch: InlineDispatch | None = None
         self.encoder = RecordEncoder()
+        # the bulk parser keeps each record's raw properties only when someone will read them
+        self.want_raw_props: Callable[[], bool] = lambda: False
+        # record positions per file (start offset) found by the recovery scan, for the replay after it
+        self.recovered_positions: dict[int, np.ndarray] = {}
         self._pending: deque[AppendRequest] = deque()
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task | None = None
@@ -484,6 +538,98 @@ class CommitLog:
             props,
         )
 
+    def walk(self, view: memoryview, pos: int, stop: int, max_records: int) -> tuple[list[int], int, int]:
+        """Positions of consecutive message records from `pos` (headers only, no CRC), at most
+        `max_records`, stopping before `stop` (-1: none). Returns (positions, next position, reason):
+        reason 1 = more may follow (end of the view, `stop`, or the count), 0 = the BLANK end of the file,
+        -1 = something that is not a record at the next position."""
+        unpack = _BLANK.unpack_from
+        end = len(view)
+        out: list[int] = []
+        append = out.append
+        limit = end - 8
+        while len(out) < max_records:
+            if pos == stop or pos >= end:
+                return out, pos, 1
+            if pos > limit:
+                return out, pos, -1
+            total, magic = unpack(view, pos)
+            if magic != MESSAGE_MAGIC_CODE:
+                return out, pos, 0 if magic == BLANK_MAGIC_CODE else -1
+            if total < 91 or pos + total > end:
+                return out, pos, -1
+            append(pos)
+            pos += total
+        return out, pos, 1
+
+    def parse_many(self, view: memoryview, positions: list[int], with_keys: bool = True) -> tuple[ParsedRecords, int]:
+        """Dispatch facts of the records at `positions` (from `walk`), vectorised. Returns the facts of
+        the leading records whose sizes are consistent and how many that is (the next one, if any, is
+        not a valid record). `with_keys`: also the index keys (UNIQ_KEY, each KEYS value) as hashes."""
+        u8 = np.frombuffer(view, dtype=np.uint8)
+        last = len(u8) - 1
+        pos = np.array(positions, dtype=np.int64)
+        # each fixed part copied as one 88-byte row of a sliding-window view (walk: pos + 91 <= len)
+        hdr = _windows(u8, FIXED_PART_LENGTH)[pos].view(RECORD_DTYPE).reshape(-1)
+        total = hdr["total"].astype(np.int64)
+        body_len = hdr["body_len"].astype(np.int64)
+        tpos = pos + FIXED_PART_LENGTH + body_len
+        tlen = u8[np.minimum(tpos, last)].astype(np.int64)
+        ppos = tpos + 1 + tlen
+        plen = (u8[np.minimum(ppos, last)].astype(np.int64) << 8) | u8[np.minimum(ppos + 1, last)]
+        plen = np.where(plen >= 0x8000, plen - 0x10000, plen)  # signed short
+        ok = (body_len >= 0) & (FIXED_PART_LENGTH + body_len + 3 <= total) & (plen >= 0)
+        ok &= 91 + body_len + tlen + plen == total
+        n = len(pos) if ok.all() else int(np.argmin(ok))
+        if n < len(pos):
+            hdr, total, tpos, tlen, ppos, plen = hdr[:n], total[:n], tpos[:n], tlen[:n], ppos[:n], plen[:n]
+        topics, topic_ids = _topics_of(u8, tpos + 1, tlen, view)
+        # properties: the four this dispatch needs, with J's parser semantics (pieces split on \x02,
+        # key up to the first \x01, non-empty key and value, the last one wins), vectorised
+        pstart = ppos + 2
+        pend = pstart + plen
+        found = _find_properties(u8, pstart, pend)
+        store_ts = hdr["store_ts"].astype(np.int64)
+        tags_code = np.zeros(n, dtype=np.int64)
+        who, a, b = found[0]
+        if len(who):
+            h, exact = _segment_hashes(u8, a, b)
+            tags_code[who[exact]] = h[exact]
+            for r, x, y in zip(who[~exact].tolist(), a[~exact].tolist(), b[~exact].tolist()):
+                tags_code[r] = self.tags_code_of(view[x:y].tobytes().decode("utf-8", errors="replace"))
+        schedule = topics.index(RMQ_SYS_SCHEDULE_TOPIC) if RMQ_SYS_SCHEDULE_TOPIC in topics else -1
+        if schedule >= 0:
+            ts_list = store_ts.tolist()
+            delays = dict(zip(found[3][0].tolist(), zip(found[3][1].tolist(), found[3][2].tolist())))
+            for i in np.flatnonzero(topic_ids == schedule).tolist():
+                span = delays.get(i)
+                level = _int_or_zero(view[span[0] : span[1]].tobytes().decode("utf-8", errors="replace") if span else None)
+                if level > 0:
+                    tags_code[i] = self.compute_deliver_timestamp(min(level, self.max_delay_level), ts_list[i])
+        key_record, key_hash = _index_key_hashes(u8, view, topics, topic_ids, found[2], found[1]) if with_keys else (
+            np.empty(0, dtype=np.int64),
+            np.empty(0, dtype=np.int64),
+        )
+        return (
+            ParsedRecords(
+                phy=hdr["phy"].astype(np.int64),
+                size=total,
+                queue_id=hdr["queue_id"].astype(np.int64),
+                queue_offset=hdr["queue_offset"].astype(np.int64),
+                sys_flag=hdr["sys_flag"].astype(np.int64),
+                store_ts=store_ts,
+                tags_code=tags_code,
+                topic_id=topic_ids,
+                topics=topics,
+                key_record=key_record,
+                key_hash=key_hash,
+                props=[view[a:b].tobytes() for a, b in zip(pstart.tolist(), pend.tolist())]
+                if self.want_raw_props()
+                else [],
+            ),
+            n,
+        )
+
     def tags_code_of(self, tags: str | None) -> int:
         if not tags:
             return 0
@@ -524,27 +670,66 @@ class CommitLog:
         files = self.mapped_file_queue.mapped_files
         mf = files[index]
         report = RecoveryReport(process_offset=mf.file_from_offset, start_file=mf.file_name)
-        pos = 0
-        view = mf.view
-        verify = self.verify_record
         while True:
-            size = verify(view, pos, check_crc)
-            if size > 0:
+            view = mf.view
+            found: list[np.ndarray] = []
+            pos, records = self._scan_view(view, 0, check_crc, found)
+            size = self.verify_record(view, pos, check_crc)  # the record the tight loop stopped at
+            while size > 0:  # (only when the loop stopped for a reason it leaves to verify_record)
+                found.append(np.array([pos], dtype=np.int64))
                 pos += size
-                report.records += 1
-                continue
+                records += 1
+                more, n = self._scan_view(view, pos, check_crc, found)
+                pos, records = more, records + n
+                size = self.verify_record(view, pos, check_crc)
+            if found:
+                walked = np.concatenate(found)
+                # the replay after recovery reuses them instead of walking the chain again
+                self.recovered_positions[mf.file_from_offset] = walked[walked < pos]
+            report.records += records
+            report.scanned_bytes += pos
             if size == 0 and index + 1 < len(files):
-                report.scanned_bytes += pos
                 index += 1
                 mf = files[index]
-                view = mf.view
-                pos = 0
                 continue
             break
-        report.scanned_bytes += pos
         report.process_offset = mf.file_from_offset + pos
         report.dropped_bytes = self._dirty_bytes_after(mf, pos)
         return report
+
+    def _scan_view(
+        self, view: memoryview, pos: int, check_crc: bool, found: list[np.ndarray] | None = None
+    ) -> tuple[int, int]:
+        """The recovery scan: (position of the first record it does not accept, records accepted). It
+        accepts exactly what `verify_record` accepts; anything unusual (a BLANK, the end of the view, a
+        bad record) stops it and `verify_record` decides. The chain of records is walked reading two
+        ints per record; the size consistency of a chunk of records is checked with numpy and the
+        body CRCs computed in one `map` over memoryview slices. `found` collects the positions walked
+        (a superset of the accepted ones: the caller cuts at the returned position)."""
+        records = 0
+        u8 = np.frombuffer(view, dtype=np.uint8)
+        while True:
+            positions, after, _reason = self.walk(view, pos, -1, 4 * BULK_RECORDS)
+            if not positions:
+                return pos, records
+            if found is not None:
+                found.append(np.array(positions, dtype=np.int64))
+            n, crc_at = _consistent(u8, positions)
+            if check_crc and n:
+                starts = (crc_at[0][:n]).tolist()
+                ends = (crc_at[1][:n]).tolist()
+                computed = np.fromiter(
+                    map(crc32, map(view.__getitem__, map(slice, starts, ends))), dtype=np.int64, count=n
+                )
+                bad = np.flatnonzero((computed & 0x7FFFFFFF) != crc_at[2][:n])
+                if bad.size:
+                    n = int(bad[0])
+            records += n
+            if n < len(positions):
+                return positions[n], records
+            pos = after
+            if len(positions) < 4 * BULK_RECORDS:
+                return pos, records
 
     @staticmethod
     def _dirty_bytes_after(mf: MappedFile, pos: int) -> int:
@@ -640,6 +825,208 @@ class CommitLog:
 
     def destroy(self) -> None:
         self.mapped_file_queue.destroy()
+
+
+_M32 = np.uint64(0xFFFFFFFF)
+# 31**k mod 2**32 for every k a property value or topic can need (uint64 products wrap mod 2**64)
+_POW31 = np.concatenate(
+    [np.ones(1, dtype=np.uint64), np.cumprod(np.full(MAX_PROPERTIES_LENGTH + 256, 31, dtype=np.uint64))]
+) & _M32
+_SPACE = ord(" ")
+
+
+def _consistent(u8: np.ndarray, positions: list[int]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """How many leading records at `positions` have consistent sizes (verify_record's checks after the
+    magic and the total size), and their (body start, body end, stored CRC) arrays."""
+    last = len(u8) - 1
+    pos = np.array(positions, dtype=np.int64)
+    hdr = _windows(u8, FIXED_PART_LENGTH)[pos].view(RECORD_DTYPE).reshape(-1)
+    total = hdr["total"].astype(np.int64)
+    crc = hdr["crc"].astype(np.int64)
+    body_len = hdr["body_len"].astype(np.int64)
+    tpos = pos + FIXED_PART_LENGTH + np.maximum(body_len, 0)
+    tlen = u8[np.minimum(tpos, last)].astype(np.int64)
+    ppos = tpos + 1 + tlen
+    plen = (u8[np.minimum(ppos, last)].astype(np.int64) << 8) | u8[np.minimum(ppos + 1, last)]
+    plen = np.where(plen >= 0x8000, plen - 0x10000, plen)
+    ok = (body_len >= 0) & (FIXED_PART_LENGTH + body_len + 3 <= total) & (tpos + 3 + tlen <= pos + total)
+    ok &= (plen >= 0) & (91 + body_len + tlen + plen == total)
+    n = len(pos) if ok.all() else int(np.argmin(ok))
+    return n, (pos + FIXED_PART_LENGTH, tpos, crc)
+
+
+def _windows(u8: np.ndarray, width: int) -> np.ndarray:
+    """Read-only (len - width + 1, width) view of every `width` bytes of `u8` (no copy): indexing it
+    with positions copies one row per position, far cheaper than an index matrix."""
+    n = len(u8) - width + 1
+    if n <= 0:
+        return np.empty((0, width), dtype=np.uint8)
+    return np.lib.stride_tricks.as_strided(u8, shape=(n, width), strides=(1, 1), writeable=False)
+
+
+def _find_properties(
+    u8: np.ndarray, pstart: np.ndarray, pend: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For TAGS, KEYS, UNIQ_KEY and DELAY: (record, value start, value end) arrays of the records whose
+    properties, spanning [pstart, pend) of `u8`, have it, exactly as J's string2messageProperties reads
+    them (pieces split on \x02, the name up to the first \x01, non-empty value, the last one wins)."""
+    n = len(pstart)
+    empty = np.empty(0, dtype=np.int64)
+    if n == 0 or not (pend > pstart).any():
+        return [(empty, empty, empty) for _ in _PROPERTY_NAMES]
+    lo, hi = int(pstart[0]), int(pend[-1])
+    seps = np.flatnonzero(u8[lo:hi] == 2) + lo
+    rec = np.searchsorted(pstart, seps, side="right") - 1
+    inside = seps < pend[rec]  # \x02 bytes of bodies and headers are not separators
+    seps, rec = seps[inside], rec[inside]
+    starts = np.concatenate([pstart, seps + 1])
+    owner = np.concatenate([np.arange(n, dtype=np.int64), rec])
+    order = np.argsort(starts, kind="stable")
+    starts, owner = starts[order], owner[order]
+    ends = np.empty_like(starts)
+    ends[:-1] = np.where(owner[1:] == owner[:-1], starts[1:] - 1, pend[owner[:-1]])
+    ends[-1] = pend[owner[-1]]
+    long_enough = ends - starts > 2
+    first = u8[np.minimum(starts, len(u8) - 1)]
+    out = []
+    for name in _PROPERTY_NAMES:
+        k = len(name)
+        cand = np.flatnonzero(long_enough & (first == name[0]) & (ends - starts > k + 1))
+        at = starts[cand]
+        hit = u8[at + k] == 1
+        for j in range(1, k):
+            hit &= u8[at + j] == name[j]
+        cand = cand[hit]
+        who = owner[cand]
+        last = np.ones(len(cand), dtype=bool)
+        last[:-1] = who[1:] != who[:-1]  # a name twice in one record: the later piece wins
+        cand, who = cand[last], who[last]
+        out.append((who, starts[cand] + k + 1, ends[cand]))
+    return out
+
+
+def _segment_hashes(u8: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Signed String.hashCode of the byte segments [a, b) read as text, and whether that is exact
+    (all-ASCII segments, where UTF-8 bytes are the UTF-16 units). Segments must not be empty. Segments
+    of one length are rows of a sliding-window view: one row copy each, then one matrix product with
+    the powers of 31 (uint64 wraps modulo 2**64, so the result is right modulo 2**32)."""
+    lens = b - a
+    h = np.empty(len(a), dtype=np.uint64)
+    exact = np.empty(len(a), dtype=bool)
+    for width in np.unique(lens).tolist():
+        sel = np.flatnonzero(lens == width) if len(a) > 1 else np.zeros(1, dtype=np.int64)
+        rows = _windows(u8, width)[a[sel]]
+        exact[sel] = rows.max(axis=1) < 0x80
+        with np.errstate(over="ignore"):
+            h[sel] = (rows.astype(np.uint64) @ _POW31[width - 1 :: -1]) & _M32
+    signed = h.astype(np.int64)
+    signed[signed >= 0x80000000] -= 0x100000000
+    return signed, exact
+
+
+def _segments_contain(u8: np.ndarray, a: np.ndarray, b: np.ndarray, byte: int) -> np.ndarray:
+    """Whether each segment [a, b) holds `byte`."""
+    lens = b - a
+    out = np.empty(len(a), dtype=bool)
+    for width in np.unique(lens).tolist():
+        sel = np.flatnonzero(lens == width)
+        out[sel] = (_windows(u8, width)[a[sel]] == byte).any(axis=1)
+    return out
+
+
+def _combine(prefix_hash: np.ndarray, value_hash: np.ndarray, value_len: np.ndarray) -> np.ndarray:
+    """hashCode(prefix + value) from hashCode(prefix), hashCode(value) and len(value), signed."""
+    with np.errstate(over="ignore"):
+        h = ((prefix_hash.astype(np.uint64) & _M32) * _POW31[value_len] + (value_hash.astype(np.uint64) & _M32)) & _M32
+    signed = h.astype(np.int64)
+    signed[signed >= 0x80000000] -= 0x100000000
+    return signed
+
+
+def _abs_hash(h: np.ndarray) -> np.ndarray:
+    """IndexFile.indexKeyHashMethod: Math.abs, 0 for Integer.MIN_VALUE."""
+    out = np.abs(h)
+    out[out == 0x80000000] = 0
+    return out
+
+
+def _topics_of(u8: np.ndarray, starts: np.ndarray, lens: np.ndarray, view: memoryview) -> tuple[list[str], np.ndarray]:
+    """(distinct topics, topic index of each record): records come in runs of one topic, so only the
+    first record of each run is decoded."""
+    n = len(starts)
+    ids = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return [], ids
+    change = np.ones(n, dtype=bool)
+    change[1:] = lens[1:] != lens[:-1]
+    width = int(lens.max())
+    if width and n > 1:
+        # compare each topic with the one before it (bytes past a topic's end do not count); a topic
+        # too close to the end of the view for a full row starts a run of its own
+        windows = _windows(u8, width)
+        fits = starts <= len(u8) - width
+        rows = windows[np.where(fits, starts, 0)]
+        differs = ((rows[1:] != rows[:-1]) & (np.arange(width) < lens[1:, None])).any(axis=1)
+        change[1:] |= differs | ~fits[1:] | ~fits[:-1]
+    runs = np.flatnonzero(change)
+    index: dict[bytes, int] = {}
+    topics: list[str] = []
+    run_ids = []
+    for a, k in zip(starts[runs].tolist(), lens[runs].tolist()):
+        raw = view[a : a + k].tobytes()
+        t = index.get(raw)
+        if t is None:
+            t = index[raw] = len(topics)
+            topics.append(raw.decode("utf-8", errors="replace"))
+        run_ids.append(t)
+    ids[:] = np.repeat(np.array(run_ids, dtype=np.int64), np.diff(np.append(runs, n)))
+    return topics, ids
+
+
+def _index_key_hashes(
+    u8: np.ndarray,
+    view: memoryview,
+    topics: list[str],
+    topic_ids: np.ndarray,
+    uniq: tuple[np.ndarray, np.ndarray, np.ndarray],
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(record, abs hash) of every index key — the UNIQ_KEY, then each space-separated KEYS value, per
+    record in CommitLog order — hashed as topic + "#" + key without building the strings. Values that
+    are not plain ASCII, and KEYS holding several keys, take the scalar path."""
+    prefix = np.array([java_string_hash(t + "#") for t in topics], dtype=np.int64)
+    recs, subs, hashes = [], [], []
+    for sub, (who, a, b) in enumerate((uniq, keys)):
+        if not len(who):
+            continue
+        h, exact = _segment_hashes(u8, a, b)
+        if sub == 1:  # several keys in one KEYS value
+            exact &= ~_segments_contain(u8, a, b, _SPACE)
+        full = _combine(prefix[topic_ids[who]], h, b - a)
+        recs.append(who[exact])
+        subs.append(np.full(int(exact.sum()), sub, dtype=np.int64))
+        hashes.append(_abs_hash(full[exact]))
+        slow_r, slow_h, slow_s = [], [], []
+        for r, x, y in zip(who[~exact].tolist(), a[~exact].tolist(), b[~exact].tolist()):
+            text = view[x:y].tobytes().decode("utf-8", errors="replace")
+            parts = [text] if sub == 0 else [k for k in text.split(MessageConst.KEY_SEPARATOR) if k]
+            topic = topics[int(topic_ids[r])]
+            for j, key in enumerate(parts):
+                h32 = java_string_hash(f"{topic}#{key}")
+                slow_r.append(r)
+                slow_s.append(sub + j)
+                slow_h.append(0 if h32 == -0x80000000 else abs(h32))
+        if slow_r:
+            recs.append(np.array(slow_r, dtype=np.int64))
+            subs.append(np.array(slow_s, dtype=np.int64))
+            hashes.append(np.array(slow_h, dtype=np.int64))
+    if not recs:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    rec = np.concatenate(recs)
+    sub = np.concatenate(subs)
+    order = np.lexsort((sub, rec))
+    return rec[order], np.concatenate(hashes)[order]
 
 
 def _int_or_zero(value: str | None) -> int:

@@ -184,6 +184,44 @@ class ConsumeQueue:
         self.max_physic_offset = offset + size
         return True
 
+    async def put_entries(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, cq_offset: np.ndarray) -> int:
+        """`put_message_position_info` for many entries in CommitLog order (the bulk reput): runs of
+        consecutive entries go in with one slice assignment, files are created as needed (in a worker
+        thread). Returns how many entries failed (logged by the caller)."""
+        keep = phy + size > self.max_physic_offset  # replay: entries built already
+        if not keep.all():
+            phy, size, tags, cq_offset = phy[keep], size[keep], tags[keep], cq_offset[keep]
+        n = len(phy)
+        failed = 0
+        i = 0
+        while i < n:
+            first = int(cq_offset[i])
+            if self.needs_file_for(first):
+                await self.ensure_file_for(first)
+            mf = self.mapped_file_queue.mapped_files[-1]
+            pos = mf.wrote_position
+            run = 0
+            if pos != 0 and mf.file_from_offset + pos == first * CQ_STORE_UNIT_SIZE:
+                run = min(n - i, (mf.file_size - pos) // CQ_STORE_UNIT_SIZE)
+                seg = cq_offset[i : i + run]
+                breaks = np.flatnonzero(seg != np.arange(first, first + run, dtype=np.int64))
+                if breaks.size:
+                    run = int(breaks[0])
+            if run == 0:  # the first entry of a file, a gap, a repeat: the general path, one entry
+                if not self.put_message_position_info(int(phy[i]), int(size[i]), int(tags[i]), first):
+                    failed += 1
+                i += 1
+                continue
+            at = pos // CQ_STORE_UNIT_SIZE
+            out = self.array_of(mf)[at : at + run]
+            out["offset"] = phy[i : i + run]
+            out["size"] = size[i : i + run]
+            out["tags"] = tags[i : i + run]
+            mf.wrote_position = mf.committed_position = pos + run * CQ_STORE_UNIT_SIZE
+            self.max_physic_offset = int(phy[i + run - 1]) + int(size[i + run - 1])
+            i += run
+        return failed
+
     def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
         """Append one entry (upstream putMessagePositionInfo). The file must exist (`ensure_file_for`).
 

@@ -54,6 +54,10 @@ def _abs_hash(h: int) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
+def _as_list(values: list[int] | np.ndarray) -> list[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
 def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
     """topic#key for the UNIQ_KEY and each KEYS value (the caller skips rolled-back transactions)."""
     out: list[str] = []
@@ -344,7 +348,7 @@ class IndexService:
         self.index_files: list[IndexFile] = []
         self._creating: asyncio.Future | None = None
         self._hasher = JavaHasher()
-        self._pending_keys: list[tuple[str, int, int]] = []
+        self._pending_keys: list[tuple[int, int, int]] = []  # (index hash, phy, store ts)
 
     @property
     def _file_size(self) -> int:
@@ -419,15 +423,9 @@ class IndexService:
             else:
                 await asyncio.shield(self._creating)
         pending, self._pending_keys = self._pending_keys, []
-        for n, (key, phy, ts) in enumerate(pending):
-            if not self._put(key, phy, ts):
-                self._pending_keys = pending[n:]
-                break
-
-    def _put(self, key: str, phy: int, ts: int) -> bool:
-        if not self.index_files:
-            return False
-        return self.index_files[-1].put_key(key, phy, ts)
+        if pending:
+            hashes, phys, times = (list(column) for column in zip(*pending))
+            self.build_hashed(hashes, phys, times)
 
     def build_index(self, req: DispatchRequest) -> None:
         self.build_batch([req])
@@ -449,31 +447,45 @@ class IndexService:
         one vectorised insert for the whole round."""
         if not keys:
             return
+        if len(keys) < _VECTOR_MIN:
+            self.build_hashed([index_key_hash(k) for k in keys], phys, times)
+        else:
+            self.build_hashed(self._hasher.abs_hashes(keys), phys, times)
+
+    def build_hashed(
+        self, hashes: list[int] | np.ndarray, phys: list[int] | np.ndarray, times: list[int] | np.ndarray
+    ) -> None:
+        """`build_keys` with the index hashes (abs String.hashCode of topic#key) already computed."""
+        n = len(hashes)
+        if not n:
+            return
         if not self.index_files or self._pending_keys:
-            self._pending_keys.extend(zip(keys, phys, times))
+            self._pending_keys.extend(zip(_as_list(hashes), _as_list(phys), _as_list(times)))
             return
         end_phy = self.index_files[-1].end_phy_offset
         if phys[0] < end_phy:  # a replay: skip what the index holds already
-            kept = [i for i, phy in enumerate(phys) if phy >= end_phy]
-            keys = [keys[i] for i in kept]
-            phys = [phys[i] for i in kept]
-            times = [times[i] for i in kept]
-            if not keys:
+            keep = np.asarray(phys) >= end_phy
+            hashes, phys, times = np.asarray(hashes)[keep], np.asarray(phys)[keep], np.asarray(times)[keep]
+            n = len(hashes)
+            if not n:
                 return
         f = self.index_files[-1]
-        if len(keys) < _VECTOR_MIN:
-            done = len(keys)
-            for i, (key, phy, ts) in enumerate(zip(keys, phys, times)):
-                if not f.put_hashed(index_key_hash(key), phy, ts):
+        if n < _VECTOR_MIN:
+            done = n
+            for i, (h, phy, ts) in enumerate(zip(_as_list(hashes), _as_list(phys), _as_list(times))):
+                if not f.put_hashed(h, phy, ts):
                     done = i
                     break
         else:
-            hashes = self._hasher.abs_hashes(keys)
-            done = f.put_many(hashes, np.array(phys, dtype=np.int64), np.array(times, dtype=np.int64))
+            done = f.put_many(
+                np.asarray(hashes, dtype=np.int64), np.asarray(phys, dtype=np.int64), np.asarray(times, dtype=np.int64)
+            )
         f.write_header()
-        if done < len(keys):
+        if done < n:
             # the file filled up in the middle: the rest waits for the next file (ensure_file)
-            self._pending_keys.extend(zip(keys[done:], phys[done:], times[done:]))
+            self._pending_keys.extend(
+                zip(_as_list(hashes[done:]), _as_list(phys[done:]), _as_list(times[done:]))
+            )
 
     def has_pending(self) -> bool:
         return bool(self._pending_keys)

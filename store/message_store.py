@@ -27,6 +27,7 @@ from store.commit_log import (
     AppendRequest,
     CommitLog,
     DispatchRequest,
+    ParsedRecords,
 )
 from store.config import (
     CQ_STORE_UNIT_SIZE,
@@ -57,6 +58,7 @@ from store.message import (
     MessageExt,
     MessageExtBrokerInner,
     RecordError,
+    decode_properties,
     decode_record,
     encode_properties,
     transaction_value,
@@ -137,10 +139,12 @@ class MessageStore:
         self._index_phys: list[int] = []
         self._index_times: list[int] = []
         self.reput = ReputMessageService(
-            self.commit_log, self._dispatch, self._prepare_dispatch, self._end_dispatch_round
+            self.commit_log, self._dispatch, self._prepare_dispatch, self._end_dispatch_round, self._dispatch_many
         )
         self.commit_log.post_append = self._after_append
+        self.reput.with_keys = config.message_index_enable
         self.commit_log.inline_dispatch = self._dispatch_appended
+        self.commit_log.want_raw_props = lambda: self.message_arriving_listener is not None and self._running
         self.stats = StoreStats(now_ms)
         self._total_memory = _total_physical_memory()
         self._flusher: CommitLogFlusher | None = None
@@ -191,6 +195,7 @@ class MessageStore:
                 await self._run_blocking(self.pool.init)
             await self._run_blocking(self._load_blocking, last_exit_ok)
             await self.reput.catch_up()
+            self.commit_log.recovered_positions.clear()
             self._recover_topic_queue_table()
         except (OSError, ValueError) as exc:
             log.error("message store load failed", error=str(exc))
@@ -811,12 +816,63 @@ class MessageStore:
         reput.dispatched_total += done
         return done
 
-    def _end_dispatch_round(self) -> Any:
-        """Index what the round dispatched (one vectorised pass); an awaitable if an index file is needed."""
+    async def _dispatch_many(self, recs: ParsedRecords) -> None:
+        """`_dispatch` for records parsed in bulk (recovery, rebuilds): the entries of each queue in one
+        vectorised write, the index keys into the round's batch, arrival notices only once the store
+        runs (before that nobody can be waiting)."""
+        tran = recs.sys_flag & TRANSACTION_ROLLBACK_TYPE
+        to_cq = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
+        if to_cq.any():
+            qkey = (recs.topic_id << 32) | (recs.queue_id & 0xFFFFFFFF)
+            qkey = np.where(to_cq, qkey, -1)
+            _, first = np.unique(qkey, return_index=True)
+            for k in qkey[np.sort(first)].tolist():
+                if k < 0:
+                    continue
+                idx = np.flatnonzero(qkey == k)
+                topic = recs.topics[k >> 32]
+                queue_id = int(recs.queue_id[idx[0]])
+                cq = self.find_consume_queue(topic, queue_id)
+                failed = await cq.put_entries(
+                    recs.phy[idx], recs.size[idx], recs.tags_code[idx], recs.queue_offset[idx]
+                )
+                if failed:
+                    log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id, entries=failed)
+            if self.checkpoint is not None:
+                self.checkpoint.logics_msg_timestamp = int(recs.store_ts[np.flatnonzero(to_cq)[-1]])
+        if self._index_enabled and len(recs.key_record):
+            self._build_index_keys()  # the round's earlier keys go first (CommitLog order)
+            if self.index_service.needs_file():
+                await self.index_service.ensure_file()
+            keep = (tran != TRANSACTION_ROLLBACK_TYPE)[recs.key_record]  # no keys of rolled-back messages
+            rec = recs.key_record[keep]
+            self.index_service.build_hashed(recs.key_hash[keep], recs.phy[rec], recs.store_ts[rec])
+        listener = self.message_arriving_listener
+        if listener is not None and self._running and self.config.broker_role != BrokerRole.SLAVE:
+            props = recs.props or [b""] * len(recs)
+            for i in range(len(recs)):
+                topic = recs.topics[int(recs.topic_id[i])]
+                try:
+                    listener(
+                        topic,
+                        int(recs.queue_id[i]),
+                        int(recs.queue_offset[i]) + 1,
+                        int(recs.tags_code[i]),
+                        int(recs.store_ts[i]),
+                        decode_properties(props[i].decode("utf-8", errors="replace")),
+                    )
+                except Exception:
+                    log.exception("message arriving listener failed", topic=topic)
+
+    def _build_index_keys(self) -> None:
         if self._index_keys:
             keys, phys, times = self._index_keys, self._index_phys, self._index_times
             self._index_keys, self._index_phys, self._index_times = [], [], []
             self.index_service.build_keys(keys, phys, times)
+
+    def _end_dispatch_round(self) -> Any:
+        """Index what the round dispatched (one vectorised pass); an awaitable if an index file is needed."""
+        self._build_index_keys()
         if self._index_enabled and self.index_service.has_pending():
             return self.index_service.ensure_file()
         return None

@@ -11,13 +11,23 @@ survives any restart; a queue that lost its files makes the store replay from th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import struct
+from collections.abc import Awaitable, Callable
 
+import numpy as np
 import structlog
 
-from store.commit_log import CommitLog, DispatchRequest
+from store.commit_log import BULK_RECORDS, CommitLog, DispatchRequest, ParsedRecords
 
 log = structlog.get_logger(__name__)
+
+_INT = struct.Struct(">i")
+
+
+def _total_size(commit_log: CommitLog, offset: int) -> int:
+    view = commit_log.get_message(offset, 4)
+    return _INT.unpack_from(view, 0)[0] if view is not None else 0
+
 
 # bound the work of one synchronous stretch so the loop stays responsive during a long catch-up
 _YIELD_EVERY = 2048
@@ -30,14 +40,19 @@ class ReputMessageService:
         dispatch: Callable[[DispatchRequest], None],
         prepare: Callable[[DispatchRequest], object],
         end_round: Callable[[], object] = lambda: None,
+        dispatch_many: Callable[[ParsedRecords], Awaitable[None]] | None = None,
     ) -> None:
         """`dispatch` writes one request synchronously; `prepare` returns None when the files it needs
         exist, else an awaitable creating them (in a worker thread); `end_round` finishes batched work
-        (the index) before any await and at the end, and may return an awaitable too."""
+        (the index) before any await and at the end, and may return an awaitable too; `dispatch_many`,
+        when given, dispatches records parsed in bulk from the CommitLog (same effects as `dispatch`
+        for each, files created as needed)."""
         self.commit_log = commit_log
         self._dispatch = dispatch
         self._prepare = prepare
         self._end_round = end_round
+        self._dispatch_many = dispatch_many
+        self.with_keys = True  # the bulk parser also extracts index keys (off when the index is)
         self.reput_from_offset = 0
         self._running = False
         self._again = False
@@ -128,6 +143,8 @@ class ReputMessageService:
 
     async def _reput_from_log(self, max_offset: int) -> bool:
         """Parse and dispatch records at reput_from_offset until the writer's descriptors take over."""
+        if self._dispatch_many is not None:
+            return await self._reput_bulk()
         cl = self.commit_log
         data = cl.get_data(self.reput_from_offset)
         if data is None:
@@ -164,3 +181,65 @@ class ReputMessageService:
             self.reput_from_offset = start + len(view)
             return True
         return pos > 0
+
+    def _known_positions(self, start: int, pos: int, stop: int, end: int) -> tuple[list[int], int, int]:
+        """Record positions the recovery scan found from `pos` on (in the file of CommitLog offset
+        `start`), as `walk` would return them; none if the scan did not cover `pos`."""
+        file_start = start - start % self.commit_log.mapped_file_size
+        known = self.commit_log.recovered_positions.get(file_start)
+        if known is None:
+            return [], pos, 1
+        base = start - file_start  # the view starts here in the file
+        i = int(np.searchsorted(known, base + pos))
+        if i >= len(known) or int(known[i]) != base + pos:
+            return [], pos, 1
+        chunk = known[i : i + BULK_RECORDS] - base
+        if stop >= 0:
+            chunk = chunk[chunk < stop]
+        chunk = chunk[chunk < end]
+        if not len(chunk):
+            return [], pos, 1
+        last = int(chunk[-1])
+        after = last + _total_size(self.commit_log, start + last)
+        return chunk.tolist(), after, 1
+
+    async def _reput_bulk(self) -> bool:
+        """`_reput_from_log` for many records at a time: walk the record chain, parse the chunk with
+        numpy, dispatch it in one call (recovery and rebuilds go through here)."""
+        cl = self.commit_log
+        data = cl.get_data(self.reput_from_offset)
+        if data is None:
+            return False
+        start, view = data
+        self.reput_from_offset = start
+        dq = cl.dispatch_queue
+        assert self._dispatch_many is not None
+        pos = 0
+        progressed = False
+        while True:
+            stop = dq[0].commit_log_offset - start if dq and dq[0].commit_log_offset >= start else -1
+            positions, after, reason = self._known_positions(start, pos, stop, len(view))
+            if not positions:
+                positions, after, reason = cl.walk(view, pos, stop, BULK_RECORDS)
+            if positions:
+                parsed, n = cl.parse_many(view, positions, self.with_keys)
+                if n:
+                    await self._dispatch_many(parsed)
+                    self.dispatched_total += n
+                    progressed = True
+                if n < len(positions):
+                    after, reason = positions[n], -1
+                self.reput_from_offset = start + after
+                pos = after
+                await self._finish_round()
+                await asyncio.sleep(0)  # stay responsive during a long replay
+            if reason == 1 and positions and pos < len(view) and pos != stop:
+                continue  # the chunk was full: go on
+            if reason == 0:
+                self.reput_from_offset = cl.roll_next_file(self.reput_from_offset)
+                return True
+            if reason == -1:
+                log.error("[BUG] dispatch found an unreadable record", offset=self.reput_from_offset)
+                self.reput_from_offset = start + len(view)
+                return True
+            return progressed

@@ -874,15 +874,31 @@ def _find_properties(
     empty = np.empty(0, dtype=np.int64)
     if n == 0 or not (pend > pstart).any():
         return [(empty, empty, empty) for _ in _PROPERTY_NAMES]
-    lo, hi = int(pstart[0]), int(pend[-1])
-    seps = np.flatnonzero(u8[lo:hi] == 2) + lo
-    rec = np.searchsorted(pstart, seps, side="right") - 1
-    inside = seps < pend[rec]  # \x02 bytes of bodies and headers are not separators
-    seps, rec = seps[inside], rec[inside]
-    starts = np.concatenate([pstart, seps + 1])
-    owner = np.concatenate([np.arange(n, dtype=np.int64), rec])
-    order = np.argsort(starts, kind="stable")
-    starts, owner = starts[order], owner[order]
+    plen = pend - pstart
+    width = int(plen.max())
+    if n * width <= (int(pend[-1]) - int(pstart[0])) // 2:
+        # the properties as rows of a sliding-window view: only their bytes are searched
+        rows = _windows(u8, width)[np.minimum(pstart, len(u8) - width)]
+        shift = pstart - np.minimum(pstart, len(u8) - width)  # rows near the end of the view
+        cols = np.arange(width, dtype=np.int64)
+        rec, col = np.nonzero((rows == 2) & (cols >= shift[:, None]) & (cols < (shift + plen)[:, None]))
+        seps = pstart[rec] + col - shift[rec]
+    else:
+        lo, hi = int(pstart[0]), int(pend[-1])
+        seps = np.flatnonzero(u8[lo:hi] == 2) + lo
+        rec = np.searchsorted(pstart, seps, side="right") - 1
+        inside = seps < pend[rec]  # \x02 bytes of bodies and headers are not separators
+        seps, rec = seps[inside], rec[inside]
+    # pieces in order: each record's first piece, then one after each of its separators
+    per_record = np.bincount(rec, minlength=n)
+    first_slot = np.arange(n, dtype=np.int64) + np.cumsum(per_record) - per_record
+    starts = np.empty(n + len(seps), dtype=np.int64)
+    owner = np.empty(n + len(seps), dtype=np.int64)
+    starts[first_slot] = pstart
+    owner[first_slot] = np.arange(n, dtype=np.int64)
+    sep_slot = first_slot[rec] + 1 + (np.arange(len(seps), dtype=np.int64) - (np.cumsum(per_record) - per_record)[rec])
+    starts[sep_slot] = seps + 1
+    owner[sep_slot] = rec
     ends = np.empty_like(starts)
     ends[:-1] = np.where(owner[1:] == owner[:-1], starts[1:] - 1, pend[owner[:-1]])
     ends[-1] = pend[owner[-1]]

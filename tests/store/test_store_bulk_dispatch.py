@@ -2,7 +2,8 @@
 the consume queues and index files that dispatching record by record builds, and that the writer's
 inline dispatch built while the messages were put: property parsing with J's semantics (duplicates,
 junk pieces, trailing separators, non-ASCII), transactions, delayed messages, several keys per
-message, file roll-overs of the CommitLog, the consume queues and the index."""
+message, file roll-overs of the CommitLog, the consume queues and the index, both ways of finding the
+property separators."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ async def _write(cfg) -> None:
             msg = make_msg(body=body, queue_id=q, tags="TagD", keys=f"d{i}", props={"DELAY": str(1 + i % 20)})
         elif kind == 8:
             msg = make_msg(topic="Tö", body=body, queue_id=q, keys="emoji-\U0001f600 plain", uniq=f"E{i}")
+        elif i == 99:  # one long property: its chunk searches all bytes for separators, not rows
+            msg = make_msg(body=body, queue_id=q, tags="TagF", keys=f"big{i}", props={"BIG": "x" * 20_000})
         else:
             msg = make_msg(body=body, queue_id=q)
         puts.append(s.put_message(msg))

@@ -26,9 +26,11 @@ def _err(msg: str) -> None:
 def _summary(score: dict[str, Any]) -> str:
     c, p, e = score["counts"], score["publish"], score["end_to_end"]["latency_ms"]
     lat = p["latency_ms"]
+    lost = (f"lost {c['lost']:,}" if c["lost"] is not None else
+            f"lost unknown (drain timed out with {c['unconsumed']:,} unconsumed)")
     lines = [
         f"sent {c['sent']:,}  acked {c['acked']:,}  failed {c['failed']:,}  consumed {c['consumed_unique']:,} "
-        f"(+{c['duplicated']:,} duplicates)  lost {c['lost']:,}  out-of-order {c['out_of_order']:,}",
+        f"(+{c['duplicated']:,} duplicates)  {lost}  out-of-order {c['out_of_order']:,}",
         f"publish {p['rate_msg_s'] or 0:,.0f} msg/s {p['rate_mib_s'] or 0:,.2f} MiB/s  latency ms "
         f"p50 {lat['p50']} p99 {lat['p99']} p99.9 {lat['p99_9']} max {lat['max']}",
         f"end-to-end latency ms p50 {e['p50']} p99 {e['p99']} max {e['max']}  "
@@ -67,7 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"mqbench: running {scen.name} ({scen.source}) on {args.master} → {out}", file=sys.stderr)
     try:
         result = run_scenario(scen, RunOptions(out_dir=out, namesrv=args.namesrv, master=args.master,
-                                               driver=args.driver, tasks=args.tasks, progress=not args.quiet))
+                                               driver=args.driver, tasks=args.tasks, progress=not args.quiet,
+                                               keep_store=args.keep_store))
     except RunError as exc:
         _err(str(exc))
         return EXIT_FAILED
@@ -177,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, help="override the scenario's duration_s")
     r.add_argument("--warmup", type=float, help="override the scenario's warmup_s")
     r.add_argument("--quiet", action="store_true", help="no live progress lines")
+    r.add_argument("--keep-store", action="store_true",
+                   help="keep the store of the broker mqbench started (deleted after the run by default)")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("compare", help="compare two scores; exit 1 on a regression")

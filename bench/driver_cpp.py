@@ -86,7 +86,10 @@ class _CppProducer:
                         break
             msg = Message(self.spec.topic)
             msg.set_body(self.payload)
-            for k, v in load.message_properties(self.spec.id, seq, (now_ms() - t0) / 1000).items():
+            def record(*args: Any, **kw: Any) -> None:
+                loop.call_soon_threadsafe(lambda: load.buf.add(*args, **kw))
+
+            for k, v in load.message_properties(self.spec.id, seq, (now_ms() - t0) / 1000, record).items():
                 msg.set_property(k, v)
             warmup = now_ms() < warm_end
             began_ms, began = now_ms(), time.perf_counter()

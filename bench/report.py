@@ -172,6 +172,8 @@ def render_html(score: dict[str, Any], images: list[Path]) -> str:
     client = score.get("client") or {}
     problems = [(k, counts.get(k, 0)) for k in ("lost", "duplicated", "out_of_order", "failed")
                 if counts.get(k, 0)]
+    if counts.get("lost", 0) is None:
+        problems.insert(0, ("unconsumed after a drain timeout (lost unknown)", counts.get("unconsumed", 0)))
     verdict = ("<p class='ok'>No lost, duplicated or out-of-order messages; every send accounted for.</p>"
                if not problems and counts.get("accounted", True) else
                "<p class='bad'>" + html.escape(", ".join(f"{k}: {v:,}" for k, v in problems)) + "</p>")

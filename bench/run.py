@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ class RunOptions:
     run_id: str | None = None
     spark: SparkSession | None = None  # an existing session (tests); else one is built for ``master``
     spark_conf: dict[str, str] = field(default_factory=dict)
+    keep_store: bool = False  # keep the store of a broker mqbench started (it preallocates 1 GiB+)
 
 
 @dataclass
@@ -238,5 +240,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
             collector.stop()
         if broker is not None:
             broker.stop()
+            if not opts.keep_store:
+                shutil.rmtree(broker.store_dir, ignore_errors=True)
         if own_spark and spark is not None:
             spark.stop()

@@ -5,7 +5,8 @@ latency percentiles, backlog) and OpenMessaging Chaos (lost, duplicated, out-of-
 RocketMQ busy answers by kind. Definitions (each per consumer group, since every group must see
 every message of its topic):
 
-* lost            acked (stored) messages a group never consumed.
+* lost            acked (stored) messages a group never consumed — once every consumer drained;
+                  after a drain timeout ``lost`` is None and ``unconsumed`` counts them.
 * duplicated      deliveries beyond the first of a message (``producer``, ``seq``) to a group.
 * redelivered     deliveries of a stored record (same queue and offset) beyond the first.
 * duplicates_stored  extra stored copies of one message (a retry after the first try was stored).
@@ -270,7 +271,11 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
             "accounted": acked + failed + oneway == sent,
             "retries": int(s["retries"] or 0),
             "consumed": int(consumed_rows), "consumed_unique": consumed_unique,
-            "lost": int(c["lost"] or 0), "oneway_unseen": int(c["oneway_unseen"] or 0),
+            # Acked but never consumed is a loss only if the consumers finished draining; after a
+            # drain timeout it may just be backlog, so "lost" is unknown (None) and "unconsumed" says how many.
+            "unconsumed": int(c["lost"] or 0),
+            "lost": int(c["lost"] or 0) if drain_counts.get("timeout", 0) == 0 else None,
+            "oneway_unseen": int(c["oneway_unseen"] or 0),
             "duplicated": consumed_rows - consumed_unique,
             "redelivered": consumed_rows - int(c["records"] or 0),
             "duplicates_stored": int(c["duplicates_stored"] or 0),

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.broker_proc import free_port
+from bench.broker_proc import die_with_parent, free_port
 
 
 class ClusterStartError(RuntimeError):
@@ -69,7 +69,8 @@ class LocalStandaloneCluster:
                 self.procs.append(subprocess.Popen(
                     [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                      "--port", str(self.port), "--webui-port", str(free_port())],
-                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    preexec_fn=die_with_parent))
             _wait_for(r"Starting Spark master|I have been elected leader", master_log, self.procs[0], timeout_s,
                       "master")
             with open(worker_log, "wb") as out:
@@ -77,7 +78,8 @@ class LocalStandaloneCluster:
                     [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                      "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()),
                      "--work-dir", str(self.work_dir / "worker"), self.master_url],
-                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    preexec_fn=die_with_parent))
             _wait_for(r"Successfully registered with master", worker_log, self.procs[1], timeout_s, "worker")
         except BaseException:
             self.stop()

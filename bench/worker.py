@@ -298,7 +298,10 @@ class _Load:
                                  remark=remark, broker=addr)
 
     # ---- helpers shared by drivers ----------------------------------------------------------------
-    def message_properties(self, producer_id: str, seq: int, elapsed_s: float) -> dict[str, str]:
+    def message_properties(self, producer_id: str, seq: int, elapsed_s: float,
+                           record: Callable[..., None] | None = None) -> dict[str, str]:
+        """The bench properties of one message, plus any message fault due; ``record`` adds the
+        fault's outcome row (a thread-safe hand-off for drivers that send from other threads)."""
         props = {PROP_RUN: self.spec.run_id, PROP_PRODUCER: producer_id, PROP_SEQ: str(seq)}
         for i, mf in enumerate(self.scen.message_faults):
             if elapsed_s < mf.from_s or (mf.until_s is not None and elapsed_s >= mf.until_s):
@@ -310,6 +313,10 @@ class _Load:
                 continue
             counts[i] += 1
             props[mf.property] = str(mf.value)
+            # on the plots next to the broker faults: when which message asked for trouble
+            add = record or self.buf.add
+            add("fault", send_ms=now_ms(), ack_ms=now_ms(), error_kind=mf.property, status="MESSAGE",
+                remark=f"{producer_id} seq {seq}: {mf.property}={mf.value}", producer=producer_id, seq=seq)
         return props
 
     def record_consume(self, consumer_id: str, group: str, *, topic: str, props: dict[str, str], queue_id: int,

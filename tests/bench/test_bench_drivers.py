@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from bench.broker_proc import BrokerProcess
+from bench.broker_proc import SMALL_STORE, BrokerProcess
 from bench.outcomes import OutcomeBuffer
 from bench.run import plan_run, prepare_topics
 from bench.scenario import parse_scenario
@@ -17,7 +17,7 @@ from bench.worker import LocalBarrier, run_task
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("driver-broker")) as b:
+    with BrokerProcess(tmp_path_factory.mktemp("driver-broker"), config=SMALL_STORE) as b:
         yield b
 
 

@@ -118,7 +118,7 @@ class AppendRequest:
     prepared_transaction_offset: int
     store_host: tuple[str, int]
     stall_ms: int
-    future: asyncio.Future
+    future: asyncio.Future | None  # only for a request queued to the writer
     batch: bool = False
 
 
@@ -202,6 +202,7 @@ class CommitLog:
         self._pending: deque[AppendRequest] = deque()
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task | None = None
+        self._in_section = False  # the writer is between taking requests and answering them
         self._closed = False
         self._id_prefix: dict[tuple[str, int], str] = {}
         self._delay_levels = config.delay_levels_ms()
@@ -278,15 +279,27 @@ class CommitLog:
                 task.cancel()
         while self._pending:
             req = self._pending.popleft()
-            if not req.future.done():
+            if req.future is not None and not req.future.done():
                 req.future.set_result(AppendFailure(PutMessageStatus.SERVICE_NOT_AVAILABLE, "store is shutting down"))
 
     def submit(self, req: AppendRequest) -> None:
+        assert req.future is not None
         if self._closed or self._writer_task is None:
             req.future.set_result(AppendFailure(PutMessageStatus.SERVICE_NOT_AVAILABLE, "store is not running"))
             return
         self._pending.append(req)
         self._wake.set()
+
+    def append_now(self, req: AppendRequest) -> AppendMessageResult | None:
+        """The whole append section on the caller's stack (no future, no hop to the writer task) when
+        the writer is idle: nothing queued, no section open, no stall, the file has room. None → queue
+        the request (`submit`). Order is kept: anything queued before goes first."""
+        if self._pending or self._in_section or self._closed or self._writer_task is None:
+            return None
+        try:
+            return self._append_fast(req)  # None after writing a BLANK: the next file may need an await
+        finally:
+            self.begin_time_in_lock = 0
 
     async def _writer_loop(self) -> None:
         while True:
@@ -297,6 +310,7 @@ class CommitLog:
                 await self._wake.wait()
                 continue
             done: list[tuple[AppendRequest, AppendMessageResult | AppendFailure]] = []
+            self._in_section = True
             try:
                 while self._pending and len(done) < MAX_DRAIN:
                     req = self._pending.popleft()
@@ -315,8 +329,9 @@ class CommitLog:
                     await self.post_append()
                 except Exception:
                     log.exception("dispatch after append failed")
+            self._in_section = False
             for req, result in done:
-                if not req.future.done():
+                if req.future is not None and not req.future.done():
                     req.future.set_result(result)
 
     def _append_fast(self, req: AppendRequest) -> AppendMessageResult | AppendFailure | None:

@@ -394,6 +394,13 @@ class IndexService:
         self.index_files.clear()
 
     # ---------------------------------------------------------------------------------------- building
+    def room(self) -> int:
+        """How many more keys the current file takes (0 without a file)."""
+        if not self.index_files:
+            return 0
+        f = self.index_files[-1]
+        return max(0, f.index_num - f.index_count)
+
     def needs_file(self) -> bool:
         return bool(self._pending_keys) or not self.index_files or self.index_files[-1].is_write_full()
 

@@ -65,6 +65,7 @@ from store.message import (
 )
 from store.reput import ReputMessageService
 from store.results import (
+    AppendMessageResult,
     GetMessageResult,
     GetMessageStatus,
     MessageFilter,
@@ -80,6 +81,7 @@ log = structlog.get_logger(__name__)
 MessageArrivingListener = Callable[[str, int, int, int, int, dict | None], None]
 
 _INT_MAX = 0x7FFFFFFF
+_YIELD_EVERY_INLINE = 64  # appends done on the caller's stack in a row before a put yields to the loop
 
 
 def _default_now_ms() -> int:
@@ -138,6 +140,8 @@ class MessageStore:
         self._index_keys: list[str] = []
         self._index_phys: list[int] = []
         self._index_times: list[int] = []
+        self._index_build_scheduled = False
+        self._inline_appends = 0
         self.reput = ReputMessageService(
             self.commit_log, self._dispatch, self._prepare_dispatch, self._end_dispatch_round, self._dispatch_many
         )
@@ -652,14 +656,29 @@ class MessageStore:
                 None,
                 f"{total} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
             )
-        fut = asyncio.get_running_loop().create_future()
-        self.commit_log.submit(
-            AppendRequest(
-                msgs, tails, crcs, sizes, total, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms,
-                fut, batch,
-            )
+        req = AppendRequest(
+            msgs, tails, crcs, sizes, total, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms, None,
+            batch,
         )
-        result = await fut
+        cl = self.commit_log
+        result: AppendMessageResult | AppendFailure | None = cl.append_now(req) if stall_ms <= 0 else None
+        if result is not None:
+            if cl.dispatch_queue or (self._index_keys and self.index_service.room() < len(self._index_keys)):
+                # records the inline dispatch left to the reput, or keys that need the next index
+                # file: a round of the reput does both (awaiting the file) before the put returns
+                await self.reput.wait_dispatched(result.wrote_offset + result.wrote_bytes)
+            elif self._index_keys and not self._index_build_scheduled:
+                self._index_build_scheduled = True
+                asyncio.get_running_loop().call_soon(self._deferred_index_build)
+            self._inline_appends += 1
+            if self._inline_appends >= _YIELD_EVERY_INLINE:
+                # a caller putting in a loop would otherwise never let the event loop run
+                self._inline_appends = 0
+                await asyncio.sleep(0)
+        else:
+            req.future = asyncio.get_running_loop().create_future()
+            cl.submit(req)
+            result = await req.future
         if isinstance(result, AppendFailure):
             self.stats.put_failed += 1
             return PutMessageResult(result.status, None, result.remark)
@@ -697,7 +716,7 @@ class MessageStore:
         """After each writer section: dispatch what became readable, so that (without a transient pool,
         where bytes become readable only once committed) a put returns after its consume queue entry
         exists and its arrival was announced."""
-        await self.reput.catch_up()
+        await self.reput.wait_dispatched(self.commit_log.get_max_offset())
 
     def _on_committed(self) -> None:
         self.reput.wakeup()
@@ -864,6 +883,13 @@ class MessageStore:
                 except Exception:
                     log.exception("message arriving listener failed", topic=topic)
 
+    def _deferred_index_build(self) -> None:
+        """Index the keys of the puts appended inline during this loop iteration, in one pass."""
+        self._index_build_scheduled = False
+        self._build_index_keys()
+        if self._index_enabled and self.index_service.has_pending():
+            self.reput.wakeup()  # its round ends with creating the next index file
+
     def _build_index_keys(self) -> None:
         if self._index_keys:
             keys, phys, times = self._index_keys, self._index_phys, self._index_times
@@ -886,6 +912,7 @@ class MessageStore:
             yield cq.mapped_file_queue
 
     async def _flush_index(self) -> None:
+        self._build_index_keys()
         await self.index_service.flush(self.checkpoint)
 
     # -------------------------------------------------------------------------------------------- get
@@ -1124,6 +1151,7 @@ class MessageStore:
         out = QueryMessageResult()
         if not self.config.message_index_enable:
             return out
+        self._build_index_keys()  # keys of puts that already returned
         last_query_time = end_ms
         seen: set[int] = set()
         for _ in range(3):

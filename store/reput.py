@@ -58,6 +58,8 @@ class ReputMessageService:
         self._again = False
         self._task: asyncio.Task | None = None
         self.dispatched_total = 0
+        # puts waiting for their records to be dispatched by the running catch-up: (end offset, future)
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
     def running(self) -> bool:
@@ -86,10 +88,37 @@ class ReputMessageService:
                 self._again = False
                 await self._do_reput()
                 await self._finish_round()
+                self._release_waiters(self.reput_from_offset)
                 if not self._again:
                     break
         finally:
             self._running = False
+            self._release_waiters(None)  # whatever it could not reach (uncommitted bytes) never hangs a put
+
+    async def wait_dispatched(self, offset: int) -> None:
+        """Return once the records before CommitLog `offset` are dispatched: run a catch-up, or, while
+        one runs, wait for it to get there (so puts cannot outrun the dispatch)."""
+        if not self._running:
+            await self.catch_up()
+            return
+        self._again = True
+        if self.reput_from_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, fut))
+        await fut
+
+    def _release_waiters(self, reached: int | None) -> None:
+        if not self._waiters:
+            return
+        keep = []
+        for offset, fut in self._waiters:
+            if reached is None or offset <= reached:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((offset, fut))
+        self._waiters = keep
 
     async def _finish_round(self) -> None:
         pending = self._end_round()
@@ -131,6 +160,7 @@ class ReputMessageService:
                 done += 1
                 if done % _YIELD_EVERY == 0:
                     await self._finish_round()
+                    self._release_waiters(self.reput_from_offset)
                     await asyncio.sleep(0)
                 continue
             progressed = await self._reput_from_log(max_offset)
@@ -139,6 +169,7 @@ class ReputMessageService:
             done += 1
             if done % _YIELD_EVERY == 0:
                 await self._finish_round()
+                self._release_waiters(self.reput_from_offset)
                 await asyncio.sleep(0)
 
     async def _reput_from_log(self, max_offset: int) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from conftest import make_msg
 
@@ -251,3 +253,32 @@ async def test_reads_after_shutdown_raise_a_clear_error(config_factory):
         s.get_message("g", "T", 0, 0, 32)
     with pytest.raises(StoreNotReadableError):
         s.look_message_by_offset(0)
+
+
+async def test_puts_in_a_tight_loop_let_the_event_loop_run(store_factory, config_factory):
+    """An idle writer appends on the caller's stack (no hop to the writer task); such puts still yield
+    to the loop now and then, so a caller putting in a loop cannot starve other coroutines, and the
+    index is complete for every put that returned."""
+    # files large enough that no put waits for a new one (that would yield anyway)
+    s = await store_factory(
+        config_factory(mapped_file_size_commit_log=1024 * 1024, mapped_file_size_consume_queue=1000 * 20, max_index_num=4096)
+    )
+    await s.put_message(make_msg())  # creates the consume queue and index files
+    ticks = [0]
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    for i in range(640):
+        r = await s.put_message(make_msg(uniq=f"L{i}"))
+        assert r.status == PutMessageStatus.PUT_OK
+    got = s.query_message("T", "L639", 32, 0, 2**62)
+    stop.set()
+    await task
+    assert ticks[0] >= 5  # one yield per 64 puts
+    assert len(got.buffers) == 1

@@ -232,40 +232,7 @@ class _Load:
             await asyncio.gather(*jobs)
             self.phase = "drain"
             await self.gather_all("produced")
-            # A consumer is drained once it is caught up twice, ``settle`` apart: a stalled broker
-            # may still store attempts the producers already gave up on (those late copies are
-            # exactly the duplicates and "failed but delivered" messages the score must see).
-            fault_tail = max([(f.at_s * 1000 + f.duration_ms) / 1000 - scen.warmup_s - scen.duration_s
-                              for f in scen.faults] + [0.0])
-            settle = 1.0 + max([mf.value / 1000 for mf in scen.message_faults] + [fault_tail])
-            deadline = time.monotonic() + scen.drain_timeout_s
-            pending = list(consumers)
-            first_seen: dict[int, float] = {}
-            while pending and time.monotonic() < deadline:
-                still = []
-                for c in pending:
-                    try:
-                        done = await c.caught_up()
-                    except Exception:  # a transient broker error: ask again
-                        done = False
-                    key = id(c)
-                    if not done:
-                        first_seen.pop(key, None)
-                        still.append(c)
-                    elif key not in first_seen:
-                        first_seen[key] = time.monotonic()
-                        still.append(c)
-                    elif time.monotonic() - first_seen[key] < settle:
-                        still.append(c)
-                    else:
-                        self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="complete",
-                                     consume_ms=now_ms())
-                pending = still
-                if pending:
-                    await asyncio.sleep(0.25)
-            for c in pending:
-                self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="timeout",
-                             consume_ms=now_ms())
+            await self.drain(consumers)
             self.phase = "closing"
             await self.gather_all("drained")
         finally:
@@ -278,6 +245,44 @@ class _Load:
             self.progress.report(self.stats, self.phase)
             self.progress.close()
         return self.buf
+
+    async def drain(self, consumers: list[Any]) -> None:
+        """Wait until each consumer caught up with its queues (or the drain deadline); one row each."""
+        scen = self.scen
+        # A consumer is drained once it is caught up twice, ``settle`` apart: a stalled broker
+        # may still store attempts the producers already gave up on (those late copies are
+        # exactly the duplicates and "failed but delivered" messages the score must see).
+        fault_tail = max([(f.at_s * 1000 + f.duration_ms) / 1000 - scen.warmup_s - scen.duration_s
+                          for f in scen.faults] + [0.0])
+        settle = 1.0 + max([mf.value / 1000 for mf in scen.message_faults] + [fault_tail])
+        deadline = time.monotonic() + scen.drain_timeout_s
+        pending = list(consumers)
+        first_seen: dict[int, float] = {}
+        while pending and time.monotonic() < deadline:
+            still = []
+            for c in pending:
+                try:
+                    done = await c.caught_up()
+                except Exception:  # a transient broker error: ask again
+                    done = False
+                key = id(c)
+                if not done:
+                    first_seen.pop(key, None)
+                    still.append(c)
+                elif key not in first_seen:
+                    first_seen[key] = time.monotonic()
+                    still.append(c)
+                elif time.monotonic() - first_seen[key] < settle:
+                    still.append(c)
+                else:
+                    self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="complete",
+                                 consume_ms=now_ms())
+            pending = still
+            if pending:
+                await asyncio.sleep(0.25)
+        for c in pending:
+            self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="timeout",
+                         consume_ms=now_ms())
 
     async def fault_loop(self) -> None:
         from mqclient import Admin

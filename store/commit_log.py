@@ -206,7 +206,7 @@ class CommitLog:
         self._closed = False
         self._id_prefix: dict[tuple[str, int], str] = {}
         self._delay_levels = config.delay_levels_ms()
-        self._tags_cache: dict[str, int] = {}
+        self.tags_cache: dict[str | None, int] = {None: 0, "": 0}  # TAGS value → consume-queue tags code
         # statistics read by runtime_info
         self.put_message_times_total = 0
         self.put_message_size_total = 0
@@ -648,11 +648,11 @@ class CommitLog:
     def tags_code_of(self, tags: str | None) -> int:
         if not tags:
             return 0
-        code = self._tags_cache.get(tags)
+        code = self.tags_cache.get(tags)
         if code is None:
-            if len(self._tags_cache) > 4096:
-                self._tags_cache.clear()
-            code = self._tags_cache[tags] = tags_hash(tags)
+            if len(self.tags_cache) > 4096:
+                self.tags_cache.clear()
+            code = self.tags_cache[tags] = tags_hash(tags)
         return code
 
     @staticmethod

@@ -605,10 +605,14 @@ class MessageStore:
                 )
             if transaction_value(m.sys_flag) != TRANSACTION_NOT_TYPE:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional")
-            if m.delay_time_level > 0:
+            if MessageConst.DELAY in m.properties and m.delay_time_level > 0:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
         # upstream checks the size of the batch as the client sent it (20 + body + 2 + properties each)
-        wire_size = sum(22 + len(m.body or b"") + len(m.properties_string.encode()) for m in msgs)
+        wire_size = sum(
+            22 + len(m.body or b"") + (len(p) if p.isascii() else len(p.encode()))
+            for m in msgs
+            for p in (m.properties_string,)
+        )
         if wire_size > self.config.max_message_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -799,16 +803,21 @@ class MessageStore:
         listener = self.message_arriving_listener
         if self.config.broker_role == BrokerRole.SLAVE:
             listener = None
-        tags_code_of = self.commit_log.dispatch_tags_code
+        cl = self.commit_log
+        scheduled = topic == RMQ_SYS_SCHEDULE_TOPIC
+        tags_codes = cl.tags_cache  # TAGS → hash (the common case, inlined)
         index_keys_, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
         checkpoint = self.checkpoint
         sizes = req.sizes
         qo = queue_offset
         done = 0
+        sep = MessageConst.KEY_SEPARATOR
         for m in req.msgs:
             size = sizes[done]
             props = m.properties
-            tags_code = tags_code_of(topic, props, store_ts)
+            tags = props.get(MessageConst.TAGS)
+            if scheduled or (tags_code := tags_codes.get(tags)) is None:
+                tags_code = cl.dispatch_tags_code(topic, props, store_ts)
             if cq is not None:
                 if not cq.try_append(phy, size, tags_code, qo):
                     if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
@@ -818,10 +827,22 @@ class MessageStore:
                 if checkpoint is not None:
                     checkpoint.logics_msg_timestamp = store_ts
             if index:
-                for key in index_keys(topic, props.get(MessageConst.UNIQ_KEY), props.get(MessageConst.KEYS)):
-                    index_keys_.append(key)
-                    index_phys.append(phy)
-                    index_times.append(store_ts)
+                uniq = props.get(MessageConst.UNIQ_KEY)
+                keys = props.get(MessageConst.KEYS)
+                if keys and sep in keys:
+                    for key in index_keys(topic, uniq, keys):
+                        index_keys_.append(key)
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
+                else:  # (index_keys inlined for at most one key each)
+                    if uniq:
+                        index_keys_.append(f"{topic}#{uniq}")
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
+                    if keys:
+                        index_keys_.append(f"{topic}#{keys}")
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
             if listener is not None:
                 try:
                     listener(topic, queue_id, qo + 1, tags_code, store_ts, props)

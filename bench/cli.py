@@ -64,13 +64,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.namesrv is not None and (scen.faults or scen.message_faults):
         print("mqbench: note: this scenario injects faults; they only work against our broker started with "
               "faultInjectionEnable=true", file=sys.stderr)
+    spark_conf: dict[str, str] = {}
+    for item in args.conf or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _err(f"--conf wants KEY=VALUE (a Spark setting), got {item!r}")
+            return EXIT_BAD_INPUT
+        spark_conf[key] = value
     out = Path(args.out) if args.out else Path("bench") / "out" / f"{scen.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     quiet_logs()
     print(f"mqbench: running {scen.name} ({scen.source}) on {args.master} → {out}", file=sys.stderr)
     try:
         result = run_scenario(scen, RunOptions(out_dir=out, namesrv=args.namesrv, master=args.master,
                                                driver=args.driver, tasks=args.tasks, progress=not args.quiet,
-                                               keep_store=args.keep_store))
+                                               keep_store=args.keep_store, spark_conf=spark_conf))
     except RunError as exc:
         _err(str(exc))
         return EXIT_FAILED
@@ -179,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tasks", type=int, help="number of Spark load tasks (default: scenario or all cores)")
     r.add_argument("--duration", type=float, help="override the scenario's duration_s")
     r.add_argument("--warmup", type=float, help="override the scenario's warmup_s")
+    r.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                   help="a Spark setting, repeatable (e.g. spark.kubernetes.container.image=…, "
+                        "spark.executor.memory=2g)")
     r.add_argument("--quiet", action="store_true", help="no live progress lines")
     r.add_argument("--keep-store", action="store_true",
                    help="keep the store of the broker mqbench started (deleted after the run by default)")

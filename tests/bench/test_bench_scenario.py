@@ -77,3 +77,5 @@ def test_cli_bad_scenario_exit_code(tmp_path, capsys):
     assert "queues_per_topic must be >= 0" in err or "queues_per_topic must be > 0" in err
     assert main(["validate", str(bad)]) == 2
     assert main(["validate", "smoke"]) == 0
+    assert main(["run", "smoke", "--conf", "no-equals-sign", "--out", str(tmp_path / "o")]) == 2
+    assert "--conf wants KEY=VALUE" in capsys.readouterr().err

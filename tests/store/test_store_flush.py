@@ -38,9 +38,25 @@ async def test_async_flush_respects_least_pages(store_factory, config_factory):
             flush_commit_log_thorough_interval=10**9,
         )
     )
-    await asyncio.sleep(0.05)  # the first (thorough) round passes with nothing to flush
+    flusher = s._flusher
+    rounds = [0]
+    flush = flusher.flush
+
+    async def counting(least_pages: int) -> bool:
+        rounds[0] += 1
+        return await flush(least_pages)
+
+    flusher.flush = counting
+
+    async def rounds_reach(n: int) -> None:
+        for _ in range(500):  # counted rounds, not a sleep: a loaded machine may run late
+            if rounds[0] >= n:
+                return
+            await asyncio.sleep(0.01)
+
+    await rounds_reach(1)  # the first (thorough) round passes with nothing to flush
     await s.put_message(make_msg(body=b"z" * 1000))  # far less than 4 pages
-    await asyncio.sleep(0.1)
+    await rounds_reach(rounds[0] + 3)
     assert s.commit_log.mapped_file_queue.flushed_where == 0
 
 

@@ -71,7 +71,14 @@ def _message(body: bytes, queue_id: int, seq: int) -> MessageExtBrokerInner:
 
 
 async def run_case(
-    directory: str, size: int, flush: str, pool: bool, batch: int, seconds: float, build: bool = False
+    directory: str,
+    size: int,
+    flush: str,
+    pool: bool,
+    batch: int,
+    seconds: float,
+    build: bool = False,
+    preallocate: bool | None = None,
 ) -> dict:
     root = tempfile.mkdtemp(prefix="store-bench-", dir=directory)
     cfg = MessageStoreConfig(
@@ -81,6 +88,8 @@ async def run_case(
         transient_store_pool_enable=pool,
         transient_store_pool_size=3,
     )
+    if preallocate is not None:
+        cfg.preallocate_mapped_file = preallocate
     store = MessageStore(cfg)
     assert await store.load()
     await store.start()
@@ -151,7 +160,10 @@ async def main_async(args: argparse.Namespace) -> None:
     for size in sizes:
         for kind in args.cases.split(","):
             cases.append((size, *kinds[kind]))
-    print(f"store append benchmark in {args.dir}  (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus)")
+    print(
+        f"store append benchmark in {args.dir}  (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus, "
+        f"{'preallocated' if args.preallocate else 'default (sparse)'} CommitLog files)"
+    )
     print(
         f"{'body':>6} {'flush':>11} {'pool':>4} {'batch':>5} {'record':>6} {'msg/s':>9} {'MB/s':>7} "
         f"{'raw MB/s':>9} {'ratio':>6} {'cpu msg/s':>10} {'loop us/msg':>11}"
@@ -160,7 +172,9 @@ async def main_async(args: argparse.Namespace) -> None:
         runs = []
         for _ in range(args.repeat):
             raw = raw_write_bandwidth(args.dir)
-            r = await run_case(args.dir, size, flush, pool, batch, args.seconds, args.build_messages)
+            r = await run_case(
+                args.dir, size, flush, pool, batch, args.seconds, args.build_messages, args.preallocate or None
+            )
             r["raw"] = raw
             runs.append(r)
         runs.sort(key=lambda r: r["mb_s"] / r["raw"])
@@ -183,6 +197,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the median one is shown")
     parser.add_argument("--build-messages", action="store_true", help="build each message in the timed loop")
     parser.add_argument("--cases", default="async,pool,sync,batch", help="which of async,pool,sync,batch to run")
+    parser.add_argument(
+        "--preallocate", action="store_true", help="preallocate_mapped_file=true (default: the config's, sparse)"
+    )
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:

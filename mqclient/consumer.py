@@ -197,9 +197,12 @@ class PushConsumer:
         cfg = self.config
         last_hb = last_commit = self.clock()
         while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that races the
+            # event, and close() would then wait for this task forever.
             try:
-                await asyncio.wait_for(self._rebalance_now.wait(), timeout=min(cfg.rebalance_interval_s, 1.0))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(min(cfg.rebalance_interval_s, 1.0)):
+                    await self._rebalance_now.wait()
+            except TimeoutError:
                 pass
             try:
                 now = self.clock()

@@ -126,10 +126,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time (a captured stream may be closed later)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def quiet_logs() -> None:
     """Client logs would drown the run's own output: warnings and up only, to stderr."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+                        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()))  # type: ignore[arg-type]
 
 
 @dataclass

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_same_job_on_a_standalone_master_and_worker(tmp_path):
     from bench.standalone import LocalStandaloneCluster
 
     scen = tmp_path / "smoke-drop.yaml"
-    text = (load_scenario("smoke").source and open(load_scenario("smoke").source).read())
+    text = Path(load_scenario("smoke").source).read_text()
     scen.write_text(text + "debug:\n  drop_consumed_seqs: [7]\n")
     with LocalStandaloneCluster(tmp_path / "cluster") as cluster:
         out = tmp_path / "run"

@@ -111,6 +111,11 @@ class MessageExt:
     def tags(self) -> str | None:
         return self.properties.get(PROPERTY_TAGS)
 
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces, as the broker indexes them."""
+        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+
 
 def create_offset_msg_id(store_host: str, commit_log_offset: int) -> str:
     host, _, port = store_host.rpartition(":")

@@ -11,9 +11,11 @@ import asyncio
 import json
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Self
 
+from mqclient.message import MessageExt, create_offset_msg_id  # noqa: F401 (re-exported for tools)
+from mqclient.message import decode_messages as _decode_records
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -165,105 +167,23 @@ class MessageQueue:
 # stored messages (protocol.md §5.2)
 
 
-@dataclass(slots=True)
-class StoredMessage:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    sys_flag: int
-    flag: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    reconsume_times: int
-    properties: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-    @property
-    def offset_msg_id(self) -> str:
-        return create_offset_msg_id(self.store_host, self.commit_log_offset)
-
-    @property
-    def msg_id(self) -> str:
-        """What clients call the message id: UNIQ_KEY when the producer set one, else the offset id."""
-        return self.properties.get("UNIQ_KEY") or self.offset_msg_id
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get("TAGS")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"msgId": self.msg_id, "offsetMsgId": self.offset_msg_id, "topic": self.topic,
-                "queueId": self.queue_id, "queueOffset": self.queue_offset,
-                "commitLogOffset": self.commit_log_offset, "sysFlag": self.sys_flag, "flag": self.flag,
-                "bornTimestamp": self.born_timestamp, "bornHost": self.born_host,
-                "storeTimestamp": self.store_timestamp, "storeHost": self.store_host,
-                "reconsumeTimes": self.reconsume_times, "properties": self.properties,
-                "bodySize": len(self.body)}
-
-
-def _host(buf: bytes, pos: int, v6: bool) -> tuple[str, int]:
-    if v6:
-        raw = buf[pos:pos + 16]
-        ip = ":".join(f"{raw[i] << 8 | raw[i + 1]:x}" for i in range(0, 16, 2))
-        return f"[{ip}]:{struct.unpack_from('>i', buf, pos + 16)[0]}", pos + 20
-    return f"{'.'.join(str(b) for b in buf[pos:pos + 4])}:{struct.unpack_from('>i', buf, pos + 4)[0]}", pos + 8
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in text.split("\x02"):
-        name, sep, value = item.partition("\x01")
-        if sep and name:
-            out[name] = value
-    return out
+# One record decoder on the client side: mqclient's (magic and size checks, IPv6 hosts).
+StoredMessage = MessageExt
 
 
 def decode_messages(body: bytes | memoryview | None) -> list[StoredMessage]:
-    """Split a QUERY_MESSAGE / VIEW_MESSAGE_BY_ID body into messages; ValueError on a torn record."""
-    buf = bytes(body or b"")
-    out: list[StoredMessage] = []
-    pos = 0
-    while pos + 4 <= len(buf):
-        total = struct.unpack_from(">i", buf, pos)[0]
-        if total <= 0 or pos + total > len(buf):
-            raise ValueError(f"bad stored message at byte {pos}: size {total}, {len(buf) - pos} bytes left")
-        start = pos
-        (_, _, _, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = struct.unpack_from(">iiiiiqqiq", buf, pos)
-        p = pos + 48
-        born_host, p = _host(buf, p, bool(sys_flag & 0x10))
-        store_ts = struct.unpack_from(">q", buf, p)[0]
-        store_host, p = _host(buf, p + 8, bool(sys_flag & 0x20))
-        reconsume, _prepared, body_len = struct.unpack_from(">iqi", buf, p)
-        p += 16
-        msg_body = buf[p:p + body_len]
-        p += body_len
-        topic_len = buf[p]
-        topic = buf[p + 1:p + 1 + topic_len].decode("utf-8", "replace")
-        p += 1 + topic_len
-        prop_len = struct.unpack_from(">h", buf, p)[0]
-        props = decode_properties(buf[p + 2:p + 2 + prop_len].decode("utf-8", "replace"))
-        out.append(StoredMessage(topic, queue_id, queue_offset, phy, sys_flag, flag, born_ts, born_host, store_ts,
-                                 store_host, reconsume, props, msg_body))
-        pos = start + total
-    return out
+    """Split a QUERY_MESSAGE / VIEW_MESSAGE_BY_ID body into messages (bodies as stored); ValueError on a torn record."""
+    return _decode_records(body or b"", decompress=False)
 
 
-def create_offset_msg_id(store_host: str, commit_log_offset: int) -> str:
-    host, _, port = store_host.rpartition(":")
-    try:
-        ip = bytes(int(part) for part in host.split("."))
-        if len(ip) != 4:
-            raise ValueError(host)
-    except ValueError:
-        ip = b"\0\0\0\0"
-    return (ip + struct.pack(">iq", int(port or 0), commit_log_offset)).hex().upper()
+def message_json(msg: StoredMessage) -> dict[str, Any]:
+    return {"msgId": msg.msg_id, "offsetMsgId": msg.offset_msg_id, "topic": msg.topic,
+            "queueId": msg.queue_id, "queueOffset": msg.queue_offset,
+            "commitLogOffset": msg.commit_log_offset, "sysFlag": msg.sys_flag, "flag": msg.flag,
+            "bornTimestamp": msg.born_timestamp, "bornHost": msg.born_host,
+            "storeTimestamp": msg.store_timestamp, "storeHost": msg.store_host,
+            "reconsumeTimes": msg.reconsume_times, "properties": msg.properties,
+            "bodySize": len(msg.body)}
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:

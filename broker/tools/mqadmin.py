@@ -26,6 +26,7 @@ from broker.tools.admin_client import (
     AdminError,
     MessageQueue,
     StoredMessage,
+    message_json,
     decode_offset_msg_id,
 )
 from remoting.codes import ResponseCode
@@ -547,7 +548,7 @@ async def cmd_query_msg_by_id(admin: AdminClient, args: argparse.Namespace) -> O
             raise AdminError(f"query message by id finished, but no message: {msg_id}",
                              code=ResponseCode.NO_MESSAGE)
         found.append(msg)
-    return Output([m.to_json() for m in found], "\n\n".join(_message_text(m) for m in found))
+    return Output([message_json(m) for m in found], "\n\n".join(_message_text(m) for m in found))
 
 
 async def cmd_query_msg_by_key(admin: AdminClient, args: argparse.Namespace) -> Output:
@@ -562,7 +563,7 @@ async def cmd_query_msg_by_key(admin: AdminClient, args: argparse.Namespace) -> 
         msgs.extend(m for m in result if m.topic == args.topic and args.key in m.keys)
     msgs.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
     rows = [[m.msg_id, m.queue_id, m.queue_offset] for m in msgs]
-    return Output([m.to_json() for m in msgs], table(["#Message ID", "#QID", "#Offset"], rows))
+    return Output([message_json(m) for m in msgs], table(["#Message ID", "#QID", "#Offset"], rows))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -96,8 +96,10 @@ class BrokerProcess:
         self.namesrv_port = self.namesrv_port or free_port()
         log_path = self.log_path or (self.store_dir / "broker.log")
         self.log_path = log_path
+        # A broker the benchmark starts for itself is reached over loopback only (brokerIP1 says so too).
         sets = {"listenPort": str(self.listen_port), "namesrvListenPort": str(self.namesrv_port),
-                "storePathRootDir": str(self.store_dir), "brokerIP1": "127.0.0.1"}
+                "storePathRootDir": str(self.store_dir), "brokerIP1": "127.0.0.1",
+                "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1"}
         if self.fault_injection:
             sets["faultInjectionEnable"] = "true"
         sets.update(self.config)

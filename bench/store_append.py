@@ -14,7 +14,7 @@ clock starts and reused in turn, so the figures are the store's own cost; `--bui
 each one inside the timed loop instead (the broker's decode cost on top).
 
     python -m bench.store_append [--seconds 2.5] [--dir /path/on/the/disk] [--sizes 128,1024,4096]
-        [--repeat 3] [--build-messages]
+        [--repeat 3] [--build-messages] [--prefault MiB] [--prefault-compare]
 
 With `--repeat N` every case runs N times (fresh store, fresh raw measurement each time) and the row
 shows the median run (by ratio), as the machine is shared and noisy.
@@ -79,6 +79,7 @@ async def run_case(
     seconds: float,
     build: bool = False,
     preallocate: bool | None = None,
+    prefault: int | None = None,
 ) -> dict:
     root = tempfile.mkdtemp(prefix="store-bench-", dir=directory)
     cfg = MessageStoreConfig(
@@ -90,6 +91,8 @@ async def run_case(
     )
     if preallocate is not None:
         cfg.preallocate_mapped_file = preallocate
+    if prefault is not None:
+        cfg.prefault_ahead_bytes = prefault
     store = MessageStore(cfg)
     assert await store.load()
     await store.start()
@@ -136,6 +139,7 @@ async def run_case(
     loop_cpu = time.thread_time() - l0  # the event loop's thread: appends are bound by it
     nbytes = store.commit_log.put_message_size_total
     await store.shutdown()
+    disk = _allocated_bytes(cfg.store_path_commit_log)
     shutil.rmtree(root, ignore_errors=True)
     return {
         "msgs": sent[0],
@@ -145,7 +149,17 @@ async def run_case(
         "cpu_msg_s": sent[0] / cpu if cpu > 0 else 0.0,
         "loop_us": loop_cpu / max(1, sent[0]) * 1e6,
         "record": nbytes // max(1, sent[0]),
+        "disk_mb": disk / 1e6,
+        "data_mb": nbytes / 1e6,
     }
+
+
+def _allocated_bytes(directory: str) -> int:
+    """Blocks the CommitLog files really take (sparse files count only what was written or populated)."""
+    total = 0
+    for name in os.listdir(directory):
+        total += os.stat(os.path.join(directory, name)).st_blocks * 512
+    return total
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -157,6 +171,8 @@ async def main_async(args: argparse.Namespace) -> None:
         "sync": ("SYNC_FLUSH", False, 0),
         "batch": ("ASYNC_FLUSH", False, 32),
     }
+    # --prefault-compare: each case without (0) then with the pre-fault window, interleaved per repeat
+    variants = [0, args.prefault] if args.prefault_compare else [args.prefault]
     for size in sizes:
         for kind in args.cases.split(","):
             cases.append((size, *kinds[kind]))
@@ -166,27 +182,30 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print(
         f"{'body':>6} {'flush':>11} {'pool':>4} {'batch':>5} {'record':>6} {'msg/s':>9} {'MB/s':>7} "
-        f"{'raw MB/s':>9} {'ratio':>6} {'cpu msg/s':>10} {'loop us/msg':>11}"
+        f"{'raw MB/s':>9} {'ratio':>6} {'cpu msg/s':>10} {'loop us/msg':>11} {'prefault':>8} {'disk/data':>9}"
     )
     for size, flush, pool, batch in cases:
-        runs = []
+        runs: dict[int | None, list[dict]] = {v: [] for v in variants}
         for _ in range(args.repeat):
-            raw = raw_write_bandwidth(args.dir)
-            r = await run_case(
-                args.dir, size, flush, pool, batch, args.seconds, args.build_messages, args.preallocate or None
+            for v in variants:
+                raw = raw_write_bandwidth(args.dir)
+                r = await run_case(
+                    args.dir, size, flush, pool, batch, args.seconds, args.build_messages, args.preallocate or None, v
+                )
+                r["raw"] = raw
+                runs[v].append(r)
+        for v in variants:
+            rs = sorted(runs[v], key=lambda r: r["mb_s"] / r["raw"])
+            r = rs[len(rs) // 2]
+            raw = r["raw"]
+            window = "default" if v is None else f"{v >> 20}M"
+            print(
+                f"{size:>6} {flush:>11} {'on' if pool else 'off':>4} {batch or '-':>5} {r['record']:>6} "
+                f"{r['msg_s']:>9.0f} {r['mb_s']:>7.1f} {raw:>9.0f} {r['mb_s'] / raw:>6.1%} {r['cpu_msg_s']:>10.0f} "
+                f"{r['loop_us']:>11.2f} {window:>8} {r['disk_mb'] / max(r['data_mb'], 1e-9):>8.2f}x"
+                + (f"  ({r['failed']} not PUT_OK)" if r["failed"] else ""),
+                flush=True,
             )
-            r["raw"] = raw
-            runs.append(r)
-        runs.sort(key=lambda r: r["mb_s"] / r["raw"])
-        r = runs[len(runs) // 2]
-        raw = r["raw"]
-        print(
-            f"{size:>6} {flush:>11} {'on' if pool else 'off':>4} {batch or '-':>5} {r['record']:>6} "
-            f"{r['msg_s']:>9.0f} {r['mb_s']:>7.1f} {raw:>9.0f} {r['mb_s'] / raw:>6.1%} {r['cpu_msg_s']:>10.0f} "
-            f"{r['loop_us']:>11.2f}"
-            + (f"  ({r['failed']} not PUT_OK)" if r["failed"] else ""),
-            flush=True,
-        )
 
 
 def main() -> None:
@@ -200,7 +219,17 @@ def main() -> None:
     parser.add_argument(
         "--preallocate", action="store_true", help="preallocate_mapped_file=true (default: the config's, sparse)"
     )
+    parser.add_argument(
+        "--prefault", type=lambda v: int(v) * 1024 * 1024, default=None,
+        help="prefault_ahead_bytes in MiB (default: the config's)",
+    )
+    parser.add_argument(
+        "--prefault-compare", action="store_true",
+        help="run each case without pre-faulting, then with it (--prefault or the default), in the same run",
+    )
     args = parser.parse_args()
+    if args.prefault_compare and args.prefault is None:
+        args.prefault = MessageStoreConfig.prefault_ahead_bytes
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:
         import uvloop

@@ -18,6 +18,7 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import structlog
@@ -48,6 +49,9 @@ from store.message import (
     transaction_value,
 )
 from store.results import AppendMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from store.prefault import PrefaultService
 
 log = structlog.get_logger(__name__)
 
@@ -194,6 +198,8 @@ class CommitLog:
         self.dispatch_queue: deque[DispatchRequest] = deque()
         self.post_append: Callable[[], Awaitable[None]] | None = None
         self.inline_dispatch: InlineDispatch | None = None
+        # woken when an append ends at or past its wake_offset (store.prefault); None when off
+        self.prefault: PrefaultService | None = None
         self.encoder = RecordEncoder()
         # the bulk parser keeps each record's raw properties only when someone will read them
         self.want_raw_props: Callable[[], bool] = lambda: False
@@ -415,6 +421,9 @@ class CommitLog:
                 qo += 1
         mf.wrote_position = pos + total
         mf.store_timestamp = store_ts
+        pf = self.prefault
+        if pf is not None and wrote_offset + total >= pf.wake_offset:
+            pf.wakeup()
         if counts:
             table[key] = qo
         n = len(msgs)

@@ -64,6 +64,7 @@ class MappedFile:
         "flushed_position",
         "mm",
         "pool",
+        "prefaulted_position",
         "store_timestamp",
         "view",
         "write_buffer",
@@ -83,6 +84,8 @@ class MappedFile:
         self.committed_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0
+        # bytes from the start made writable ahead of the writer (store.prefault); 0 for a loaded file
+        self.prefaulted_position = 0
         self.first_create_in_queue = False
         self.write_buffer: mmap.mmap | None = None
         # where appends land: the pool buffer when there is one, else the mapping itself

@@ -49,6 +49,8 @@ class MappedFileQueue:
         self._on_new_file = on_new_file
         # retention unlinks through this (a worker thread in the store): unlinking 1 GiB takes a while
         self._unlink = unlink
+        # called in the creating worker thread on each new file (the CommitLog pre-fault service sets it)
+        self.on_created_blocking: Callable[[MappedFile], None] | None = None
         # path → future of a file being created in a worker thread
         self._allocating: dict[str, asyncio.Future[MappedFile]] = {}
 
@@ -136,7 +138,11 @@ class MappedFileQueue:
         return os.path.join(self.store_path, offset_to_file_name(offset))
 
     def _create_blocking(self, path: str) -> MappedFile:
-        return MappedFile.create(path, self.mapped_file_size, preallocate=self._preallocate, warm=self._warm)
+        mf = MappedFile.create(path, self.mapped_file_size, preallocate=self._preallocate, warm=self._warm)
+        hook = self.on_created_blocking
+        if hook is not None:
+            hook(mf)
+        return mf
 
     def _install(self, mf: MappedFile) -> MappedFile:
         if not self.mapped_files:

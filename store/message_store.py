@@ -63,6 +63,7 @@ from store.message import (
     encode_properties,
     transaction_value,
 )
+from store.prefault import Populator, PrefaultService
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,
@@ -154,6 +155,7 @@ class MessageStore:
         self._flusher: CommitLogFlusher | None = None
         self._flush_service: FlushRealTimeService | GroupCommitService | None = None
         self._commit_service: CommitRealTimeService | None = None
+        self._prefault: PrefaultService | None = None
         self._flush_cq_service: FlushConsumeQueueService | None = None
         self._clean_service: CleanService | None = None
         self._loaded = False
@@ -393,6 +395,7 @@ class MessageStore:
             flush_index=self._flush_index,
         )
         self._clean_service = CleanService(self)
+        self._start_prefault()
         self.commit_log.start()
         self._flush_service.start()
         if self._commit_service is not None:
@@ -415,6 +418,34 @@ class MessageStore:
         elif not mfq.last_mapped_file().is_full():
             mfq.allocate_ahead()
 
+    def _start_prefault(self) -> None:
+        """Pre-fault ahead of the CommitLog writer: only useful for sparse files written through the
+        mapping (a pool buffer takes the writes; preallocated or warmed files do not fault)."""
+        cfg = self.config
+        if cfg.prefault_ahead_bytes <= 0 or self.pool is not None:
+            return
+        if cfg.preallocate_mapped_file or cfg.warm_mapped_file_enable:
+            return
+        try:
+            populator = Populator()
+        except (OSError, AttributeError) as exc:
+            log.warning("commit log pre-faulting disabled: no madvise", error=str(exc))
+            return
+        svc = PrefaultService(
+            self.commit_log.mapped_file_queue, cfg.prefault_ahead_bytes, self._run_blocking, populator=populator
+        )
+        self._prefault = svc
+        self.commit_log.prefault = svc
+        self.commit_log.mapped_file_queue.on_created_blocking = svc.prefault_new_file
+        svc.start()
+
+    async def _stop_prefault(self) -> None:
+        svc, self._prefault = self._prefault, None
+        if svc is not None:
+            self.commit_log.prefault = None
+            self.commit_log.mapped_file_queue.on_created_blocking = None
+            await svc.stop()
+
     def _mark_running_blocking(self) -> None:
         with open(self.config.abort_file, "w"):
             pass
@@ -430,6 +461,7 @@ class MessageStore:
         self._shutdown = True
         self._running = False
         await self.commit_log.stop()
+        await self._stop_prefault()
         if self._clean_service is not None:
             await self._clean_service.stop()
         await self.stats.stop()

@@ -1,0 +1,203 @@
+"""PrefaultService: keep a window of the CommitLog ahead of the write position populated and writable.
+
+With sparse CommitLog files (the default), the first write to each 4 KiB page faults, and that fault
+allocates the file block (ext4 page_mkwrite) on the event loop's thread: measured ~12 us per 4 KiB
+append against ~0.6 us for a page already mapped writable. This service asks the kernel, from a worker
+thread, to populate the pages of `[write position, write position + window)` with
+`madvise(MADV_POPULATE_WRITE)` (Linux >= 5.14). On a shared file mapping that only faults the pages in
+writable (allocating their blocks); it never changes their contents, so it may run while the writer
+copies records into the same pages. Disk use stays proportional to data: at most one window beyond it.
+
+The writer wakes the service when it crosses `wake_offset` (one integer compare per append); the
+service refills the window in one worker-thread call, in 1 MiB madvise steps so that a shutdown does
+not wait long. A kernel that refuses (EINVAL on < 5.14, ENOSYS, ...) gets one log line and the service
+turns itself off for the life of the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import errno
+from collections.abc import Callable
+
+import structlog
+
+from store.config import OS_PAGE_SIZE
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue, RunBlocking
+
+log = structlog.get_logger(__name__)
+
+MADV_POPULATE_WRITE = 23  # linux/mman.h; Python's mmap module does not export it before 3.13
+STEP = 1024 * 1024  # bytes per madvise call: bounds how long a stop waits for the worker
+NO_WAKE = 1 << 62
+
+
+class PrefaultUnsupported(OSError):
+    """The kernel refused MADV_POPULATE_WRITE; pre-faulting is off for the life of the store."""
+
+
+class Populator:
+    """Calls madvise(MADV_POPULATE_WRITE) through ctypes: unlike `mmap.madvise`, a ctypes call releases
+    the GIL, so a populate of several MiB in a worker thread does not stall the event loop."""
+
+    def __init__(self, advice: int = MADV_POPULATE_WRITE) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        self._madvise = libc.madvise
+        self._madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        self._madvise.restype = ctypes.c_int
+        self._advice = advice
+
+    @staticmethod
+    def base_address(mf: MappedFile) -> int:
+        # the c_char exports the mmap's buffer only for this statement; the caller holds the file so
+        # the mapping cannot be closed while madvise runs on its address
+        anchor = ctypes.c_char.from_buffer(mf.mm)
+        try:
+            return ctypes.addressof(anchor)
+        finally:
+            del anchor
+
+    def populate(self, mf: MappedFile, start: int, end: int, stopped: Callable[[], bool]) -> int:
+        """Populate [start, end) of `mf` (page aligned, within the file). Blocking: run in a worker
+        thread. Returns the end actually reached (less when `stopped()` turned true)."""
+        if not mf.hold():
+            return start
+        try:
+            base = self.base_address(mf)
+            pos = start
+            while pos < end and not stopped():
+                n = min(STEP, end - pos)
+                if self._madvise(base + pos, n, self._advice) != 0:
+                    err = ctypes.get_errno()
+                    raise PrefaultUnsupported(err, f"madvise(MADV_POPULATE_WRITE) failed: {errno.errorcode.get(err, err)}")
+                pos += n
+            return pos
+        finally:
+            mf.release()
+
+
+def window_end(mf: MappedFile, ahead: int) -> int:
+    """Page-aligned end of the window ahead of `mf`'s write position, never past the file."""
+    end = mf.wrote_position + ahead
+    end -= end % OS_PAGE_SIZE
+    return min(mf.file_size, end)
+
+
+class PrefaultService:
+    """Keeps `ahead` bytes after the CommitLog's write position populated (see the module docstring)."""
+
+    def __init__(
+        self,
+        mfq: MappedFileQueue,
+        ahead: int,
+        run_blocking: RunBlocking,
+        *,
+        populator: Populator | None = None,
+    ) -> None:
+        self.mfq = mfq
+        self.ahead = ahead
+        # refill once a quarter of the window has been consumed: a refill is one worker call of ~ahead/4
+        self.step = max(OS_PAGE_SIZE, (ahead // 4) - (ahead // 4) % OS_PAGE_SIZE)
+        self.run_blocking = run_blocking
+        self.populator = populator or Populator()
+        # the writer calls `wakeup` once its end offset reaches this (NO_WAKE while a refill is pending)
+        self.wake_offset = NO_WAKE
+        self.enabled = ahead > 0
+        self.populated_bytes = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._stopped = False
+            self._wake.set()  # the first window (a recovered file, or the first one) right away
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="commitlog-prefault")
+
+    def wakeup(self) -> None:
+        self.wake_offset = NO_WAKE
+        self._wake.set()
+
+    def _is_stopped(self) -> bool:
+        return self._stopped
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self.wake_offset = NO_WAKE
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, timeout=30)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._stopped or not self.enabled:
+                return
+            try:
+                await self.refill()
+            except PrefaultUnsupported as exc:
+                self._disable(exc)
+                return
+            except Exception:
+                log.exception("commit log pre-fault failed; retrying at the next wake-up")
+                await asyncio.sleep(0.1)
+                self._arm(self.mfq.last_mapped_file())
+            # a refill with nothing to hand to a worker never yields: never spin the loop on re-arming
+            await asyncio.sleep(0)
+
+    def _disable(self, exc: OSError) -> None:
+        if self.enabled:
+            self.enabled = False
+            self.wake_offset = NO_WAKE
+            log.warning("commit log pre-faulting disabled: the kernel refused it", error=str(exc))
+
+    def prefault_new_file(self, mf: MappedFile) -> None:
+        """The first window of a CommitLog file being created. Blocking: runs in the creating worker
+        thread (MappedFileQueue.on_created_blocking), long before the writer reaches the file."""
+        if not self.enabled or self._stopped:
+            return
+        end = min(mf.file_size, self.ahead - self.ahead % OS_PAGE_SIZE)
+        try:
+            mf.prefaulted_position = self.populator.populate(mf, 0, end, self._is_stopped)
+        except PrefaultUnsupported as exc:
+            self._disable(exc)
+
+    async def refill(self) -> None:
+        """Populate the window of the file being written, then arm the writer's wake-up."""
+        mf = self.mfq.last_mapped_file()
+        if mf is not None and mf.write_buffer is None and not mf.is_full():
+            start = max(mf.prefaulted_position, mf.wrote_position - mf.wrote_position % OS_PAGE_SIZE)
+            end = window_end(mf, self.ahead)
+            if end > start:
+                reached = await self.run_blocking(self.populator.populate, mf, start, end, self._is_stopped)
+                if reached > mf.prefaulted_position:
+                    self.populated_bytes += reached - max(start, mf.prefaulted_position)
+                    mf.prefaulted_position = reached
+        self._arm(mf)
+
+    def _arm(self, mf: MappedFile | None) -> None:
+        if self._stopped or not self.enabled:
+            self.wake_offset = NO_WAKE
+            return
+        if mf is None:
+            # no file yet (a fresh store starts the service before creating it): the first append wakes us
+            self.wake_offset = 0
+            return
+        if mf.write_buffer is not None or mf.is_full() or mf.prefaulted_position >= mf.file_size:
+            # nothing more in this file (pool buffer, written or populated to its end): the first
+            # append into the next one wakes us (its first window was populated when it was created)
+            self.wake_offset = mf.tail_offset
+            return
+        # refill once the populated part left ahead of the writer is under ahead - step
+        self.wake_offset = mf.file_from_offset + mf.prefaulted_position - self.ahead + self.step
+        if mf.file_from_offset + mf.wrote_position >= self.wake_offset:
+            # the writer passed it during the refill (its wake-up was off meanwhile): go again
+            self.wakeup()

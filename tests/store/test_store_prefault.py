@@ -1,0 +1,221 @@
+"""The CommitLog pre-fault service: populates a window ahead of the writer, never the whole file, leaves
+the data intact, turns itself off when the kernel refuses, stops with the store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+import store.message_store as message_store_module
+from store import MessageStore, PutMessageStatus
+from store.config import StoreConfigError
+from store.mapped_file import MappedFile
+from store.prefault import NO_WAKE, Populator, PrefaultService, PrefaultUnsupported
+from conftest import make_msg, small_config
+
+MiB = 1024 * 1024
+
+
+def _supported(tmp_path) -> bool:
+    mf = MappedFile.create(str(tmp_path / "probe" / "00000000000000000000"), 64 * 1024)
+    try:
+        Populator().populate(mf, 0, 4096, lambda: False)
+        return True
+    except PrefaultUnsupported:
+        return False
+    finally:
+        mf.destroy()
+
+
+@pytest.fixture
+def needs_populate_write(tmp_path):
+    if not _supported(tmp_path):
+        pytest.skip("the kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
+
+
+def _allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_populate_allocates_only_the_window_and_keeps_contents(tmp_path, needs_populate_write):
+    mf = MappedFile.create(str(tmp_path / "cl" / "00000000000000000000"), 8 * MiB)
+    try:
+        data = os.urandom(300_000)
+        mf.append(data)
+        reached = Populator().populate(mf, 0, 1 * MiB, lambda: False)
+        assert reached == 1 * MiB
+        assert bytes(mf.view[: len(data)]) == data
+        assert bytes(mf.view[len(data) : 1 * MiB]) == bytes(1 * MiB - len(data))
+        # the window got its blocks, the rest of the 8 MiB file stays a hole
+        assert 1 * MiB <= _allocated(mf.file_name) <= 1 * MiB + 256 * 1024
+    finally:
+        mf.destroy()
+
+
+def test_populate_stops_when_asked(tmp_path, needs_populate_write):
+    mf = MappedFile.create(str(tmp_path / "cl" / "00000000000000000000"), 8 * MiB)
+    try:
+        assert Populator().populate(mf, 0, 8 * MiB, lambda: True) == 0
+        assert _allocated(mf.file_name) == 0
+    finally:
+        mf.destroy()
+
+
+def test_populate_racing_the_writer_keeps_every_byte(tmp_path, needs_populate_write):
+    """Populate-write over the pages the writer is filling at the same time changes nothing."""
+    size = 16 * MiB
+    mf = MappedFile.create(str(tmp_path / "cl" / "00000000000000000000"), size)
+    chunk = os.urandom(1000)  # not page aligned: records straddle pages being populated
+    n = size // len(chunk)
+    populator = Populator()
+
+    def writer() -> None:
+        for _ in range(n):
+            assert mf.append(chunk)
+
+    try:
+        t = threading.Thread(target=writer)
+        t.start()
+        for _ in range(3):
+            populator.populate(mf, 0, size, lambda: False)
+        t.join()
+        view = mf.view
+        for i in range(n):
+            assert view[i * len(chunk) : (i + 1) * len(chunk)] == chunk, f"record {i} changed"
+    finally:
+        mf.destroy()
+
+
+async def test_store_keeps_a_window_ahead_of_the_writer(tmp_path, needs_populate_write):
+    ahead = 256 * 1024
+    cfg = small_config(tmp_path, mapped_file_size_commit_log=4 * MiB, prefault_ahead_bytes=ahead)
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    svc = store._prefault
+    assert svc is not None and svc.enabled
+    body = os.urandom(3000)
+    try:
+        for i in range(1200):  # ~3.7 MB: past the first window and over the file's end into the next one
+            r = await store.put_message(make_msg(body=body, keys=f"k{i}"))
+            assert r.status == PutMessageStatus.PUT_OK
+            if i % 100 == 0:
+                await asyncio.sleep(0.02)  # let the worker run (generous: the machine is shared)
+        for _ in range(200):
+            mf = store.commit_log.mapped_file_queue.last_mapped_file()
+            if mf.prefaulted_position >= min(mf.file_size, mf.wrote_position + ahead - svc.step):
+                break
+            await asyncio.sleep(0.02)
+        files = store.commit_log.mapped_file_queue.mapped_files
+        mf = files[-1]
+        # the refills followed the writer ...
+        assert mf.prefaulted_position > ahead or len(files) > 1
+        assert mf.prefaulted_position >= min(mf.file_size, mf.wrote_position + ahead - svc.step)
+        # ... but never went further than one window past it
+        assert mf.prefaulted_position <= mf.wrote_position + ahead
+        data = store.commit_log.get_max_offset()
+        disk = sum(_allocated(f.file_name) for f in files)
+        for path in store.commit_log.mapped_file_queue._allocating:  # the next file, created ahead
+            if os.path.exists(path):
+                disk += _allocated(path)
+        assert disk <= data + 3 * ahead + 64 * 1024, (disk, data)
+        # every message reads back intact
+        got = store.get_message("g", "T", 0, 0, 32)
+        assert got.message_count == 32
+        assert all(body in bytes(b) for b in got.buffers)
+    finally:
+        await store.shutdown()
+    assert store._prefault is None and svc._task is None and svc.wake_offset == NO_WAKE
+
+
+async def test_kernel_refusal_disables_it_and_puts_still_work(tmp_path, monkeypatch):
+    # an advice value no kernel knows: madvise fails with EINVAL, as MADV_POPULATE_WRITE does before 5.14
+    monkeypatch.setattr(message_store_module, "Populator", lambda: Populator(advice=0x7FFF))
+    cfg = small_config(tmp_path, mapped_file_size_commit_log=1 * MiB, prefault_ahead_bytes=256 * 1024)
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    try:
+        svc = store._prefault
+        assert svc is not None
+        for _ in range(100):
+            if not svc.enabled:
+                break
+            await asyncio.sleep(0.02)
+        assert not svc.enabled and svc.wake_offset == NO_WAKE
+        for i in range(400):  # over a file roll: the next file is created without pre-faulting
+            r = await store.put_message(make_msg(body=os.urandom(3000), keys=f"k{i}"))
+            assert r.status == PutMessageStatus.PUT_OK
+        assert len(store.commit_log.mapped_file_queue.mapped_files) >= 2
+    finally:
+        await store.shutdown()
+
+
+async def test_zero_turns_it_off_and_negative_is_refused(tmp_path):
+    store = MessageStore(small_config(tmp_path, prefault_ahead_bytes=0))
+    assert await store.load()
+    await store.start()
+    try:
+        assert store._prefault is None and store.commit_log.prefault is None
+        assert (await store.put_message(make_msg())).status == PutMessageStatus.PUT_OK
+    finally:
+        await store.shutdown()
+    with pytest.raises(StoreConfigError, match="prefault_ahead_bytes"):
+        MessageStore(small_config(tmp_path / "neg", prefault_ahead_bytes=-1))
+
+
+async def test_not_started_with_a_transient_store_pool(tmp_path):
+    cfg = small_config(tmp_path, transient_store_pool_enable=True, transient_store_pool_size=2)
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    try:
+        assert store._prefault is None  # the writes go into pool buffers, not through the mapping
+    finally:
+        await store.shutdown()
+
+
+async def test_service_arms_the_next_file_when_the_current_one_is_populated(tmp_path, needs_populate_write):
+    from store.mapped_file_queue import MappedFileQueue
+
+    mfq = MappedFileQueue(str(tmp_path / "cl"), 256 * 1024)
+    mf = mfq.get_last_mapped_file(0)
+
+    async def run_blocking(fn, *args):
+        return fn(*args)
+
+    svc = PrefaultService(mfq, 1 * MiB, run_blocking)
+    try:
+        await svc.refill()
+        assert mf.prefaulted_position == mf.file_size
+        assert svc.wake_offset == mf.tail_offset  # no wake-up loop on a fully populated file
+    finally:
+        mfq.destroy()
+
+
+async def test_a_full_file_waiting_for_its_successor_does_not_spin(tmp_path, needs_populate_write):
+    """The writer filled the file (BLANK written) and the next one is not installed yet: arm for the
+    next file's first append instead of waking again at once."""
+    from store.mapped_file_queue import MappedFileQueue
+
+    mfq = MappedFileQueue(str(tmp_path / "cl"), 4 * MiB)
+    mf = mfq.get_last_mapped_file(0)
+    calls = [0]
+
+    async def run_blocking(fn, *args):
+        calls[0] += 1
+        return fn(*args)
+
+    svc = PrefaultService(mfq, 1 * MiB, run_blocking)
+    try:
+        await svc.refill()
+        mf.wrote_position = mf.file_size  # full, prefaulted only to 1 MiB
+        await svc.refill()
+        assert svc.wake_offset == mf.tail_offset
+        assert not svc._wake.is_set()
+        assert calls[0] == 1
+    finally:
+        mfq.destroy()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from compat_support import (
+    BrokerFactory,
     BrokerProcess,
     CppClientLog,
     ensure_node_modules,
@@ -20,42 +21,6 @@ from compat_support import (
 from compat_support import (
     free_port as _free_port,
 )
-
-
-class BrokerFactory:
-    """Starts brokers in one temp directory; every one it started is stopped at teardown."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.brokers: list[BrokerProcess] = []
-
-    def start(self, *set_args: str, name: str | None = None) -> BrokerProcess:
-        """`set_args` are "key=value" strings, passed as `--set key=value`."""
-        name = name or f"b{len(self.brokers)}"
-        namesrv_port = _free_port()
-        broker = BrokerProcess(
-            store_dir=self.root / name / "store",
-            log_path=self.root / f"{name}.log",
-            listen_port=_free_port(avoid=[namesrv_port]),
-            namesrv_port=namesrv_port,
-            extra_args=tuple(arg for kv in set_args for arg in ("--set", kv)),
-        )
-        self.brokers.append(broker)
-        broker.start()
-        return broker
-
-    def close(self) -> None:
-        """Graceful stops first (each must exit 0); anything left is killed."""
-        errors = []
-        for broker in self.brokers:
-            try:
-                broker.stop(check=True)
-            except AssertionError as e:
-                errors.append(str(e))
-            finally:
-                broker.kill()
-        if errors:
-            raise AssertionError("\n\n".join(errors))
 
 
 @pytest.fixture

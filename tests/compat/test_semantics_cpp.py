@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from compat_support import Collector, Received, cpp_producer, cpp_push_consumer, make_message, unique
-from conftest import BrokerFactory
+from compat_support import BrokerFactory
 
 from mqclient.message import Message
 from mqclient.producer import ProducerConfig

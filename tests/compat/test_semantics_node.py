@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 from compat_support import NODE_DIR, unique
-from conftest import BrokerFactory
+from compat_support import BrokerFactory
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import make_msg
+from store_helpers import make_msg
 
 from store import MessageExtBrokerInner, MessageStore, PutMessageStatus
 from store.message import decode_properties

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from conftest import make_msg
+from store_helpers import make_msg
 
 from store import MessageStore, PutMessageStatus
 

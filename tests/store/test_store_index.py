@@ -7,7 +7,7 @@ import os
 import struct
 from pathlib import Path
 
-from conftest import make_msg
+from store_helpers import make_msg
 
 from store import decode_offset_msg_id, decode_records
 from store.index_service import index_key_hash

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import make_msg
+from store_helpers import make_msg
 
 from store import (
     GetMessageStatus,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import make_msg
+from store_helpers import make_msg
 from structlog.testing import capture_logs
 
 from store import GetMessageStatus, PutMessageStatus

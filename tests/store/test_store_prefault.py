@@ -14,7 +14,7 @@ from store import MessageStore, PutMessageStatus
 from store.config import StoreConfigError
 from store.mapped_file import MappedFile
 from store.prefault import NO_WAKE, Populator, PrefaultService, PrefaultUnsupported
-from conftest import make_msg, small_config
+from store_helpers import make_msg, small_config
 
 MiB = 1024 * 1024
 

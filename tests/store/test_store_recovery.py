@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import make_msg
+from store_helpers import make_msg
 
 from store import GetMessageStatus, MessageStore, PutMessageStatus, decode_records
 

@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 
-from conftest import make_msg
+from store_helpers import make_msg
 
 from store import GetMessageStatus, PutMessageStatus
 from store.clean import CleanService

@@ -128,58 +128,49 @@ class Not(Node):
         return f"(NOT {self.operand.to_sql()})"
 
 
-class And(Node):
+class _Junction(Node):
+    """AND / OR over flattened operands with SQL's three-valued logic: an operand equal to ``decisive``
+    decides at once, an unknown (None) operand makes an undecided result unknown."""
+
     __slots__ = ("operands",)
     is_boolean = True
+    keyword = ""
+    decisive = False
 
     def __init__(self, operands: list[Node]) -> None:
         flat: list[Node] = []
         for op in operands:
-            flat.extend(op.operands if isinstance(op, And) else (op,))
+            flat.extend(op.operands if type(op) is type(self) else (op,))  # type: ignore[attr-defined]
         self.operands = tuple(flat)
         self.depth = max(op.depth for op in self.operands) + 1
 
     def evaluate(self, props: Properties) -> Any:
+        decisive = self.decisive
         unknown = False
         for op in self.operands:
             value = op.evaluate(props)
-            if value is False:
-                return False
+            if value is decisive:
+                return decisive
             if value is None:
                 unknown = True
-            elif value is not True:
-                raise EvalError("AND operand is not a Boolean")
-        return None if unknown else True
+            elif type(value) is not bool:
+                raise EvalError(f"{self.keyword} operand is not a Boolean")
+        return None if unknown else not decisive
 
     def to_sql(self) -> str:
-        return "(" + " AND ".join(op.to_sql() for op in self.operands) + ")"
+        return "(" + f" {self.keyword} ".join(op.to_sql() for op in self.operands) + ")"
 
 
-class Or(Node):
-    __slots__ = ("operands",)
-    is_boolean = True
+class And(_Junction):
+    __slots__ = ()
+    keyword = "AND"
+    decisive = False
 
-    def __init__(self, operands: list[Node]) -> None:
-        flat: list[Node] = []
-        for op in operands:
-            flat.extend(op.operands if isinstance(op, Or) else (op,))
-        self.operands = tuple(flat)
-        self.depth = max(op.depth for op in self.operands) + 1
 
-    def evaluate(self, props: Properties) -> Any:
-        unknown = False
-        for op in self.operands:
-            value = op.evaluate(props)
-            if value is True:
-                return True
-            if value is None:
-                unknown = True
-            elif value is not False:
-                raise EvalError("OR operand is not a Boolean")
-        return None if unknown else False
-
-    def to_sql(self) -> str:
-        return "(" + " OR ".join(op.to_sql() for op in self.operands) + ")"
+class Or(_Junction):
+    __slots__ = ()
+    keyword = "OR"
+    decisive = True
 
 
 class Equal(Node):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass, field
 
 from broker.config import build_config
 from broker.controller import BrokerController
@@ -24,3 +25,28 @@ async def start_broker(tmp_path, **overrides) -> BrokerController:
     controller = BrokerController(config)
     await controller.start()
     return controller
+
+
+@dataclass
+class FakeChannel:
+    """Stands in for a remoting Channel where a test only needs what was sent back."""
+
+    sent: list = field(default_factory=list)
+    remote_addr: str = "127.0.0.1:1"
+    finished: int = 0
+
+    def send(self, cmd):
+        self.sent.append(cmd)
+
+    def request_finished(self):
+        self.finished += 1
+
+
+class Clock:
+    """An injectable wall clock in ms that tests move by hand."""
+
+    def __init__(self, start: int = 1_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now

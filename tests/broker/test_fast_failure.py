@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+
+from broker_helpers import Clock, FakeChannel
 
 from broker.fast_failure import BrokerFastFailure, SweptQueue
 from remoting.command import RemotingCommand
 from remoting.executor import RequestExecutor, RequestTask
-
-
-@dataclass
-class FakeChannel:
-    sent: list = field(default_factory=list)
-    remote_addr: str = "127.0.0.1:1"
-    finished: int = 0
-
-    def send(self, cmd):
-        self.sent.append(cmd)
-
-    def request_finished(self):
-        self.finished += 1
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1_000_000
-
-    def __call__(self):
-        return self.now
 
 
 def make(clock, busy=lambda: False):

@@ -4,9 +4,10 @@ on a real store (the loop must never block inside an append)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import structlog
+
+from broker_helpers import Clock, FakeChannel
 
 from broker.fast_failure import BrokerFastFailure, SweptQueue
 from remoting.command import RemotingCommand
@@ -17,27 +18,6 @@ from store import (
     MessageStoreConfig,
     PutMessageStatus,
 )
-
-
-@dataclass
-class FakeChannel:
-    sent: list = field(default_factory=list)
-    remote_addr: str = "127.0.0.1:1"
-    finished: int = 0
-
-    def send(self, cmd):
-        self.sent.append(cmd)
-
-    def request_finished(self):
-        self.finished += 1
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 5_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def enqueue(executor: RequestExecutor, channel: FakeChannel, create_ms: int, *, opaque: int = 1,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from broker_helpers import Clock, FakeChannel
 
 from broker.fast_failure import BrokerFastFailure, SweptQueue

@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from broker.tools.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPAT_DIR = Path(__file__).resolve().parent
@@ -44,19 +45,7 @@ CPP_LOG_LEVEL_ENV = "COMPAT_CPP_LOG_LEVEL"
 # --------------------------------------------------------------------------------------------- ports
 
 
-def free_port(avoid: Iterable[int] = ()) -> int:
-    """A TCP port free on 127.0.0.1 right now, at least 3 away from each port in `avoid`.
-
-    The distance keeps clear of ports a RocketMQ broker derives from its listen port (HA = +1, J's VIP = -2).
-    """
-    avoid = tuple(avoid)
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if all(abs(port - other) > 2 for other in avoid):
-            return port
-    raise RuntimeError("no free loopback port found")
+# free_port (imported above) is the pytest plugin's: at least 3 away from `avoid`, since a broker uses port + 1.
 
 
 # ------------------------------------------------------------------------------------------- broker

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import structlog
 
-from store.config import MessageStoreConfig
+from store.config import OS_PAGE_SIZE, MessageStoreConfig
 from store.fault import StoreFault
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, RunBlocking
@@ -124,6 +124,7 @@ class AppendRequest:
     stall_ms: int
     future: asyncio.Future | None  # only for a request queued to the writer
     batch: bool = False
+    phys: list[int] | None = None  # CommitLog offset of each record, once appended (batches only)
 
 
 # Dispatches records the writer just appended, while the reput is caught up: (request, first CommitLog
@@ -198,6 +199,8 @@ class CommitLog:
         self.dispatch_queue: deque[DispatchRequest] = deque()
         self.post_append: Callable[[], Awaitable[None]] | None = None
         self.inline_dispatch: InlineDispatch | None = None
+        self._stage_bytes = bytearray(1024 * 1024)
+        self._stage = memoryview(self._stage_bytes)
         # woken when an append ends at or past its wake_offset (store.prefault); None when off
         self.prefault: PrefaultService | None = None
         self.encoder = RecordEncoder()
@@ -380,8 +383,18 @@ class CommitLog:
         if elapsed > 500:
             log.warning("putMessage in lock cost time(ms)", elapsed_ms=elapsed)
 
-    def _do_append(self, mf: MappedFile, req: AppendRequest, store_ts: int) -> AppendMessageResult | None:
-        """Write `req` at the end of `mf`; None after writing the BLANK filler (no room)."""
+    def _staging(self, size: int) -> memoryview:
+        """The reused buffer records are encoded into before a pwrite (grown to the largest request)."""
+        if len(self._stage) < size:
+            self._stage_bytes = bytearray(max(size, 2 * len(self._stage)))
+            self._stage = memoryview(self._stage_bytes)
+        return self._stage
+
+    def _do_append(
+        self, mf: MappedFile, req: AppendRequest, store_ts: int
+    ) -> AppendMessageResult | AppendFailure | None:
+        """Write `req` at the end of `mf`; None after writing the BLANK filler (no room), an AppendFailure
+        when the file refused the bytes (disk full, I/O error)."""
         pos = mf.wrote_position
         total = req.total
         max_blank = mf.file_size - pos
@@ -403,22 +416,32 @@ class CommitLog:
         prefix = self._id_prefix.get(req.store_host)
         if prefix is None:
             prefix = self._id_prefix[req.store_host] = offset_msg_id_prefix(*req.store_host)
-        write = self.encoder.write
         msgs = req.msgs
-        tails = req.tails
-        crcs = req.crcs
-        sizes = req.sizes
-        p = pos
-        qo = queue_offset
-        msg_ids: list[str] = []
-        for i in range(len(msgs)):
-            size = sizes[i]
-            phy = wrote_offset + (p - pos)
-            write(view, p, msgs[i], tails[i], crcs[i], size, qo, phy, store_ts)
-            msg_ids.append(f"{prefix}{phy:016X}")
-            p += size
-            if counts:
-                qo += 1
+        n = len(msgs)
+        # Where the mapping is not populated yet, a copy into it faults on every page, and the fault
+        # zero-fills the hole (with readahead, many pages at a time) on this thread: ~8 us per 4 KiB.
+        # pwrite of the same bytes skips the zeroing of whole pages: the records are encoded into a
+        # reused staging buffer and written with one syscall (the mapping sees them: one page cache).
+        staged = mf.write_buffer is None and total >= OS_PAGE_SIZE and pos + total > mf.prefaulted_position
+        target, at = (self._staging(total), 0) if staged else (view, pos)
+        if n == 1:
+            self.encoder.write(target, at, msgs[0], req.tails[0], req.crcs[0], total, queue_offset, wrote_offset, store_ts)
+            msg_ids = [f"{prefix}{wrote_offset:016X}"]
+        else:
+            phys = self.encoder.write_many(
+                target, at, msgs, req.tails, req.crcs, req.sizes, queue_offset, 1 if counts else 0, wrote_offset, store_ts
+            )
+            msg_ids = [f"{prefix}{phy:016X}" for phy in phys]
+            req.phys = phys
+        if staged:
+            try:
+                mf.write_at(target[:total], pos)
+            except OSError as exc:
+                # nothing is published: the write position, queue offsets and dispatch stay as they were
+                log.error("write to the CommitLog failed", error=str(exc), file=mf.file_name, position=pos)
+                req.phys = None
+                return AppendFailure(PutMessageStatus.UNKNOWN_ERROR, f"write to the CommitLog failed: {exc}")
+        qo = queue_offset + n
         mf.wrote_position = pos + total
         mf.store_timestamp = store_ts
         pf = self.prefault
@@ -426,7 +449,6 @@ class CommitLog:
             pf.wakeup()
         if counts:
             table[key] = qo
-        n = len(msgs)
         self.put_message_times_total += n
         self.put_message_size_total += total
         # the consume queue entries, index keys and arrival notices: inline when the reput is caught up

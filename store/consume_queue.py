@@ -184,6 +184,32 @@ class ConsumeQueue:
         self.max_physic_offset = offset + size
         return True
 
+    def try_append_many(self, offsets: list[int], sizes: list[int], tags: list[int], cq_offset: int) -> bool:
+        """`try_append` for consecutive entries from `cq_offset` (a batch of one queue): all of them when
+        they fit in the current file after its first entry, else none (False: the caller goes entry by
+        entry)."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return False
+        mf = files[-1]
+        pos = mf.wrote_position
+        end = pos + len(offsets) * CQ_STORE_UNIT_SIZE
+        if (
+            pos == 0
+            or end > mf.file_size
+            or mf.file_from_offset + pos != cq_offset * CQ_STORE_UNIT_SIZE
+            or offsets[0] + sizes[0] <= self.max_physic_offset
+        ):
+            return False
+        pack = _ENTRY.pack_into
+        view = mf.write_view
+        for offset, size, code in zip(offsets, sizes, tags):
+            pack(view, pos, offset, size, code)
+            pos += CQ_STORE_UNIT_SIZE
+        mf.wrote_position = mf.committed_position = end
+        self.max_physic_offset = offsets[-1] + sizes[-1]
+        return True
+
     async def put_entries(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, cq_offset: np.ndarray) -> int:
         """`put_message_position_info` for many entries in CommitLog order (the bulk reput): runs of
         consecutive entries go in with one slice assignment, files are created as needed (in a worker

@@ -372,6 +372,44 @@ class RecordEncoder:
         tail = b"".join((topic, _SHORT.pack(len(props)), props))
         return tail, crc32(body) & 0x7FFFFFFF, FIXED_PART_LENGTH + len(body) + len(tail)
 
+    def plan_many(
+        self, msgs: list[MessageExtBrokerInner], max_wire_size: int
+    ) -> tuple[list[bytes], list[int], list[int], int]:
+        """`plan` for a batch of one topic in one pass: (tails, body CRCs, record sizes, total size).
+
+        Raises RecordError("MESSAGE_ILLEGAL: batch of N bytes exceeds maxMessageSize M") first when the
+        batch as the client sent it (20 + body + 2 + properties bytes each, upstream's check) is larger
+        than `max_wire_size`, then for a topic or properties upstream rejects."""
+        topic = self._topic(msgs[0].topic)
+        short = _SHORT.pack
+        tails: list[bytes] = []
+        crcs: list[int] = []
+        sizes: list[int] = []
+        total = 0
+        wire = 0
+        too_long = 0
+        for msg in msgs:
+            props = msg.properties_string.encode("utf-8") if msg.properties_string else b""
+            body = msg.body or b""
+            plen = len(props)
+            blen = len(body)
+            if plen > too_long:
+                too_long = plen
+            wire += 22 + blen + plen
+            tail = b"".join((topic, short(plen), props)) if plen <= MAX_PROPERTIES_LENGTH else b""
+            tails.append(tail)
+            crcs.append(crc32(body) & 0x7FFFFFFF)
+            size = FIXED_PART_LENGTH + blen + len(tail)
+            sizes.append(size)
+            total += size
+        if wire > max_wire_size:
+            raise RecordError(f"MESSAGE_ILLEGAL: batch of {wire} bytes exceeds maxMessageSize {max_wire_size}")
+        if too_long > MAX_PROPERTIES_LENGTH:
+            raise RecordError(
+                f"PROPERTIES_SIZE_EXCEEDED: properties are {too_long} bytes, more than {MAX_PROPERTIES_LENGTH}"
+            )
+        return tails, crcs, sizes, total
+
     def write(
         self,
         buf: bytearray | memoryview,
@@ -415,6 +453,54 @@ class RecordEncoder:
         e = b + blen
         buf[b:e] = body
         buf[e : pos + size] = tail
+
+    def write_many(
+        self,
+        buf: bytearray | memoryview,
+        pos: int,
+        msgs: list[MessageExtBrokerInner],
+        tails: list[bytes],
+        crcs: list[int],
+        sizes: list[int],
+        queue_offset: int,
+        queue_step: int,
+        phy_offset: int,
+        store_ts: int,
+    ) -> list[int]:
+        """`write` for consecutive records from `pos` of `buf` (a batch, or the group the writer drained):
+        the same bytes, with the per-record work cut to one pack_into and two slice copies (one call,
+        hosts looked up once per record, no attribute lookups on self in the loop). Record i gets queue
+        offset `queue_offset + i * queue_step` (0 or 1) and physical offset `phy_offset` + the sizes
+        before it. Returns the physical offsets."""
+        pack = FIXED_PART.pack_into
+        hosts = self._hosts
+        mask = ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        phys: list[int] = []
+        add = phys.append
+        qo = queue_offset
+        delta = phy_offset - pos
+        for i, msg in enumerate(msgs):
+            body = msg.body or b""
+            blen = len(body)
+            size = sizes[i]
+            born = msg.born_host
+            store = msg.store_host
+            born_ip = hosts.get(born[0]) or self._host(born[0])
+            store_ip = hosts.get(store[0]) or self._host(store[0])
+            phy = pos + delta
+            pack(
+                buf, pos, size, MESSAGE_MAGIC_CODE, crcs[i], msg.queue_id, msg.flag, qo, phy,
+                msg.sys_flag & mask, msg.born_timestamp, born_ip, born[1], store_ts, store_ip, store[1],
+                msg.reconsume_times, msg.prepared_transaction_offset, blen,
+            )
+            b = pos + FIXED_PART_LENGTH
+            e = b + blen
+            buf[b:e] = body
+            pos += size
+            buf[e:pos] = tails[i]
+            add(phy)
+            qo += queue_step
+        return phys
 
     def encode(self, msg: MessageExtBrokerInner, max_body_size: int | None = None) -> bytearray:
         """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET are left 0 and STORETIMESTAMP is

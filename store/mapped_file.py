@@ -9,6 +9,7 @@ in a worker thread; position updates happen on the event loop.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -114,11 +115,13 @@ class MappedFile:
                 if size > file_size:
                     raise OSError(f"{file_name} is {size} bytes, expected {file_size}")
                 os.ftruncate(fd, file_size)
+            populated = False
             if preallocate:
                 try:
                     # reserve blocks now, in this worker thread: no block allocation in the writer's faults
                     os.posix_fallocate(fd, 0, file_size)
                     _read_into_page_cache(fd, file_size)
+                    populated = True
                 except OSError:
                     pass
             elif warm_prefix > 0:
@@ -134,11 +137,14 @@ class MappedFile:
         mf = cls(file_name, file_size, fd, mm)
         if warm:
             mf.warm()
+            populated = True
         else:
             try:
                 mm.madvise(mmap.MADV_SEQUENTIAL)
             except (AttributeError, OSError, ValueError):
                 pass
+        if populated:
+            mf.prefaulted_position = file_size  # the writer's copies find every page in the page cache
         return mf
 
     @classmethod
@@ -227,6 +233,17 @@ class MappedFile:
         self.write_view[pos : pos + n] = data
         self.wrote_position = pos + n
         return True
+
+    def write_at(self, data: memoryview | bytes, pos: int) -> None:
+        """pwrite `data` at `pos` of the file (the CommitLog writer's path into pages the mapping has
+        not populated yet). Raises OSError (disk full, I/O error): the caller publishes nothing then."""
+        n = len(data)
+        done = 0
+        while done < n:
+            wrote = os.pwrite(self.fd, data[done:], pos + done)
+            if wrote <= 0:
+                raise OSError(errno.ENOSPC, f"pwrite wrote nothing at {pos + done} of {self.file_name}")
+            done += wrote
 
     def commit_range(self, start: int, end: int) -> None:
         """Copy pool-buffer bytes [start, end) into the file. Blocking: run in a worker thread."""

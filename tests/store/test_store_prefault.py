@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 import pytest
 
 import store.message_store as message_store_module
 from store import MessageStore, PutMessageStatus
+from store.commit_log import AppendRequest
 from store.config import StoreConfigError
 from store.mapped_file import MappedFile
 from store.prefault import NO_WAKE, Populator, PrefaultService, PrefaultUnsupported
@@ -128,7 +130,7 @@ async def test_store_keeps_a_window_ahead_of_the_writer(tmp_path, needs_populate
         assert all(body in bytes(b) for b in got.buffers)
     finally:
         await store.shutdown()
-    assert store._prefault is None and svc._task is None and svc.wake_offset == NO_WAKE
+    assert store._prefault is None and svc._thread is None and svc.wake_offset == NO_WAKE
 
 
 async def test_kernel_refusal_disables_it_and_puts_still_work(tmp_path, monkeypatch):
@@ -178,44 +180,76 @@ async def test_not_started_with_a_transient_store_pool(tmp_path):
         await store.shutdown()
 
 
-async def test_service_arms_the_next_file_when_the_current_one_is_populated(tmp_path, needs_populate_write):
+def test_service_arms_the_next_file_when_the_current_one_is_populated(tmp_path, needs_populate_write):
     from store.mapped_file_queue import MappedFileQueue
 
     mfq = MappedFileQueue(str(tmp_path / "cl"), 256 * 1024)
     mf = mfq.get_last_mapped_file(0)
-
-    async def run_blocking(fn, *args):
-        return fn(*args)
-
-    svc = PrefaultService(mfq, 1 * MiB, run_blocking)
+    svc = PrefaultService(mfq, 1 * MiB)
     try:
-        await svc.refill()
+        svc.refill()
         assert mf.prefaulted_position == mf.file_size
         assert svc.wake_offset == mf.tail_offset  # no wake-up loop on a fully populated file
     finally:
         mfq.destroy()
 
 
-async def test_a_full_file_waiting_for_its_successor_does_not_spin(tmp_path, needs_populate_write):
+class _CountingPopulator(Populator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def populate(self, mf, start, end, stopped):
+        self.calls += 1
+        return super().populate(mf, start, end, stopped)
+
+
+def test_a_full_file_waiting_for_its_successor_does_not_spin(tmp_path, needs_populate_write):
     """The writer filled the file (BLANK written) and the next one is not installed yet: arm for the
     next file's first append instead of waking again at once."""
     from store.mapped_file_queue import MappedFileQueue
 
     mfq = MappedFileQueue(str(tmp_path / "cl"), 4 * MiB)
     mf = mfq.get_last_mapped_file(0)
-    calls = [0]
-
-    async def run_blocking(fn, *args):
-        calls[0] += 1
-        return fn(*args)
-
-    svc = PrefaultService(mfq, 1 * MiB, run_blocking)
+    populator = _CountingPopulator()
+    svc = PrefaultService(mfq, 1 * MiB, populator=populator)
     try:
-        await svc.refill()
+        svc.refill()
         mf.wrote_position = mf.file_size  # full, prefaulted only to 1 MiB
-        await svc.refill()
+        svc.refill()
         assert svc.wake_offset == mf.tail_offset
         assert not svc._wake.is_set()
-        assert calls[0] == 1
+        assert populator.calls == 1
     finally:
         mfq.destroy()
+
+
+async def test_the_window_keeps_up_with_a_writer_that_never_yields(tmp_path, needs_populate_write):
+    """A caller putting in a tight loop lets the event loop run only every few dozen puts; the
+    service runs on its own thread, so the window still moves ahead of the writer in the meantime."""
+    cfg = small_config(tmp_path, mapped_file_size_commit_log=64 * MiB, prefault_ahead_bytes=4 * MiB)
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    try:
+        mf = store.commit_log.mapped_file_queue.last_mapped_file()
+        body = b"x" * 4000
+        behind = 0
+        for i in range(2000):  # ~8 MiB, never awaiting anything that yields to the loop
+            msg = make_msg(body=body, keys=f"k{i}")
+            tail, crc, size = store._plan(msg)
+            req = AppendRequest(
+                [msg], [tail], [crc], [size], size, msg.topic, msg.queue_id, msg.sys_flag, 0, msg.store_host, 0, None
+            )
+            if store.commit_log.append_now(req) is None:
+                break
+            if i % 200 == 199:
+                # give the thread a moment (the loop itself is not run)
+                deadline = time.monotonic() + 1.0
+                while mf.prefaulted_position < mf.wrote_position + 2 * MiB and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                behind += mf.prefaulted_position < mf.wrote_position
+        assert mf.wrote_position > 4 * MiB
+        assert behind == 0
+    finally:
+        await store.shutdown()

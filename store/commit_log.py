@@ -127,6 +127,19 @@ class AppendRequest:
     phys: list[int] | None = None  # CommitLog offset of each record, once appended (batches only)
 
 
+@dataclass(slots=True)
+class DispatchBatch:
+    """What the reput needs to dispatch a whole batch the writer appended where it could not dispatch it
+    at once (a transient pool buffer: readable only once committed): one descriptor instead of a
+    DispatchRequest per record. `commit_log_offset` and `msg_size` cover all its records."""
+
+    request: AppendRequest
+    commit_log_offset: int
+    msg_size: int
+    consume_queue_offset: int
+    store_timestamp: int
+
+
 # Dispatches records the writer just appended, while the reput is caught up: (request, first CommitLog
 # offset, first queue offset, store timestamp) → how many records it dispatched (the rest go to the reput)
 InlineDispatch = Callable[[AppendRequest, int, int, int], int]
@@ -196,7 +209,7 @@ class CommitLog:
         )
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.begin_time_in_lock = 0
-        self.dispatch_queue: deque[DispatchRequest] = deque()
+        self.dispatch_queue: deque[DispatchRequest | DispatchBatch] = deque()
         self.post_append: Callable[[], Awaitable[None]] | None = None
         self.inline_dispatch: InlineDispatch | None = None
         self._stage_bytes = bytearray(1024 * 1024)
@@ -457,7 +470,11 @@ class CommitLog:
         if self.inline_dispatch is not None and mf.write_buffer is None:
             done = self.inline_dispatch(req, wrote_offset, queue_offset, store_ts)
         if done < n:
-            self._describe(req, done, wrote_offset, queue_offset, store_ts, counts)
+            if done == 0 and n > 1 and counts:
+                # one descriptor for the whole batch: the reput dispatches it in one pass once committed
+                self.dispatch_queue.append(DispatchBatch(req, wrote_offset, total, queue_offset, store_ts))
+            else:
+                self.dispatch_queue.extend(self.describe(req, done, wrote_offset, queue_offset, store_ts, counts))
         return AppendMessageResult(
             wrote_offset=wrote_offset,
             wrote_bytes=total,
@@ -468,19 +485,25 @@ class CommitLog:
             msg_ids=msg_ids,
         )
 
-    def _describe(
+    def expand(self, batch: DispatchBatch) -> list[DispatchRequest]:
+        """The DispatchRequests of a batch descriptor, for the reput's record-by-record path."""
+        return self.describe(
+            batch.request, 0, batch.commit_log_offset, batch.consume_queue_offset, batch.store_timestamp, True
+        )
+
+    def describe(
         self, req: AppendRequest, start: int, wrote_offset: int, queue_offset: int, store_ts: int, counts: bool
-    ) -> None:
+    ) -> list[DispatchRequest]:
         """DispatchRequests for records start.. of `req` (so that the reput need not parse them)."""
         sizes = req.sizes
         phy = wrote_offset + sum(sizes[:start])
         qo = queue_offset + start if counts else queue_offset
-        dq = self.dispatch_queue
+        out: list[DispatchRequest] = []
         topic = req.topic
         for i in range(start, len(req.msgs)):
             props = req.msgs[i].properties
             size = sizes[i]
-            dq.append(
+            out.append(
                 DispatchRequest(
                     topic,
                     req.queue_id,
@@ -499,6 +522,7 @@ class CommitLog:
             phy += size
             if counts:
                 qo += 1
+        return out
 
     def dispatch_tags_code(self, topic: str, props: dict[str, str], store_ts: int) -> int:
         """Consume-queue tags code: the TAGS hash, or the delivery time in the schedule topic."""

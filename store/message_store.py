@@ -26,6 +26,7 @@ from store.commit_log import (
     AppendFailure,
     AppendRequest,
     CommitLog,
+    DispatchBatch,
     DispatchRequest,
     ParsedRecords,
 )
@@ -150,7 +151,12 @@ class MessageStore:
         self._index_build_handle: asyncio.TimerHandle | None = None
         self._inline_appends = 0
         self.reput = ReputMessageService(
-            self.commit_log, self._dispatch, self._prepare_dispatch, self._end_dispatch_round, self._dispatch_many
+            self.commit_log,
+            self._dispatch,
+            self._prepare_dispatch,
+            self._end_dispatch_round,
+            self._dispatch_many,
+            self._dispatch_described_batch,
         )
         self.commit_log.post_append = self._after_append
         self.reput.with_keys = config.message_index_enable
@@ -703,7 +709,11 @@ class MessageStore:
         cl = self.commit_log
         result: AppendMessageResult | AppendFailure | None = cl.append_now(req) if stall_ms <= 0 else None
         if result is not None:
-            if cl.dispatch_queue or (self._index_keys and self.index_service.room() < len(self._index_keys)):
+            if self.pool is not None and cl.dispatch_queue:
+                # records in a pool buffer: readable, so dispatched, once the commit service wrote them
+                # (it wakes the reput); a put does not wait for that, as upstream's does not
+                pass
+            elif cl.dispatch_queue or (self._index_keys and self.index_service.room() < len(self._index_keys)):
                 # records the inline dispatch left to the reput, or keys that need the next index
                 # file: a round of the reput does both (awaiting the file) before the put returns
                 await self.reput.wait_dispatched(result.wrote_offset + result.wrote_bytes)
@@ -898,6 +908,12 @@ class MessageStore:
         reput.reput_from_offset = phy
         reput.dispatched_total += done
         return done
+
+    def _dispatch_described_batch(self, batch: DispatchBatch) -> bool:
+        """The reput's path for a batch descriptor (a batch in a pool buffer, now committed)."""
+        if self._index_enabled and self.index_service.needs_file():
+            return False
+        return self._dispatch_batch(batch.request, batch.consume_queue_offset, batch.store_timestamp)
 
     def _dispatch_batch(self, req: AppendRequest, queue_offset: int, store_ts: int) -> bool:
         """`_dispatch_appended` for a batch the writer just appended (one topic and queue, no

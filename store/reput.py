@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import structlog
 
-from store.commit_log import BULK_RECORDS, CommitLog, DispatchRequest, ParsedRecords
+from store.commit_log import BULK_RECORDS, CommitLog, DispatchBatch, DispatchRequest, ParsedRecords
 
 log = structlog.get_logger(__name__)
 
@@ -41,17 +41,21 @@ class ReputMessageService:
         prepare: Callable[[DispatchRequest], object],
         end_round: Callable[[], object] = lambda: None,
         dispatch_many: Callable[[ParsedRecords], Awaitable[None]] | None = None,
+        dispatch_batch: Callable[[DispatchBatch], bool] | None = None,
     ) -> None:
         """`dispatch` writes one request synchronously; `prepare` returns None when the files it needs
         exist, else an awaitable creating them (in a worker thread); `end_round` finishes batched work
         (the index) before any await and at the end, and may return an awaitable too; `dispatch_many`,
         when given, dispatches records parsed in bulk from the CommitLog (same effects as `dispatch`
-        for each, files created as needed)."""
+        for each, files created as needed); `dispatch_batch`, when given, dispatches a batch descriptor
+        at once (and moves `reput_from_offset` past it), or returns False to have it dispatched record by
+        record."""
         self.commit_log = commit_log
         self._dispatch = dispatch
         self._prepare = prepare
         self._end_round = end_round
         self._dispatch_many = dispatch_many
+        self._dispatch_batch = dispatch_batch
         self.with_keys = True  # the bulk parser also extracts index keys (off when the index is)
         self.reput_from_offset = 0
         self._running = False
@@ -148,6 +152,18 @@ class ReputMessageService:
                 req = dq[0]
                 if req.commit_log_offset + req.msg_size > max_offset:
                     break  # not committed yet
+                if isinstance(req, DispatchBatch):
+                    dq.popleft()
+                    if self._dispatch_batch is None or not self._dispatch_batch(req):
+                        dq.extendleft(reversed(cl.expand(req)))  # record by record (files to create, ...)
+                        continue
+                    done += len(req.request.msgs)
+                    if done >= _YIELD_EVERY:
+                        done = 0
+                        await self._finish_round()
+                        self._release_waiters(self.reput_from_offset)
+                        await asyncio.sleep(0)
+                    continue
                 pending = self._prepare(req)
                 if pending is not None:
                     await self._finish_round()

@@ -134,3 +134,37 @@ def test_mlock_locks_buffers_when_allowed():
         pool.destroy()
 
 
+
+
+async def test_a_batch_in_a_pool_buffer_is_dispatched_once_committed(store_factory, config_factory):
+    """One descriptor for the whole batch: nothing of it is readable or queued before the commit, all
+    of it (consume queue entries, index keys) after; across a consume queue file boundary (100 entries
+    a file here) the descriptor is dispatched record by record."""
+    from store.commit_log import DispatchBatch
+
+    s = await store_factory(_pool_config(config_factory, mapped_file_size_commit_log=256 * 1024))
+    await s._commit_service.stop()  # only explicit commits below
+    first = await s.put_messages([make_msg(body=b"a" * 30, uniq=f"A{i}") for i in range(90)])
+    second = await s.put_messages([make_msg(body=b"b" * 30, uniq=f"B{i}") for i in range(20)])
+    assert first.status == second.status == PutMessageStatus.PUT_OK
+    assert [type(d) for d in s.commit_log.dispatch_queue] == [DispatchBatch, DispatchBatch]
+    assert s.get_max_offset_in_queue("T", 0) == 0
+    assert s.query_message("T", "A0", 32, 0, 2**62).message_count == 0
+    await s._commit_service.commit(0)
+    for _ in range(100):
+        if s.get_max_offset_in_queue("T", 0) == 110:
+            break
+        await asyncio.sleep(0.01)
+    assert s.get_max_offset_in_queue("T", 0) == 110
+    assert not s.commit_log.dispatch_queue
+    seen = []
+    offset = 0
+    while offset < 110:
+        g = s.get_message("g", "T", 0, offset, 64)
+        assert g.status == GetMessageStatus.FOUND
+        seen += [bytes(b) for b in g.buffers]
+        offset = g.next_begin_offset
+    assert len(seen) == 110
+    assert sum(b"a" * 30 in b for b in seen) == 90 and sum(b"b" * 30 in b for b in seen) == 20
+    for key in ("A0", "A89", "B0", "B19"):
+        assert s.query_message("T", key, 32, 0, 2**62).message_count == 1

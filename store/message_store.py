@@ -157,6 +157,7 @@ class MessageStore:
             self._end_dispatch_round,
             self._dispatch_many,
             self._dispatch_described_batch,
+            self._run_blocking,
         )
         self.commit_log.post_append = self._after_append
         self.reput.with_keys = config.message_index_enable

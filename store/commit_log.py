@@ -17,6 +17,7 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
+from itertools import repeat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -212,6 +213,8 @@ class CommitLog:
         self.dispatch_queue: deque[DispatchRequest | DispatchBatch] = deque()
         self.post_append: Callable[[], Awaitable[None]] | None = None
         self.inline_dispatch: InlineDispatch | None = None
+        # the recovery scan calls this with each run of records it accepted: (file offset, view, positions)
+        self.on_verified: Callable[[int, memoryview, list[int]], None] | None = None
         self._stage_bytes = bytearray(1024 * 1024)
         self._stage = memoryview(self._stage_bytes)
         # woken when an append ends at or past its wake_offset (store.prefault); None when off
@@ -612,19 +615,34 @@ class CommitLog:
         """Positions of consecutive message records from `pos` (headers only, no CRC), at most
         `max_records`, stopping before `stop` (-1: none). Returns (positions, next position, reason):
         reason 1 = more may follow (end of the view, `stop`, or the count), 0 = the BLANK end of the file,
-        -1 = something that is not a record at the next position."""
+        -1 = something that is not a record at the next position.
+
+        The chain is followed one record at a time (each size says where the next record starts), so
+        this loop is the scan's and the replay's per-record Python: the first loop takes the records
+        well inside the view and before `stop` with the fewest checks; the second decides, with every
+        check, how the walk ends."""
         unpack = _BLANK.unpack_from
         end = len(view)
         out: list[int] = []
         append = out.append
         limit = end - 8
+        fast_end = limit + 1 if stop < pos else min(stop, limit + 1)
+        magic_code = MESSAGE_MAGIC_CODE
+        for _ in repeat(None, max_records):
+            if pos >= fast_end:
+                break
+            total, magic = unpack(view, pos)
+            if magic != magic_code or total < 91 or pos + total > end:
+                break
+            append(pos)
+            pos += total
         while len(out) < max_records:
             if pos == stop or pos >= end:
                 return out, pos, 1
             if pos > limit:
                 return out, pos, -1
             total, magic = unpack(view, pos)
-            if magic != MESSAGE_MAGIC_CODE:
+            if magic != magic_code:
                 return out, pos, 0 if magic == BLANK_MAGIC_CODE else -1
             if total < 91 or pos + total > end:
                 return out, pos, -1
@@ -743,13 +761,16 @@ class CommitLog:
         while True:
             view = mf.view
             found: list[np.ndarray] = []
-            pos, records = self._scan_view(view, 0, check_crc, found)
+            base = mf.file_from_offset
+            pos, records = self._scan_view(view, 0, check_crc, found, base)
             size = self.verify_record(view, pos, check_crc)  # the record the tight loop stopped at
             while size > 0:  # (only when the loop stopped for a reason it leaves to verify_record)
                 found.append(np.array([pos], dtype=np.int64))
+                if self.on_verified is not None:
+                    self.on_verified(base, view, [pos])
                 pos += size
                 records += 1
-                more, n = self._scan_view(view, pos, check_crc, found)
+                more, n = self._scan_view(view, pos, check_crc, found, base)
                 pos, records = more, records + n
                 size = self.verify_record(view, pos, check_crc)
             if found:
@@ -768,7 +789,7 @@ class CommitLog:
         return report
 
     def _scan_view(
-        self, view: memoryview, pos: int, check_crc: bool, found: list[np.ndarray] | None = None
+        self, view: memoryview, pos: int, check_crc: bool, found: list[np.ndarray] | None = None, base: int = 0
     ) -> tuple[int, int]:
         """The recovery scan: (position of the first record it does not accept, records accepted). It
         accepts exactly what `verify_record` accepts; anything unusual (a BLANK, the end of the view, a
@@ -794,6 +815,8 @@ class CommitLog:
                 bad = np.flatnonzero((computed & 0x7FFFFFFF) != crc_at[2][:n])
                 if bad.size:
                     n = int(bad[0])
+            if n and self.on_verified is not None:
+                self.on_verified(base, view, positions[:n])  # `base`: the file's CommitLog offset
             records += n
             if n < len(positions):
                 return positions[n], records

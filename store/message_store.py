@@ -29,6 +29,7 @@ from store.commit_log import (
     DispatchBatch,
     DispatchRequest,
     ParsedRecords,
+    RecoveryReport,
 )
 from store.config import (
     CQ_STORE_UNIT_SIZE,
@@ -64,6 +65,7 @@ from store.message import (
     encode_properties,
     transaction_value,
 )
+from store.predispatch import PreDispatch
 from store.prefault import Populator, PrefaultService
 from store.reput import ReputMessageService
 from store.results import (
@@ -182,10 +184,13 @@ class MessageStore:
         self.last_recovery: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------ threading
-    def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    def _get_executor(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self._io_threads, thread_name_prefix="store-io")
-        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return self._executor
+
+    def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+        return asyncio.get_running_loop().run_in_executor(self._get_executor(), fn, *args)
 
     def unlink_later(self, path: str) -> None:
         """Unlink in a worker thread when the loop runs (retention), else right away."""
@@ -212,7 +217,20 @@ class MessageStore:
         try:
             if self.pool is not None:
                 await self._run_blocking(self.pool.init)
-            await self._run_blocking(self._load_blocking, last_exit_ok)
+            pre = PreDispatch(
+                self.commit_log,
+                self._get_executor(),
+                self._dispatch_many,
+                self._pre_dispatched,
+                self._end_dispatch_round,
+                with_keys=self.config.message_index_enable,
+            )
+            try:
+                scanned = await self._run_blocking(self._load_blocking, last_exit_ok, pre)
+            finally:
+                self.commit_log.on_verified = None
+                await pre.finish()
+            await self._run_blocking(self._recover_finish, last_exit_ok, *scanned, pre.dispatched)
             await self.reput.catch_up()
             self.commit_log.recovered_positions.clear()
             self._recover_topic_queue_table()
@@ -222,14 +240,18 @@ class MessageStore:
         self._loaded = True
         return True
 
-    def _load_blocking(self, last_exit_ok: bool) -> None:
+    def _load_blocking(self, last_exit_ok: bool, pre: PreDispatch) -> tuple[RecoveryReport, int, float]:
         os.makedirs(self.config.store_path_root_dir, exist_ok=True)
         self._acquire_lock_file()
         self.commit_log.load()
         self._load_consume_queues()
         self.checkpoint = StoreCheckpoint(self.config.store_checkpoint)
         self.index_service.load(last_exit_ok, self.checkpoint)
-        self._recover(last_exit_ok)
+        return self._recover_scan(last_exit_ok, pre)
+
+    def _pre_dispatched(self, end: int, n: int) -> None:
+        self.reput.reput_from_offset = end
+        self.reput.dispatched_total += n
 
     def _acquire_lock_file(self) -> None:
         import fcntl
@@ -291,13 +313,25 @@ class MessageStore:
             unlink=self.unlink_later,
         )
 
-    def _recover(self, last_exit_ok: bool) -> None:
+    def _recover_scan(self, last_exit_ok: bool, pre: PreDispatch) -> tuple[RecoveryReport, int, float]:
+        """Recover the consume queues, then verify the CommitLog (all of it that may be torn) while `pre`
+        dispatches what the scan accepted from where the dispatch must start. Blocking (a worker)."""
         assert self.checkpoint is not None
         begin = time.monotonic()
         max_phy_of_cq = -1
         for cq in self._all_consume_queues():
             cq.recover()
             max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
+        if self.commit_log.mapped_file_queue.mapped_files:
+            pre.arm(self._dispatch_start(quiet=True))
+            self.commit_log.on_verified = pre.on_verified
+        try:
+            return self._scan_commit_log(last_exit_ok), max_phy_of_cq, begin
+        finally:
+            self.commit_log.on_verified = None
+
+    def _scan_commit_log(self, last_exit_ok: bool) -> RecoveryReport:
+        assert self.checkpoint is not None
         if last_exit_ok:
             report = self.commit_log.recover_normally(self.checkpoint.clean_max_offset)
         else:
@@ -307,6 +341,34 @@ class MessageStore:
                 else self.checkpoint.min_timestamp()
             )
             report = self.commit_log.recover_abnormally(min_ts)
+        return report
+
+    def _dispatch_start(self, quiet: bool = False) -> int:
+        """Where the dispatch (re)starts: where the consume queues end (upstream start()), the start
+        of the CommitLog for a queue the manifest knows but whose files are gone, or for an index to
+        rebuild."""
+        cl_min = max(self.commit_log.get_min_offset(), 0)
+        reput_from = max(cl_min, max(cq.max_physic_offset for cq in self._all_consume_queues()) if self.consume_queue_table else cl_min)
+        missing = [
+            (t, q)
+            for t, q in self._manifest
+            if (cq := self.consume_queue_table.get(t, {}).get(q)) is None or cq.max_physic_offset < 0
+        ]
+        if missing:
+            if not quiet:
+                log.warning("consume queues missing, rebuilding them from the CommitLog", queues=len(missing))
+            reput_from = cl_min
+        reput_from = min(reput_from, self.commit_log.get_max_offset())
+        index_from = self.index_service.rebuild_from()
+        if self.config.message_index_enable and 0 <= index_from < reput_from:
+            reput_from = max(cl_min, index_from)
+        return reput_from
+
+    def _recover_finish(
+        self, last_exit_ok: bool, report: RecoveryReport, max_phy_of_cq: int, begin: float, pre_dispatched: int
+    ) -> None:
+        """After the scan (and the pre-dispatch) returned: cut consume queues and index back to what the
+        CommitLog holds, and place the reput. Blocking (a worker)."""
         process_offset = report.process_offset
         if not self.commit_log.mapped_file_queue.mapped_files:
             if self.consume_queue_table:
@@ -323,22 +385,7 @@ class MessageStore:
             for cq in self._all_consume_queues():
                 cq.truncate_dirty_logic_files(process_offset)
         self.index_service.truncate_beyond(process_offset)
-        # the reput restarts where the consume queues end (upstream start()); a queue the manifest
-        # knows but whose files are gone needs a replay from the start of the CommitLog
-        cl_min = max(self.commit_log.get_min_offset(), 0)
-        reput_from = max(cl_min, max(cq.max_physic_offset for cq in self._all_consume_queues()) if self.consume_queue_table else cl_min)
-        missing = [
-            (t, q)
-            for t, q in self._manifest
-            if (cq := self.consume_queue_table.get(t, {}).get(q)) is None or cq.max_physic_offset < 0
-        ]
-        if missing:
-            log.warning("consume queues missing, rebuilding them from the CommitLog", queues=len(missing))
-            reput_from = cl_min
-        reput_from = min(reput_from, self.commit_log.get_max_offset())
-        index_from = self.index_service.rebuild_from()
-        if self.config.message_index_enable and 0 <= index_from < reput_from:
-            reput_from = max(cl_min, index_from)
+        reput_from = self._dispatch_start()
         self.reput.reput_from_offset = reput_from
         elapsed = time.monotonic() - begin
         self.last_recovery = {
@@ -349,6 +396,7 @@ class MessageStore:
             "records": report.records,
             "startFile": report.start_file,
             "reputFrom": reput_from,
+            "preDispatched": pre_dispatched,
             "seconds": round(elapsed, 3),
         }
         log.info(

@@ -405,34 +405,42 @@ class IndexService:
         return bool(self._pending_keys) or not self.index_files or self.index_files[-1].is_write_full()
 
     async def ensure_file(self) -> None:
-        """Create the next index file in a worker thread and flush the full one in the background."""
-        if not self.index_files or self.index_files[-1].is_write_full():
-            if self._creating is None:
-                prev = self.index_files[-1] if self.index_files else None
-                name = time_millis_to_human_string(self.now_ms())
-                path = os.path.join(self.store_path, name)
-                while any(f.file_name == path for f in self.index_files) or os.path.exists(path):
-                    path += "0"  # two files within one millisecond (tiny test files)
-                slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
-                self._creating = asyncio.ensure_future(
-                    self.run_blocking(partial(MappedFile.create, warm_prefix=slots_end), path, self._file_size)
-                )
-                creating = self._creating
-                try:
-                    mf = await creating
-                finally:
-                    self._creating = None
-                f = IndexFile(mf, self.hash_slot_num, self.index_num)
-                f.init_new(prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
-                self.index_files.append(f)
-                if prev is not None:
-                    asyncio.ensure_future(self.run_blocking(prev.flush_blocking))
-            else:
-                await asyncio.shield(self._creating)
-        pending, self._pending_keys = self._pending_keys, []
-        if pending:
-            hashes, phys, times = (list(column) for column in zip(*pending))
-            self.build_hashed(hashes, phys, times)
+        """Create the next index file in a worker thread and flush the full one in the background; then
+        index the keys that waited for it, creating as many files as they fill."""
+        while True:
+            if not self.index_files or self.index_files[-1].is_write_full():
+                if self._creating is None:
+                    prev = self.index_files[-1] if self.index_files else None
+                    path = os.path.join(self.store_path, time_millis_to_human_string(self.now_ms()))
+                    for _ in range(3):  # two files within one millisecond (tiny test files): the next one
+                        if not (any(f.file_name == path for f in self.index_files) or os.path.exists(path)):
+                            break
+                        await asyncio.sleep(0.001)
+                        path = os.path.join(self.store_path, time_millis_to_human_string(self.now_ms()))
+                    while any(f.file_name == path for f in self.index_files) or os.path.exists(path):
+                        path += "0"  # (a clock that does not move: keep the name unique all the same)
+                    slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+                    self._creating = asyncio.ensure_future(
+                        self.run_blocking(partial(MappedFile.create, warm_prefix=slots_end), path, self._file_size)
+                    )
+                    creating = self._creating
+                    try:
+                        mf = await creating
+                    finally:
+                        self._creating = None
+                    f = IndexFile(mf, self.hash_slot_num, self.index_num)
+                    f.init_new(prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
+                    self.index_files.append(f)
+                    if prev is not None:
+                        asyncio.ensure_future(self.run_blocking(prev.flush_blocking))
+                else:
+                    await asyncio.shield(self._creating)
+            pending, self._pending_keys = self._pending_keys, []
+            if pending:
+                hashes, phys, times = (list(column) for column in zip(*pending))
+                self.build_hashed(hashes, phys, times)
+            if not self._pending_keys:
+                return
 
     def build_index(self, req: DispatchRequest) -> None:
         self.build_batch([req])

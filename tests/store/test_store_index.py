@@ -138,3 +138,21 @@ def test_vectorised_java_hash_matches_string_hash_code():
 
     keys = ["", "a", "TagA", "polygenelubricants", "ключ", "键-€", "emoji-\U0001f600", "x" * 300] * 3
     assert JavaHasher().hash_many(keys) == [java_string_hash(k) for k in keys]
+
+
+async def test_keys_waiting_for_more_than_one_new_file_are_all_indexed(store_factory, config_factory):
+    """Keys that arrived while no index file had room (a replay, 256 entries a file here) take as many
+    new files as they fill, not one: none is left waiting."""
+    s = await store_factory(config_factory(max_index_num=256))
+    idx = s.index_service
+    full = idx.index_files[-1] if idx.index_files else None
+    if full is not None:
+        full.index_count = full.index_num  # no room left in the current file
+    keys = [f"T#K{i}" for i in range(700)]
+    idx.build_keys(keys, list(range(1000, 1700)), [1_700_000_000_000] * 700)
+    assert idx.has_pending()
+    await idx.ensure_file()
+    assert not idx.has_pending()
+    for i in (0, 255, 256, 511, 699):
+        offsets, _, _ = idx.query_offset("T", f"K{i}", 32, 0, 2**62)
+        assert offsets == [1000 + i]

@@ -44,7 +44,7 @@ class PreDispatch:
         end_round: Callable[[], Awaitable[None] | None],
         *,
         with_keys: bool,
-        max_in_flight: int = 4,
+        max_in_flight: int = 8,
     ) -> None:
         """`dispatch` writes parsed records to the queues and the index (on the loop); `advanced(end, n)`
         is told that the records before CommitLog offset `end` are dispatched (`n` more of them);

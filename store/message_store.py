@@ -526,7 +526,7 @@ class MessageStore:
         await self.stats.stop()
         if self._commit_service is not None:
             await self._commit_service.stop()
-        await self.reput.catch_up()
+        await self.reput.drain()
         if self._flush_service is not None:
             await self._flush_service.stop()
         if self._flusher is not None:
@@ -536,8 +536,11 @@ class MessageStore:
         if self._index_build_handle is not None:
             self._index_build_handle.cancel()
             self._index_build_handle = None
-        self._build_index_keys()
+        pending = self._end_dispatch_round()  # the keys of the last inline appends (a new file if full)
+        if pending is not None:
+            await pending
         await self.index_service.flush_all()
+        self.reput.close()
         clean = self.reput.behind() == 0 and not self._disk_full
         if self.checkpoint is not None:
             if clean:

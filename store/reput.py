@@ -69,6 +69,7 @@ class ReputMessageService:
         self.dispatched_total = 0
         # puts waiting for their records to be dispatched by the running catch-up: (end offset, future)
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._closed = False
 
     @property
     def running(self) -> bool:
@@ -78,8 +79,14 @@ class ReputMessageService:
     def behind(self) -> int:
         return self.commit_log.get_max_offset() - self.reput_from_offset
 
+    def close(self) -> None:
+        """No catch-up from now on (the store closes its files next)."""
+        self._closed = True
+
     def wakeup(self) -> None:
         """Schedule a catch-up (from the commit service, after bytes became readable)."""
+        if self._closed:
+            return
         if self._running:
             self._again = True
             return
@@ -90,6 +97,8 @@ class ReputMessageService:
         """Dispatch everything readable. Single-flight: a call while one runs makes that one go again."""
         if self._running:
             self._again = True
+            return
+        if self._closed:
             return
         self._running = True
         try:
@@ -103,6 +112,25 @@ class ReputMessageService:
         finally:
             self._running = False
             self._release_waiters(None)  # whatever it could not reach (uncommitted bytes) never hangs a put
+
+    async def drain(self) -> None:
+        """Dispatch everything readable and return only once no catch-up runs (a shutdown, before the
+        files close): `catch_up` returns at once while another one runs, which may still be suspended
+        in an await (a worker-thread parse, a new file) and would write into closed files."""
+        while True:
+            task = self._task
+            if task is not None and not task.done():
+                try:
+                    await task
+                except Exception:
+                    log.exception("dispatch failed")
+                continue
+            if self._running:  # a put waiting in wait_dispatched runs this one
+                await asyncio.sleep(0.001)
+                continue
+            await self.catch_up()
+            if not self._running and (self._task is None or self._task.done()):
+                return
 
     async def wait_dispatched(self, offset: int) -> None:
         """Return once the records before CommitLog `offset` are dispatched: run a catch-up, or, while

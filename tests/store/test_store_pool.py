@@ -4,6 +4,7 @@ commit service, readers never see uncommitted bytes, buffers return when their f
 from __future__ import annotations
 
 import asyncio
+import os
 
 from store_helpers import make_msg
 from structlog.testing import capture_logs
@@ -168,3 +169,22 @@ async def test_a_batch_in_a_pool_buffer_is_dispatched_once_committed(store_facto
     assert sum(b"a" * 30 in b for b in seen) == 90 and sum(b"b" * 30 in b for b in seen) == 20
     for key in ("A0", "A89", "B0", "B19"):
         assert s.query_message("T", key, 32, 0, 2**62).message_count == 1
+
+
+async def test_shutdown_waits_for_the_dispatch_the_last_commit_started(store_factory, config_factory):
+    """The commit service's last commit wakes the reput; shutdown must wait for that catch-up (it yields
+    every few thousand records) before it closes the files, and stop cleanly."""
+    cfg = _pool_config(config_factory, mapped_file_size_commit_log=4 * 1024 * 1024)
+    s = await store_factory(cfg)
+    await s._commit_service.stop()  # only explicit commits: everything below waits for the shutdown
+    s._commit_service._stopped = False
+    for i in range(12):
+        r = await s.put_messages([make_msg(body=b"x" * 40, uniq=f"S{i}-{j}") for j in range(500)])
+        assert r.status == PutMessageStatus.PUT_OK
+    await s._commit_service.commit(0)  # wakes the reput, which is now catching up in the background
+    await asyncio.sleep(0)
+    await s.shutdown()
+    assert not os.path.exists(cfg.abort_file)  # a clean stop: everything dispatched
+    s2 = await store_factory(cfg)
+    assert s2.get_max_offset_in_queue("T", 0) == 6000
+    assert s2.query_message("T", "S11-499", 32, 0, 2**62).message_count == 1

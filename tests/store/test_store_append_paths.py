@@ -5,6 +5,7 @@ the record-by-record path at a consume queue file boundary."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -80,6 +81,17 @@ def test_plan_many_matches_plan_and_checks_the_batch_size():
         enc.plan_many([msgs[0], big], 4 * 1024 * 1024)
 
 
+@contextlib.asynccontextmanager
+async def _store(tmp_path, **overrides):
+    store = MessageStore(small_config(tmp_path, **overrides))
+    assert await store.load()
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.shutdown()
+
+
 def _count_pwrites(monkeypatch) -> list[int]:
     calls: list[int] = []
     real = MappedFile.write_at
@@ -94,11 +106,7 @@ def _count_pwrites(monkeypatch) -> list[int]:
 
 async def test_unpopulated_pages_are_written_with_one_pwrite_per_put(tmp_path, monkeypatch):
     calls = _count_pwrites(monkeypatch)
-    cfg = small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024, prefault_ahead_bytes=0)
-    store = MessageStore(cfg)
-    assert await store.load()
-    await store.start()
-    try:
+    async with _store(tmp_path, mapped_file_size_commit_log=1024 * 1024, prefault_ahead_bytes=0) as store:
         batch = [make_msg(body=os.urandom(4000), uniq=f"B{i}") for i in range(8)]
         r = await store.put_messages(batch)
         assert r.status == PutMessageStatus.PUT_OK
@@ -109,30 +117,18 @@ async def test_unpopulated_pages_are_written_with_one_pwrite_per_put(tmp_path, m
         assert got.message_count == 9
         decoded = [decode_record(b, check_crc=True) for b in got.buffers]
         assert [d.body for d in decoded] == [m.body for m in batch] + [b"tiny"]
-    finally:
-        await store.shutdown()
 
 
 async def test_populated_pages_are_copied_into_the_mapping(tmp_path, monkeypatch):
     calls = _count_pwrites(monkeypatch)
-    cfg = small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024, preallocate_mapped_file=True)
-    store = MessageStore(cfg)
-    assert await store.load()
-    await store.start()
-    try:
+    async with _store(tmp_path, mapped_file_size_commit_log=1024 * 1024, preallocate_mapped_file=True) as store:
         r = await store.put_messages([make_msg(body=os.urandom(4000)) for _ in range(8)])
         assert r.status == PutMessageStatus.PUT_OK
         assert calls == []
-    finally:
-        await store.shutdown()
 
 
 async def test_a_failed_pwrite_publishes_nothing(tmp_path, monkeypatch):
-    cfg = small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024, prefault_ahead_bytes=0)
-    store = MessageStore(cfg)
-    assert await store.load()
-    await store.start()
-    try:
+    async with _store(tmp_path, mapped_file_size_commit_log=1024 * 1024, prefault_ahead_bytes=0) as store:
         first = await store.put_message(make_msg(body=b"before"))
         assert first.status == PutMessageStatus.PUT_OK
         end = store.commit_log.get_max_offset()
@@ -154,15 +150,10 @@ async def test_a_failed_pwrite_publishes_nothing(tmp_path, monkeypatch):
         got = store.get_message("g", "T", 0, 0, 32)
         assert got.message_count == 5
         assert all(decode_record(b, check_crc=True) for b in got.buffers)
-    finally:
-        await store.shutdown()
 
 
 async def test_a_batch_is_dispatched_to_its_queue_and_the_index(tmp_path):
-    store = MessageStore(small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024))
-    assert await store.load()
-    await store.start()
-    try:
+    async with _store(tmp_path, mapped_file_size_commit_log=1024 * 1024) as store:
         await store.put_message(make_msg(topic="B", queue_id=2, tags="first"))  # the queue's first entry
         batch = [make_msg(topic="B", queue_id=2, tags=f"t{i % 2}", uniq=f"UQ{i}") for i in range(10)]
         r = await store.put_messages(batch)
@@ -186,16 +177,11 @@ async def test_a_batch_is_dispatched_to_its_queue_and_the_index(tmp_path):
             q = store.query_message("B", f"UQ{i}", 32, 0, 2**62)
             assert q.message_count == 1
             assert decode_record(q.buffers[0]).properties["UNIQ_KEY"] == f"UQ{i}"
-    finally:
-        await store.shutdown()
 
 
 async def test_a_batch_across_a_consume_queue_file_boundary(tmp_path):
     # 100 entries per consume queue file: a batch of 30 from offset 90 crosses into the second file
-    store = MessageStore(small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024))
-    assert await store.load()
-    await store.start()
-    try:
+    async with _store(tmp_path, mapped_file_size_commit_log=1024 * 1024) as store:
         for _ in range(3):
             r = await store.put_messages([make_msg(body=b"a" * 20) for _ in range(30)])
             assert r.status == PutMessageStatus.PUT_OK
@@ -212,15 +198,8 @@ async def test_a_batch_across_a_consume_queue_file_boundary(tmp_path):
         assert [d.queue_offset for d in decoded] == list(range(85, 120))
         assert [d.body for d in decoded] == [b"a" * 20] * 5 + [b"b" * 20] * 30
         assert store.query_message("T", "X29", 32, 0, 2**62).message_count == 1
-    finally:
-        await store.shutdown()
     # and after a restart, everything is where it was
-    store = MessageStore(small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024))
-    assert await store.load()
-    await store.start()
-    try:
+    async with _store(tmp_path, mapped_file_size_commit_log=1024 * 1024) as store:
         assert store.get_max_offset_in_queue("T", 0) == 120
         got = store.get_message("g", "T", 0, 110, 32)
         assert [decode_record(b).properties["UNIQ_KEY"] for b in got.buffers] == [f"X{i}" for i in range(20, 30)]
-    finally:
-        await store.shutdown()

@@ -29,7 +29,7 @@ each one inside the timed loop instead (the broker's decode cost on top).
         [--prefault MiB] [--prefault-compare]
 
 With `--repeat N` every case runs N times (fresh store, fresh raw measurements each time) and the row
-shows the median run (by ratio), as the machine is shared and noisy.
+shows the median run (by ratio) and the range of the ratios, as the machine is shared and noisy.
 """
 
 from __future__ import annotations
@@ -231,7 +231,8 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print(
         f"{'body':>6} {'flush':>11} {'pool':>4} {'batch':>5} {'record':>6} {'msg/s':>9} {'MB/s':>7} "
-        f"{'raw MB/s':>9} {'ratio':>6} {'burst MB/s':>10} {'cpu msg/s':>10} {'loop us/msg':>11} {'prefault':>8} "
+        f"{'raw MB/s':>9} {'ratio':>6} {'range':>11} {'burst MB/s':>10} {'cpu msg/s':>10} {'loop us/msg':>11} "
+        f"{'prefault':>8} "
         f"{'disk/data':>9}"
     )
     volume: dict[tuple, int] = {}  # the most a case wrote so far: its warm-up covers 1.25 times that
@@ -258,7 +259,8 @@ async def main_async(args: argparse.Namespace) -> None:
             window = "default" if v is None else f"{v >> 20}M"
             print(
                 f"{size:>6} {flush:>11} {'on' if pool else 'off':>4} {batch or '-':>5} {r['record']:>6} "
-                f"{r['msg_s']:>9.0f} {r['mb_s']:>7.1f} {raw:>9.0f} {r['mb_s'] / raw:>6.1%} {r['burst']:>10.0f} "
+                f"{r['msg_s']:>9.0f} {r['mb_s']:>7.1f} {raw:>9.0f} {r['mb_s'] / raw:>6.1%} "
+                f"{rs[0]['mb_s'] / rs[0]['raw']:>5.0%}-{rs[-1]['mb_s'] / rs[-1]['raw']:<5.0%} {r['burst']:>10.0f} "
                 f"{r['cpu_msg_s']:>10.0f} "
                 f"{r['loop_us']:>11.2f} {window:>8} {r['disk_mb'] / max(r['data_mb'], 1e-9):>8.2f}x"
                 + (f"  ({r['failed']} not PUT_OK)" if r["failed"] else ""),

@@ -73,7 +73,9 @@ class Property(Node):
         return self.name
 
 
-class Negate(Node):
+class Unary(Node):
+    """An operator on one operand; NULL in gives NULL out (SQL92), `apply` decides the rest."""
+
     __slots__ = ("operand",)
 
     def __init__(self, operand: Node) -> None:
@@ -82,44 +84,40 @@ class Negate(Node):
 
     def evaluate(self, props: Properties) -> Any:
         value = self.operand.evaluate(props)
-        return None if value is None else negate(value)
+        return None if value is None else self.apply(value)
+
+    def apply(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class Negate(Unary):
+    __slots__ = ()
+
+    def apply(self, value: Any) -> Any:
+        return negate(value)
 
     def to_sql(self) -> str:
         return f"(- {self.operand.to_sql()})"
 
 
-class BooleanCast(Node):
+class BooleanCast(Unary):
     """A bare property used as a condition: true only if its value is a Boolean true (never, for strings)."""
 
-    __slots__ = ("operand",)
+    __slots__ = ()
     is_boolean = True
 
-    def __init__(self, operand: Node) -> None:
-        self.operand = operand
-        self.depth = operand.depth + 1
-
-    def evaluate(self, props: Properties) -> Any:
-        value = self.operand.evaluate(props)
-        if value is None:
-            return None
+    def apply(self, value: Any) -> Any:
         return value if isinstance(value, bool) else False
 
     def to_sql(self) -> str:
         return self.operand.to_sql()
 
 
-class Not(Node):
-    __slots__ = ("operand",)
+class Not(Unary):
+    __slots__ = ()
     is_boolean = True
 
-    def __init__(self, operand: Node) -> None:
-        self.operand = operand
-        self.depth = operand.depth + 1
-
-    def evaluate(self, props: Properties) -> Any:
-        value = self.operand.evaluate(props)
-        if value is None:
-            return None
+    def apply(self, value: Any) -> Any:
         if not isinstance(value, bool):
             raise EvalError(f"{type(value).__name__} cannot be cast to java.lang.Boolean")
         return not value

@@ -298,54 +298,49 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             chk.problems.append(f"{path}: {exc}")
             return ClientConfig()
 
-    def faults(path: str, value: Any) -> tuple[BrokerFault, ...]:
+    def entries(path: str, value: Any, cls: type, specials: Mapping[str, Any], required: tuple[str, ...],
+                check: Any = None) -> tuple:
+        """A list of `cls` records, each validated by `_fill` and holding its `required` fields;
+        `check(path, item)` adds rules of its own."""
         if not isinstance(value, list | tuple):
             chk.problems.append(f"{path} must be a list, got {type(value).__name__}")
             return ()
         out = []
         for i, item in enumerate(value):
             p = f"{path}[{i}]"
-
-            def kind(kp: str, v: Any) -> Any:
-                return chk.choice(kp, v, FAULT_KINDS)
-
-            def text(kp: str, v: Any) -> str:
-                if isinstance(v, bool) or not isinstance(v, str | int | float):
-                    chk.problems.append(f"{kp} must be a string or number, got {v!r}")
-                    return ""
-                return str(v)
-
-            vals = _fill(chk, p, BrokerFault, item, {"kind": kind, "value": text})
+            vals = _fill(chk, p, cls, item, specials)
             if isinstance(item, Mapping):
-                for req in ("at_s", "kind"):
+                for req in required:
                     if req not in item:
                         chk.problems.append(f"{p}: missing required field '{req}'")
-            if all(vals.get(k) is not None for k in ("at_s", "kind")):
-                out.append(BrokerFault(**{k: v for k, v in vals.items() if v is not None}))
+                if check is not None:
+                    check(p, item)
+            if all(vals.get(k) is not None for k in required):
+                out.append(cls(**{k: v for k, v in vals.items() if v is not None}))
         return tuple(out)
+
+    def faults(path: str, value: Any) -> tuple[BrokerFault, ...]:
+        def kind(kp: str, v: Any) -> Any:
+            return chk.choice(kp, v, FAULT_KINDS)
+
+        def text(kp: str, v: Any) -> str:
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                chk.problems.append(f"{kp} must be a string or number, got {v!r}")
+                return ""
+            return str(v)
+
+        return entries(path, value, BrokerFault, {"kind": kind, "value": text}, ("at_s", "kind"))
 
     def message_faults(path: str, value: Any) -> tuple[MessageFault, ...]:
-        if not isinstance(value, list | tuple):
-            chk.problems.append(f"{path} must be a list, got {type(value).__name__}")
-            return ()
-        out = []
-        for i, item in enumerate(value):
-            p = f"{path}[{i}]"
+        def prop(kp: str, v: Any) -> Any:
+            return chk.choice(kp, v, MESSAGE_FAULT_PROPERTIES)
 
-            def prop(kp: str, v: Any) -> Any:
-                return chk.choice(kp, v, MESSAGE_FAULT_PROPERTIES)
+        def bounded(p: str, item: Mapping) -> None:
+            if not item.get("every") and item.get("max_per_producer") is None and item.get("until_s") is None:
+                chk.problems.append(f"{p}: give 'every', 'until_s' or 'max_per_producer', "
+                                    "otherwise every message would carry the fault")
 
-            vals = _fill(chk, p, MessageFault, item, {"property": prop})
-            if isinstance(item, Mapping):
-                for req in ("property", "value"):
-                    if req not in item:
-                        chk.problems.append(f"{p}: missing required field '{req}'")
-                if not item.get("every") and item.get("max_per_producer") is None and item.get("until_s") is None:
-                    chk.problems.append(f"{p}: give 'every', 'until_s' or 'max_per_producer', "
-                                        "otherwise every message would carry the fault")
-            if all(vals.get(k) is not None for k in ("property", "value")):
-                out.append(MessageFault(**{k: v for k, v in vals.items() if v is not None}))
-        return tuple(out)
+        return entries(path, value, MessageFault, {"property": prop}, ("property", "value"), bounded)
 
     def broker(path: str, value: Any) -> BrokerSpec:
         def conf(cp: str, v: Any) -> dict[str, str]:

@@ -299,14 +299,12 @@ class MessageExt:
 
     def to_inner(self) -> MessageExtBrokerInner:
         """A copy ready to be put again (send-back, schedule delivery, transaction commit)."""
-        return MessageExtBrokerInner(
-            topic=self.topic,
+        return MessageExtBrokerInner.create(
+            self.topic,
+            self.body,
             queue_id=self.queue_id,
+            properties=self.properties,
             flag=self.flag,
-            body=self.body,
-            properties=dict(self.properties),
-            properties_string=encode_properties(self.properties),
-            tags_code=self.tags_code,
             sys_flag=self.sys_flag,
             born_timestamp=self.born_timestamp,
             born_host=self.born_host,

@@ -87,21 +87,27 @@ def failed_send(producer, msg) -> tuple[Exception, float]:
     return refused.value, time.monotonic() - t0
 
 
+def _victim_of(
+    producer, topic: str, stall_props: dict[str, str], delay_s: float, victim_props: dict[str, str] | None = None
+) -> tuple[list[tuple[str, int]], float]:
+    """Send a message carrying `stall_props` in the background and, `delay_s` later, a victim that must
+    fail: the broker's answers to the victim's attempts (from the client's log) and how long it took."""
+    log = CppClientLog()
+    log.mark()
+    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"stall", props=stall_props)))
+    time.sleep(delay_s)
+    _, seconds = failed_send(producer, make_message(topic, b"victim", props=victim_props))
+    stall.join(10)
+    assert out["result"].status == SendStatus.OK, out
+    return answers_since(log), seconds
+
+
 def test_cpp_send_behind_a_sleeping_send_gets_timeout_clean_queue(producers):
     """sendMessageThreadPoolNums=1; brokerSleepMs=1500 holds the worker; each of the victim's attempts
     waits ~200 ms in the queue and is answered [TIMEOUT_CLEAN_QUEUE]: the client has been through all its
     retries after ~0.6 s instead of spending its 3 s timeout on one attempt."""
     _, producer = producers["one_worker"]
-    topic = unique("T_cpp_timeout")
-    log = CppClientLog()
-    log.mark()
-    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"sleepy",
-                                                                        props={"brokerSleepMs": "1500"})))
-    time.sleep(0.1)
-    _, seconds = failed_send(producer, make_message(topic, b"victim"))
-    stall.join(10)
-    assert out["result"].status == SendStatus.OK, out
-    answers = answers_since(log)
+    answers, seconds = _victim_of(producer, unique("T_cpp_timeout"), {"brokerSleepMs": "1500"}, 0.1)
     assert len(answers) == CPP_ATTEMPTS, answers
     assert all(code == 2 and re.fullmatch(TIMEOUT_RE, r) for r, code in answers), answers
     assert all(200 <= int(re.fullmatch(TIMEOUT_RE, r).group(1)) <= 230 for r, _ in answers), answers
@@ -113,16 +119,7 @@ def test_cpp_send_during_a_stalled_append_gets_pcbusy_then_rejectrequest(produce
     when the page cache turns busy (100 ms) → [PCBUSY_CLEAN_QUEUE]; its retries are refused before
     queueing → [REJECTREQUEST]."""
     _, producer = producers["one_worker"]
-    topic = unique("T_cpp_pcbusy")
-    log = CppClientLog()
-    log.mark()
-    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"stall",
-                                                                        props={"brokerStallAppendMs": "1500"})))
-    time.sleep(0.03)
-    _, seconds = failed_send(producer, make_message(topic, b"victim"))
-    stall.join(10)
-    assert out["result"].status == SendStatus.OK, out
-    answers = answers_since(log)
+    answers, seconds = _victim_of(producer, unique("T_cpp_pcbusy"), {"brokerStallAppendMs": "1500"}, 0.03)
     assert len(answers) == CPP_ATTEMPTS, answers
     first, rest = answers[0], answers[1:]
     assert first[1] == 2 and re.fullmatch(PCBUSY_RE, first[0]), first
@@ -134,16 +131,9 @@ def test_cpp_send_reaching_a_busy_store_gets_pc_synchronized(producers):
     """Two send workers: the first holds the append lock; the victim (brokerSleepMs=400) was taken by the
     second before the page cache turned busy and reaches the store after: SYSTEM_ERROR [PC_SYNCHRONIZED]."""
     _, producer = producers["two_workers"]
-    topic = unique("T_cpp_pcsync")
-    log = CppClientLog()
-    log.mark()
-    stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"stall",
-                                                                        props={"brokerStallAppendMs": "1200"})))
-    time.sleep(0.03)
-    failed_send(producer, make_message(topic, b"victim", props={"brokerSleepMs": "400"}))
-    stall.join(10)
-    assert out["result"].status == SendStatus.OK, out
-    answers = answers_since(log)
+    answers, _ = _victim_of(
+        producer, unique("T_cpp_pcsync"), {"brokerStallAppendMs": "1200"}, 0.03, victim_props={"brokerSleepMs": "400"}
+    )
     assert answers == [(PC_SYNCHRONIZED, 1)] + [(REJECTREQUEST, 2)] * (CPP_ATTEMPTS - 1), answers
 
 

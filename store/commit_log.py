@@ -17,8 +17,8 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
-from itertools import repeat
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np

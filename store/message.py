@@ -391,8 +391,8 @@ class RecordEncoder:
             body = msg.body or b""
             plen = len(props)
             blen = len(body)
-            if plen > too_long:
-                too_long = plen
+            if plen > MAX_PROPERTIES_LENGTH and not too_long:
+                too_long = plen  # the first one too long (reported after the batch size check)
             wire += 22 + blen + plen
             tail = b"".join((topic, short(plen), props)) if plen <= MAX_PROPERTIES_LENGTH else b""
             tails.append(tail)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from bisect import bisect_left
 import threading
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import structlog
 
-from store.commit_log import BULK_RECORDS, CommitLog, DispatchBatch, DispatchRequest, ParsedRecords
+from store.commit_log import (
+    BULK_RECORDS,
+    CommitLog,
+    DispatchBatch,
+    DispatchRequest,
+    ParsedRecords,
+)
 
 log = structlog.get_logger(__name__)
 

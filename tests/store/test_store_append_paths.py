@@ -10,6 +10,7 @@ import errno
 import os
 
 import pytest
+from store_helpers import make_msg, small_config
 
 from store import MessageStore, PutMessageStatus
 from store.consume_queue import CQ_STORE_UNIT_SIZE
@@ -22,7 +23,6 @@ from store.message import (
     decode_records,
     tags_hash,
 )
-from store_helpers import make_msg, small_config
 
 
 def _mixed_batch(n: int = 7):

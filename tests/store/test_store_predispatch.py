@@ -12,7 +12,6 @@ from store_helpers import make_msg
 
 from store import GetMessageStatus, MessageStore, PutMessageStatus, decode_records
 
-
 FILE = 32 * 1024  # a few CommitLog files, BLANK ends between them
 
 
@@ -41,10 +40,23 @@ def _phys(r) -> list[int]:
     return out
 
 
-def _force_full_crash_scan(cfg, *, drop_queues: bool = True, drop_index: bool = True) -> None:
+def _crash_with_checkpoint(cfg, ts: int) -> None:
+    """The abort file of a crash and a checkpoint whose timestamps are all `ts`."""
     open(cfg.abort_file, "w").close()
     with open(cfg.store_checkpoint, "r+b") as f:
-        f.write(struct.pack(">qqq", 1, 1, 1))  # older than every record: the scan starts at the first file
+        f.write(struct.pack(">qqq", ts, ts, ts))
+
+
+def _flip_byte(path: str, pos: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def _force_full_crash_scan(cfg, *, drop_queues: bool = True, drop_index: bool = True) -> None:
+    _crash_with_checkpoint(cfg, 1)  # older than every record: the scan starts at the first file
     if drop_queues:
         shutil.rmtree(cfg.store_path_consume_queue)
         os.unlink(cfg.queue_manifest_file)
@@ -104,11 +116,7 @@ async def test_nothing_the_scan_drops_is_dispatched(config_factory):
     victim, _ = written[250]
     size = cfg.mapped_file_size_commit_log
     path = os.path.join(cfg.store_path_commit_log, f"{victim - victim % size:020d}")
-    with open(path, "r+b") as f:  # flip a body byte: only the CRC can tell
-        f.seek(victim % size + 100)
-        b = f.read(1)
-        f.seek(victim % size + 100)
-        f.write(bytes([b[0] ^ 0xFF]))
+    _flip_byte(path, victim % size + 100)  # in the body: only the CRC can tell
     _force_full_crash_scan(cfg)
     s = await _open(config_factory(mapped_file_size_commit_log=FILE))
     try:
@@ -139,15 +147,13 @@ async def test_a_scan_that_starts_after_the_dispatch_start_leaves_it_to_the_repu
     dispatch must start at the first record; the reput after recovery rebuilds everything."""
     cfg = config_factory(mapped_file_size_commit_log=FILE)
     await _fill(cfg)
-    open(cfg.abort_file, "w").close()
-    # a checkpoint taken after the newest file began: the scan starts at that file
+    # a crash, with a checkpoint taken after the newest file began: the scan starts at that file
     size = cfg.mapped_file_size_commit_log
     names = sorted(os.listdir(cfg.store_path_commit_log))
     newest = next(n for n in reversed(names) if os.path.getsize(os.path.join(cfg.store_path_commit_log, n)) and
                   _first_store_ts(os.path.join(cfg.store_path_commit_log, n)) > 0)
     ts = _first_store_ts(os.path.join(cfg.store_path_commit_log, newest))
-    with open(cfg.store_checkpoint, "r+b") as f:
-        f.write(struct.pack(">qqq", ts + 3000, ts + 3000, ts + 3000))
+    _crash_with_checkpoint(cfg, ts + 3000)
     assert int(newest) >= size
     shutil.rmtree(cfg.store_path_consume_queue)
     os.unlink(cfg.queue_manifest_file)

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from store_helpers import make_msg, small_config
 
 import store.message_store as message_store_module
 from store import MessageStore, PutMessageStatus
@@ -16,7 +17,6 @@ from store.commit_log import AppendRequest
 from store.config import StoreConfigError
 from store.mapped_file import MappedFile
 from store.prefault import NO_WAKE, Populator, PrefaultService, PrefaultUnsupported
-from store_helpers import make_msg, small_config
 
 MiB = 1024 * 1024
 
@@ -247,7 +247,7 @@ async def test_the_window_keeps_up_with_a_writer_that_never_yields(tmp_path, nee
                 # give the thread a moment (the loop itself is not run)
                 deadline = time.monotonic() + 1.0
                 while mf.prefaulted_position < mf.wrote_position + 2 * MiB and time.monotonic() < deadline:
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # noqa: ASYNC251 - on purpose: the event loop must not run here
                 behind += mf.prefaulted_position < mf.wrote_position
         assert mf.wrote_position > 4 * MiB
         assert behind == 0

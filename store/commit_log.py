@@ -926,6 +926,7 @@ _POW31 = np.concatenate(
     [np.ones(1, dtype=np.uint64), np.cumprod(np.full(MAX_PROPERTIES_LENGTH + 256, 31, dtype=np.uint64))]
 ) & _M32
 _SPACE = ord(" ")
+_HORNER_MAX = 128  # segments up to this long are hashed column by column (see _segment_hashes)
 
 
 def _consistent(u8: np.ndarray, positions: list[int]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -971,11 +972,12 @@ def _find_properties(
     width = int(plen.max())
     if n * width <= (int(pend[-1]) - int(pstart[0])) // 2:
         # the properties as rows of a sliding-window view: only their bytes are searched
-        rows = _windows(u8, width)[np.minimum(pstart, len(u8) - width)]
-        shift = pstart - np.minimum(pstart, len(u8) - width)  # rows near the end of the view
-        cols = np.arange(width, dtype=np.int64)
-        rec, col = np.nonzero((rows == 2) & (cols >= shift[:, None]) & (cols < (shift + plen)[:, None]))
-        seps = pstart[rec] + col - shift[rec]
+        row_start = np.minimum(pstart, len(u8) - width)  # rows near the end of the view start earlier
+        rec, col = np.nonzero(_windows(u8, width)[row_start] == 2)
+        # (a row runs past shorter properties into the next record: keep the \x02 bytes inside them)
+        seps = row_start[rec] + col
+        inside = (seps >= pstart[rec]) & (seps < pend[rec])
+        seps, rec = seps[inside], rec[inside]
     else:
         lo, hi = int(pstart[0]), int(pend[-1])
         seps = np.flatnonzero(u8[lo:hi] == 2) + lo
@@ -1014,23 +1016,62 @@ def _find_properties(
     return out
 
 
-def _segment_hashes(u8: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _segment_hashes(
+    u8: np.ndarray, a: np.ndarray, b: np.ndarray, unless: int = -1
+) -> tuple[np.ndarray, np.ndarray]:
     """Signed String.hashCode of the byte segments [a, b) read as text, and whether that is exact
-    (all-ASCII segments, where UTF-8 bytes are the UTF-16 units). Segments must not be empty. Segments
-    of one length are rows of a sliding-window view: one row copy each, then one matrix product with
-    the powers of 31 (uint64 wraps modulo 2**64, so the result is right modulo 2**32)."""
+    (all-ASCII segments, where UTF-8 bytes are the UTF-16 units; with `unless`, also: not holding that
+    byte). Segments must not be empty.
+
+    Segments up to 128 bytes go in a few groups of similar length: each group's segments are gathered
+    right-aligned into one matrix (zeros before a segment do not change a Horner hash), and one pass
+    over its columns computes `h = 31 * h + byte` in uint32 (wrapping modulo 2**32, as Java's int) and
+    ORs the bytes for the ASCII test. Longer segments take one matrix product with the powers of 31 per
+    length (uint64 wraps modulo 2**64, so the result is right modulo 2**32)."""
     lens = b - a
-    h = np.empty(len(a), dtype=np.uint64)
-    exact = np.empty(len(a), dtype=bool)
-    for width in np.unique(lens).tolist():
-        sel = np.flatnonzero(lens == width) if len(a) > 1 else np.zeros(1, dtype=np.int64)
+    n = len(a)
+    h = np.empty(n, dtype=np.int64)
+    exact = np.empty(n, dtype=bool)
+    short = (lens <= _HORNER_MAX) & (b >= _HORNER_MAX)  # (room for a full-width row before b)
+    if short.any():
+        # groups: lengths up to 16, 32, 64, 128 (one group, and no zeroing, when all are equal)
+        first = int(lens[0])
+        if short.all() and (lens == first).all():
+            groups = [(np.arange(n), first)]
+        else:
+            bucket = np.where(short, np.maximum(lens - 1, 15) >> 4, -1)  # 0, 1, 2-3, 4-7 → 16 .. 128
+            bucket = np.where(bucket >= 4, 3, np.where(bucket >= 2, 2, bucket))
+            groups = [(sel, int(lens[sel].max())) for k in np.unique(bucket[short]).tolist()
+                      for sel in (np.flatnonzero(bucket == k),)]
+        for sel, width in groups:
+            rows = _windows(u8, width)[b[sel] - width]  # a copy: the bytes before each segment are zeroed
+            pad = width - lens[sel]
+            if pad.any():
+                rows[np.arange(width) < pad[:, None]] = 0
+            acc = np.zeros(len(sel), dtype=np.uint32)
+            seen = np.zeros(len(sel), dtype=np.uint8)
+            hit = np.zeros(len(sel), dtype=bool) if unless >= 0 else None
+            for j in range(width):
+                col = rows[:, j]
+                acc *= np.uint32(31)
+                acc += col
+                seen |= col
+                if hit is not None:
+                    hit |= col == unless
+            h[sel] = acc.view(np.int32)
+            exact[sel] = seen < 0x80 if hit is None else (seen < 0x80) & ~hit
+    rest = np.flatnonzero(~short)
+    for width in np.unique(lens[rest]).tolist():
+        sel = rest[lens[rest] == width]
         rows = _windows(u8, width)[a[sel]]
-        exact[sel] = rows.max(axis=1) < 0x80
+        ok = rows.max(axis=1) < 0x80
+        if unless >= 0:
+            ok &= ~(rows == unless).any(axis=1)
+        exact[sel] = ok
         with np.errstate(over="ignore"):
-            h[sel] = (rows.astype(np.uint64) @ _POW31[width - 1 :: -1]) & _M32
-    signed = h.astype(np.int64)
-    signed[signed >= 0x80000000] -= 0x100000000
-    return signed, exact
+            full = (rows.astype(np.uint64) @ _POW31[width - 1 :: -1]) & _M32
+        h[sel] = full.astype(np.uint32).view(np.int32)
+    return h, exact
 
 
 def _segments_contain(u8: np.ndarray, a: np.ndarray, b: np.ndarray, byte: int) -> np.ndarray:
@@ -1108,9 +1149,8 @@ def _index_key_hashes(
     for sub, (who, a, b) in enumerate((uniq, keys)):
         if not len(who):
             continue
-        h, exact = _segment_hashes(u8, a, b)
-        if sub == 1:  # several keys in one KEYS value
-            exact &= ~_segments_contain(u8, a, b, _SPACE)
+        # several keys in one KEYS value (a space between them) take the scalar path too
+        h, exact = _segment_hashes(u8, a, b, _SPACE if sub == 1 else -1)
         full = _combine(prefix[topic_ids[who]], h, b - a)
         recs.append(who[exact])
         subs.append(np.full(int(exact.sum()), sub, dtype=np.int64))

@@ -29,6 +29,9 @@ async def _write(cfg) -> None:
     s = MessageStore(cfg)
     assert await s.load()
     await s.start()
+    # the first record: an empty body, so its properties end within the first 128 bytes of the file
+    first = await s.put_message(make_msg(body=b"", queue_id=0, tags="t", keys="k", uniq="u"))
+    assert first.status == PutMessageStatus.PUT_OK
     puts = []
     for i in range(150):
         q = i % 3
@@ -54,6 +57,10 @@ async def _write(cfg) -> None:
             msg = make_msg(topic="Tö", body=body, queue_id=q, keys="emoji-\U0001f600 plain", uniq=f"E{i}")
         elif i == 99:  # one long property: its chunk searches all bytes for separators, not rows
             msg = make_msg(body=body, queue_id=q, tags="TagF", keys=f"big{i}", props={"BIG": "x" * 20_000})
+        elif i % 20 == 19:  # values of every hashing group: up to 16, 32, 64, 128 bytes, and longer
+            width = (3, 20, 50, 100, 200, 129, 128)[i // 20 % 7]
+            msg = make_msg(body=body, queue_id=q, tags="t" * width, keys=f"{i}-" + "k" * width,
+                           uniq=f"{i}" + "u" * (width // 2))
         else:
             msg = make_msg(body=body, queue_id=q)
         puts.append(s.put_message(msg))

@@ -322,7 +322,8 @@ class MessageStore:
         for cq in self._all_consume_queues():
             cq.recover()
             max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
-        if self.commit_log.mapped_file_queue.mapped_files:
+        # (the parses run on the other worker threads: with one, they would wait behind this scan)
+        if self.commit_log.mapped_file_queue.mapped_files and self._io_threads >= 2:
             pre.arm(self._dispatch_start(quiet=True))
             self.commit_log.on_verified = pre.on_verified
         try:

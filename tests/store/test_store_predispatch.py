@@ -4,6 +4,7 @@ scan drops, and nothing at all when the run is not contiguous with where the dis
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import struct
@@ -160,6 +161,22 @@ async def test_a_scan_that_starts_after_the_dispatch_start_leaves_it_to_the_repu
     s = await _open(config_factory(mapped_file_size_commit_log=FILE))
     try:
         assert s.last_recovery["records"] < 300  # only the newest file(s) were scanned
+        assert s.last_recovery["preDispatched"] == 0
+        assert [len(_queue(s, q)) for q in range(3)] == [100, 100, 100]
+    finally:
+        await s.shutdown()
+
+
+async def test_one_io_thread_recovers_without_pre_dispatch(config_factory):
+    """With a single worker thread the parses would queue behind the scan that waits for them: the
+    pre-dispatch stays off and the reput rebuilds after the scan."""
+    cfg = config_factory(mapped_file_size_commit_log=FILE)
+    await _fill(cfg)
+    _force_full_crash_scan(cfg)
+    s = MessageStore(config_factory(mapped_file_size_commit_log=FILE), io_threads=1)
+    assert await asyncio.wait_for(s.load(), 30)
+    await s.start()
+    try:
         assert s.last_recovery["preDispatched"] == 0
         assert [len(_queue(s, q)) for q in range(3)] == [100, 100, 100]
     finally:

@@ -215,8 +215,7 @@ class CommitLog:
         self.inline_dispatch: InlineDispatch | None = None
         # the recovery scan calls this with each run of records it accepted: (file offset, view, positions)
         self.on_verified: Callable[[int, memoryview, list[int]], None] | None = None
-        self._stage_bytes = bytearray(1024 * 1024)
-        self._stage = memoryview(self._stage_bytes)
+        self._stage = memoryview(bytearray(1024 * 1024))
         # woken when an append ends at or past its wake_offset (store.prefault); None when off
         self.prefault: PrefaultService | None = None
         self.encoder = RecordEncoder()
@@ -402,8 +401,7 @@ class CommitLog:
     def _staging(self, size: int) -> memoryview:
         """The reused buffer records are encoded into before a pwrite (grown to the largest request)."""
         if len(self._stage) < size:
-            self._stage_bytes = bytearray(max(size, 2 * len(self._stage)))
-            self._stage = memoryview(self._stage_bytes)
+            self._stage = memoryview(bytearray(max(size, 2 * len(self._stage))))
         return self._stage
 
     def _do_append(
@@ -440,15 +438,12 @@ class CommitLog:
         # reused staging buffer and written with one syscall (the mapping sees them: one page cache).
         staged = mf.write_buffer is None and total >= OS_PAGE_SIZE and pos + total > mf.prefaulted_position
         target, at = (self._staging(total), 0) if staged else (view, pos)
-        if n == 1:
-            self.encoder.write(target, at, msgs[0], req.tails[0], req.crcs[0], total, queue_offset, wrote_offset, store_ts)
-            msg_ids = [f"{prefix}{wrote_offset:016X}"]
-        else:
-            phys = self.encoder.write_many(
-                target, at, msgs, req.tails, req.crcs, req.sizes, queue_offset, 1 if counts else 0, wrote_offset, store_ts
-            )
-            msg_ids = [f"{prefix}{phy:016X}" for phy in phys]
-            req.phys = phys
+        phys = self.encoder.write_many(
+            target, at, msgs, req.tails, req.crcs, req.sizes, queue_offset, 1 if counts else 0, wrote_offset, store_ts
+        )
+        msg_ids = [f"{prefix}{phy:016X}" for phy in phys]
+        if n > 1:
+            req.phys = phys  # the batch dispatch (one pass) reads them
         if staged:
             try:
                 mf.write_at(target[:total], pos)
@@ -1041,8 +1036,10 @@ def _segment_hashes(
         else:
             bucket = np.where(short, np.maximum(lens - 1, 15) >> 4, -1)  # 0, 1, 2-3, 4-7 → 16 .. 128
             bucket = np.where(bucket >= 4, 3, np.where(bucket >= 2, 2, bucket))
-            groups = [(sel, int(lens[sel].max())) for k in np.unique(bucket[short]).tolist()
-                      for sel in (np.flatnonzero(bucket == k),)]
+            groups = []
+            for k in np.unique(bucket[short]).tolist():
+                sel = np.flatnonzero(bucket == k)
+                groups.append((sel, int(lens[sel].max())))
         for sel, width in groups:
             rows = _windows(u8, width)[b[sel] - width]  # a copy: the bytes before each segment are zeroed
             pad = width - lens[sel]
@@ -1072,16 +1069,6 @@ def _segment_hashes(
             full = (rows.astype(np.uint64) @ _POW31[width - 1 :: -1]) & _M32
         h[sel] = full.astype(np.uint32).view(np.int32)
     return h, exact
-
-
-def _segments_contain(u8: np.ndarray, a: np.ndarray, b: np.ndarray, byte: int) -> np.ndarray:
-    """Whether each segment [a, b) holds `byte`."""
-    lens = b - a
-    out = np.empty(len(a), dtype=bool)
-    for width in np.unique(lens).tolist():
-        sel = np.flatnonzero(lens == width)
-        out[sel] = (_windows(u8, width)[a[sel]] == byte).any(axis=1)
-    return out
 
 
 def _combine(prefix_hash: np.ndarray, value_hash: np.ndarray, value_len: np.ndarray) -> np.ndarray:

@@ -420,37 +420,8 @@ class RecordEncoder:
         phy_offset: int,
         store_ts: int,
     ) -> None:
-        """Write the record planned by `plan` at `pos` of `buf` (the mapped file): one pack_into for the
-        fixed part and two slice copies, no intermediate buffer."""
-        body = msg.body or b""
-        blen = len(body)
-        born = msg.born_host
-        store = msg.store_host
-        FIXED_PART.pack_into(
-            buf,
-            pos,
-            size,
-            MESSAGE_MAGIC_CODE,
-            crc,
-            msg.queue_id,
-            msg.flag,
-            queue_offset,
-            phy_offset,
-            msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
-            msg.born_timestamp,
-            self._host(born[0]),
-            born[1],
-            store_ts,
-            self._host(store[0]),
-            store[1],
-            msg.reconsume_times,
-            msg.prepared_transaction_offset,
-            blen,
-        )
-        b = pos + FIXED_PART_LENGTH
-        e = b + blen
-        buf[b:e] = body
-        buf[e : pos + size] = tail
+        """Write the record planned by `plan` at `pos` of `buf` (the mapped file): `write_many` for one."""
+        self.write_many(buf, pos, [msg], [tail], [crc], [size], queue_offset, 0, phy_offset, store_ts)
 
     def write_many(
         self,
@@ -465,9 +436,9 @@ class RecordEncoder:
         phy_offset: int,
         store_ts: int,
     ) -> list[int]:
-        """`write` for consecutive records from `pos` of `buf` (a batch, or the group the writer drained):
-        the same bytes, with the per-record work cut to one pack_into and two slice copies (one call,
-        hosts looked up once per record, no attribute lookups on self in the loop). Record i gets queue
+        """Write the records planned by `plan`/`plan_many` one after another from `pos` of `buf` (the
+        mapped file, or a staging buffer): per record one pack_into for the fixed part and two slice
+        copies, no intermediate buffer, no attribute lookups on self in the loop. Record i gets queue
         offset `queue_offset + i * queue_step` (0 or 1) and physical offset `phy_offset` + the sizes
         before it. Returns the physical offsets."""
         pack = FIXED_PART.pack_into

@@ -232,11 +232,10 @@ class ReputMessageService:
         if self._dispatch_many is not None:
             return await self._reput_bulk()
         cl = self.commit_log
-        data = cl.get_data(self.reput_from_offset)
+        data = cl.get_data(self.reput_from_offset)  # (it starts at that offset)
         if data is None:
             return False
         start, view = data
-        self.reput_from_offset = start
         pos = 0
         dq = cl.dispatch_queue
         count = 0
@@ -309,11 +308,10 @@ class ReputMessageService:
         """`_reput_from_log` for many records at a time: walk the record chain, parse the chunk with
         numpy, dispatch it in one call (recovery and rebuilds go through here)."""
         cl = self.commit_log
-        data = cl.get_data(self.reput_from_offset)
+        data = cl.get_data(self.reput_from_offset)  # (it starts at that offset)
         if data is None:
             return False
         start, view = data
-        self.reput_from_offset = start
         dq = cl.dispatch_queue
         assert self._dispatch_many is not None
         pos = 0

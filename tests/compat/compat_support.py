@@ -189,6 +189,21 @@ class BrokerProcess:
         return f"--- broker log {self.log_path} (last {len(text)} lines) ---\n" + "\n".join(text)
 
 
+def stop_brokers(brokers: Iterable[BrokerProcess]) -> None:
+    """Graceful stops first (each must exit 0); anything left is killed. One AssertionError names every
+    broker that did not stop cleanly."""
+    errors = []
+    for broker in brokers:
+        try:
+            broker.stop(check=True)
+        except AssertionError as e:
+            errors.append(str(e))
+        finally:
+            broker.kill()
+    if errors:
+        raise AssertionError("\n\n".join(errors))
+
+
 def read_consumer_offsets(store_dir: Path) -> dict[str, dict[int, int]]:
     """`<store>/config/consumerOffset.json` as {"topic@group": {queue_id: offset}}.
 
@@ -625,14 +640,4 @@ class BrokerFactory:
         return broker
 
     def close(self) -> None:
-        """Graceful stops first (each must exit 0); anything left is killed."""
-        errors = []
-        for broker in self.brokers:
-            try:
-                broker.stop(check=True)
-            except AssertionError as e:
-                errors.append(str(e))
-            finally:
-                broker.kill()
-        if errors:
-            raise AssertionError("\n\n".join(errors))
+        stop_brokers(self.brokers)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from flow_support import BrokerProcess, start_broker
+from flow_support import BrokerProcess, start_broker, stop_brokers
 
 pytestmark = pytest.mark.compat
 
@@ -47,16 +47,7 @@ class Brokers:
         return broker
 
     def close(self) -> None:
-        errors = []
-        for broker in self.running.values():
-            try:
-                broker.stop(check=True)
-            except AssertionError as exc:
-                errors.append(str(exc))
-            finally:
-                broker.kill()
-        if errors:
-            raise AssertionError("\n\n".join(errors))
+        stop_brokers(self.running.values())
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 
-from compat_support import BrokerProcess, free_port
+from compat_support import BrokerProcess, free_port, stop_brokers  # noqa: F401 - re-exported for conftest
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode

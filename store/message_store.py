@@ -407,6 +407,7 @@ class MessageStore:
             dropped_bytes=report.dropped_bytes,
             scanned_bytes=report.scanned_bytes,
             records_checked=report.records,
+            pre_dispatched=pre_dispatched,
             reput_from=reput_from,
             elapsed_s=round(elapsed, 3),
         )

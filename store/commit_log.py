@@ -45,6 +45,7 @@ from store.message import (
     crc32,
     decode_properties,
     java_string_hash,
+    join_offset_msg_ids,
     offset_msg_id_prefix,
     tags_hash,
     transaction_value,
@@ -441,7 +442,6 @@ class CommitLog:
         phys = self.encoder.write_many(
             target, at, msgs, req.tails, req.crcs, req.sizes, queue_offset, 1 if counts else 0, wrote_offset, store_ts
         )
-        msg_ids = [f"{prefix}{phy:016X}" for phy in phys]
         if n > 1:
             req.phys = phys  # the batch dispatch (one pass) reads them
         if staged:
@@ -476,11 +476,10 @@ class CommitLog:
         return AppendMessageResult(
             wrote_offset=wrote_offset,
             wrote_bytes=total,
-            msg_id=",".join(msg_ids) if req.batch else msg_ids[0],
+            msg_id=join_offset_msg_ids(prefix, phys),
             store_timestamp=store_ts,
             logics_offset=queue_offset,
             msg_num=n,
-            msg_ids=msg_ids,
         )
 
     def expand(self, batch: DispatchBatch) -> list[DispatchRequest]:

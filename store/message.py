@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -170,6 +172,18 @@ def create_offset_msg_id(ip: str, port: int, phy_offset: int) -> str:
 def offset_msg_id_prefix(ip: str, port: int) -> str:
     """The 16 hex chars an offset id starts with for a given store host (the writer caches this)."""
     return _MSG_ID.pack(host_to_bytes(ip), port, 0).hex().upper()[:16]
+
+
+def join_offset_msg_ids(prefix: str, phys: list[int]) -> str:
+    """The offset ids of records at `phys` (host prefix from `offset_msg_id_prefix`), comma-joined
+    as upstream answers a batch: the offsets packed and hex-formatted in one go (a per-record format
+    string was the costliest line of a batch append)."""
+    if len(phys) == 1:
+        return f"{prefix}{phys[0]:016X}"
+    packed = array("q", phys)
+    if sys.byteorder == "little":
+        packed.byteswap()
+    return prefix + packed.tobytes().hex(",", 8).upper().replace(",", "," + prefix)
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:

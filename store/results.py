@@ -40,8 +40,12 @@ class AppendMessageResult:
     store_timestamp: int
     logics_offset: int  # queue offset of the first record
     msg_num: int = 1
-    msg_ids: list[str] = field(default_factory=list)  # one per record (batch)
     page_cache_rt: int = 0  # ms spent in the append
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """One offset id per record (a batch's `msg_id` joins them with commas, as upstream)."""
+        return self.msg_id.split(",")
 
 
 @dataclass(slots=True)

@@ -256,8 +256,7 @@ class SendMessageProcessor:
                     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
                     PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE}[status]
             ar = result.append_result
-            msg_ids = getattr(ar, "msg_ids", None)
-            ext = {"msgId": ",".join(msg_ids) if msg_ids else ar.msg_id,
+            ext = {"msgId": ar.msg_id,  # (comma-joined for a batch)
                    "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
                    "queueOffset": str(ar.logics_offset),
                    "MSG_REGION": self.config.region_id,

@@ -153,3 +153,12 @@ def test_to_inner_keeps_properties_consistent():
     inner = ext.to_inner()
     assert inner.properties_string == encode_properties(ext.properties)
     assert inner.tags_code == tags_hash("TagA")
+
+
+def test_joined_offset_msg_ids_match_one_id_per_record():
+    from store.message import create_offset_msg_id, join_offset_msg_ids, offset_msg_id_prefix
+
+    prefix = offset_msg_id_prefix("10.1.2.3", 10911)
+    phys = [0, 1, 4258, 2**40 + 17, 2**62]
+    assert join_offset_msg_ids(prefix, phys) == ",".join(create_offset_msg_id("10.1.2.3", 10911, p) for p in phys)
+    assert join_offset_msg_ids(prefix, [77]) == create_offset_msg_id("10.1.2.3", 10911, 77)

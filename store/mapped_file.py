@@ -66,6 +66,7 @@ class MappedFile:
         "mm",
         "pool",
         "prefaulted_position",
+        "released_position",
         "store_timestamp",
         "view",
         "write_buffer",
@@ -87,6 +88,8 @@ class MappedFile:
         self.store_timestamp = 0
         # bytes from the start made writable ahead of the writer (store.prefault); 0 for a loaded file
         self.prefaulted_position = 0
+        # bytes from the start whose page-table entries the CommitLog flush dropped (store.flush)
+        self.released_position = 0
         self.first_create_in_queue = False
         self.write_buffer: mmap.mmap | None = None
         # where appends land: the pool buffer when there is one, else the mapping itself

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import mmap
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +47,7 @@ from store.flush import (
     FlushConsumeQueueService,
     FlushRealTimeService,
     GroupCommitService,
+    WrittenPageReleaser,
 )
 from store.index_service import IndexService, index_keys
 from store.mapped_file import MappedFile
@@ -66,7 +68,7 @@ from store.message import (
     transaction_value,
 )
 from store.predispatch import PreDispatch
-from store.prefault import Populator, PrefaultService
+from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,
@@ -440,7 +442,9 @@ class MessageStore:
         self.checkpoint.clean_max_offset = -1
         self.checkpoint.write()
         await self._run_blocking(self._mark_running_blocking)
-        self._flusher = CommitLogFlusher(self.commit_log.mapped_file_queue, self.checkpoint, self._run_blocking, self.fault)
+        self._flusher = CommitLogFlusher(
+            self.commit_log.mapped_file_queue, self.checkpoint, self._run_blocking, self.fault, self._page_releaser()
+        )
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             self._flush_service = GroupCommitService(self._flusher)
         else:
@@ -481,6 +485,14 @@ class MessageStore:
         elif not mfq.last_mapped_file().is_full():
             mfq.allocate_ahead()
 
+    @staticmethod
+    def _page_releaser() -> WrittenPageReleaser | None:
+        try:
+            return WrittenPageReleaser(Madvise(mmap.MADV_DONTNEED))
+        except (OSError, AttributeError) as exc:
+            log.warning("flushed CommitLog pages stay mapped: no madvise", error=str(exc))
+            return None
+
     def _start_prefault(self) -> None:
         """Pre-fault ahead of the CommitLog writer: only useful for sparse files written through the
         mapping (a pool buffer takes the writes; preallocated or warmed files do not fault)."""
@@ -490,7 +502,7 @@ class MessageStore:
         if cfg.preallocate_mapped_file or cfg.warm_mapped_file_enable:
             return
         try:
-            populator = Populator()
+            populator = Madvise(MADV_POPULATE_WRITE)
         except (OSError, AttributeError) as exc:
             log.warning("commit log pre-faulting disabled: no madvise", error=str(exc))
             return

@@ -44,9 +44,11 @@ class PrefaultUnsupported(OSError):
     """The kernel refused MADV_POPULATE_WRITE; pre-faulting is off for the life of the store."""
 
 
-class Populator:
-    """Calls madvise(MADV_POPULATE_WRITE) through ctypes: unlike `mmap.madvise`, a ctypes call releases
-    the GIL, so a populate of several MiB in a worker thread does not stall the event loop."""
+class Madvise:
+    """Calls madvise(`advice`) on ranges of a mapped file through ctypes: unlike `mmap.madvise`, a
+    ctypes call releases the GIL, so advice over several MiB in a worker thread does not stall the
+    event loop. The pre-fault service populates with it (MADV_POPULATE_WRITE); the CommitLog flush
+    drops written pages from the mapping with it (MADV_DONTNEED, store.flush)."""
 
     def __init__(self, advice: int = MADV_POPULATE_WRITE) -> None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -65,9 +67,9 @@ class Populator:
         finally:
             del anchor
 
-    def populate(self, mf: MappedFile, start: int, end: int, stopped: Callable[[], bool]) -> int:
-        """Populate [start, end) of `mf` (page aligned, within the file). Blocking: run in a worker
-        thread. Returns the end actually reached (less when `stopped()` turned true)."""
+    def apply(self, mf: MappedFile, start: int, end: int, stopped: Callable[[], bool]) -> int:
+        """Advise [start, end) of `mf` (page aligned, within the file), STEP bytes per call. Blocking:
+        run in a worker thread. Returns the end actually reached (less when `stopped()` turned true)."""
         if not mf.hold():
             return start
         try:
@@ -77,7 +79,7 @@ class Populator:
                 n = min(STEP, end - pos)
                 if self._madvise(base + pos, n, self._advice) != 0:
                     err = ctypes.get_errno()
-                    raise PrefaultUnsupported(err, f"madvise(MADV_POPULATE_WRITE) failed: {errno.errorcode.get(err, err)}")
+                    raise PrefaultUnsupported(err, f"madvise({self._advice}) failed: {errno.errorcode.get(err, err)}")
                 pos += n
             return pos
         finally:
@@ -101,12 +103,12 @@ class PrefaultService:
     attributes, read under the GIL) and sleeps on a threading.Event the writer sets when it crosses
     `wake_offset`."""
 
-    def __init__(self, mfq: MappedFileQueue, ahead: int, *, populator: Populator | None = None) -> None:
+    def __init__(self, mfq: MappedFileQueue, ahead: int, *, populator: Madvise | None = None) -> None:
         self.mfq = mfq
         self.ahead = ahead
         # refill once a quarter of the window has been consumed: a refill is one madvise run of ~ahead/4
         self.step = max(OS_PAGE_SIZE, (ahead // 4) - (ahead // 4) % OS_PAGE_SIZE)
-        self.populator = populator or Populator()
+        self.populator = populator or Madvise(MADV_POPULATE_WRITE)
         # the writer calls `wakeup` once its end offset reaches this (NO_WAKE while a refill is pending)
         self.wake_offset = NO_WAKE
         self.enabled = ahead > 0
@@ -167,7 +169,7 @@ class PrefaultService:
             return
         end = min(mf.file_size, self.ahead - self.ahead % OS_PAGE_SIZE)
         try:
-            mf.prefaulted_position = self.populator.populate(mf, 0, end, self._is_stopped)
+            mf.prefaulted_position = self.populator.apply(mf, 0, end, self._is_stopped)
         except PrefaultUnsupported as exc:
             self._disable(exc)
 
@@ -180,7 +182,7 @@ class PrefaultService:
             start = max(mf.prefaulted_position, mf.wrote_position - mf.wrote_position % OS_PAGE_SIZE)
             end = window_end(mf, self.ahead)
             if end > start:
-                reached = self.populator.populate(mf, start, end, self._is_stopped)
+                reached = self.populator.apply(mf, start, end, self._is_stopped)
                 if reached > mf.prefaulted_position:
                     self.populated_bytes += reached - max(start, mf.prefaulted_position)
                     mf.prefaulted_position = reached

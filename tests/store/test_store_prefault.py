@@ -16,7 +16,7 @@ from store import MessageStore, PutMessageStatus
 from store.commit_log import AppendRequest
 from store.config import StoreConfigError
 from store.mapped_file import MappedFile
-from store.prefault import NO_WAKE, Populator, PrefaultService, PrefaultUnsupported
+from store.prefault import NO_WAKE, Madvise, PrefaultService, PrefaultUnsupported
 
 MiB = 1024 * 1024
 
@@ -24,7 +24,7 @@ MiB = 1024 * 1024
 def _supported(tmp_path) -> bool:
     mf = MappedFile.create(str(tmp_path / "probe" / "00000000000000000000"), 64 * 1024)
     try:
-        Populator().populate(mf, 0, 4096, lambda: False)
+        Madvise().apply(mf, 0, 4096, lambda: False)
         return True
     except PrefaultUnsupported:
         return False
@@ -47,7 +47,7 @@ def test_populate_allocates_only_the_window_and_keeps_contents(tmp_path, needs_p
     try:
         data = os.urandom(300_000)
         mf.append(data)
-        reached = Populator().populate(mf, 0, 1 * MiB, lambda: False)
+        reached = Madvise().apply(mf, 0, 1 * MiB, lambda: False)
         assert reached == 1 * MiB
         assert bytes(mf.view[: len(data)]) == data
         assert bytes(mf.view[len(data) : 1 * MiB]) == bytes(1 * MiB - len(data))
@@ -60,7 +60,7 @@ def test_populate_allocates_only_the_window_and_keeps_contents(tmp_path, needs_p
 def test_populate_stops_when_asked(tmp_path, needs_populate_write):
     mf = MappedFile.create(str(tmp_path / "cl" / "00000000000000000000"), 8 * MiB)
     try:
-        assert Populator().populate(mf, 0, 8 * MiB, lambda: True) == 0
+        assert Madvise().apply(mf, 0, 8 * MiB, lambda: True) == 0
         assert _allocated(mf.file_name) == 0
     finally:
         mf.destroy()
@@ -72,7 +72,7 @@ def test_populate_racing_the_writer_keeps_every_byte(tmp_path, needs_populate_wr
     mf = MappedFile.create(str(tmp_path / "cl" / "00000000000000000000"), size)
     chunk = os.urandom(1000)  # not page aligned: records straddle pages being populated
     n = size // len(chunk)
-    populator = Populator()
+    populator = Madvise()
 
     def writer() -> None:
         for _ in range(n):
@@ -82,7 +82,7 @@ def test_populate_racing_the_writer_keeps_every_byte(tmp_path, needs_populate_wr
         t = threading.Thread(target=writer)
         t.start()
         for _ in range(3):
-            populator.populate(mf, 0, size, lambda: False)
+            populator.apply(mf, 0, size, lambda: False)
         t.join()
         view = mf.view
         for i in range(n):
@@ -135,7 +135,7 @@ async def test_store_keeps_a_window_ahead_of_the_writer(tmp_path, needs_populate
 
 async def test_kernel_refusal_disables_it_and_puts_still_work(tmp_path, monkeypatch):
     # an advice value no kernel knows: madvise fails with EINVAL, as MADV_POPULATE_WRITE does before 5.14
-    monkeypatch.setattr(message_store_module, "Populator", lambda: Populator(advice=0x7FFF))
+    monkeypatch.setattr(message_store_module, "Madvise", lambda advice: Madvise(advice=0x7FFF))
     cfg = small_config(tmp_path, mapped_file_size_commit_log=1 * MiB, prefault_ahead_bytes=256 * 1024)
     store = MessageStore(cfg)
     assert await store.load()
@@ -194,14 +194,14 @@ def test_service_arms_the_next_file_when_the_current_one_is_populated(tmp_path, 
         mfq.destroy()
 
 
-class _CountingPopulator(Populator):
+class _CountingMadvise(Madvise):
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
 
-    def populate(self, mf, start, end, stopped):
+    def apply(self, mf, start, end, stopped):
         self.calls += 1
-        return super().populate(mf, start, end, stopped)
+        return super().apply(mf, start, end, stopped)
 
 
 def test_a_full_file_waiting_for_its_successor_does_not_spin(tmp_path, needs_populate_write):
@@ -211,7 +211,7 @@ def test_a_full_file_waiting_for_its_successor_does_not_spin(tmp_path, needs_pop
 
     mfq = MappedFileQueue(str(tmp_path / "cl"), 4 * MiB)
     mf = mfq.get_last_mapped_file(0)
-    populator = _CountingPopulator()
+    populator = _CountingMadvise()
     svc = PrefaultService(mfq, 1 * MiB, populator=populator)
     try:
         svc.refill()

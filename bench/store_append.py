@@ -6,19 +6,20 @@ For 128 B, 1 KiB and 4 KiB message bodies, ASYNC_FLUSH (pool off / on) and SYNC_
 `put_messages` with 32 messages. Each case runs for a fixed time, then the final fsync is included in
 the elapsed time.
 
-The raw bandwidth is 1 MiB writes in the same directory, measured right after each case with as many
-bytes as the case wrote and an fdatasync every 50 ms from a second thread, as the store's flush service
-does (`raw MB/s`, the ratio's denominator); and, for reference, before it as 128 MiB of writes and one
-final fsync (`burst MB/s`). Each case starts right after a warm-up that writes and deletes 2 GiB (or
-1.25 times what that case wrote before), so that the case and its raw reference both write into page
-cache memory the guest has just freed (see `warm_page_cache`). These precautions matter on this VM,
+The raw bandwidth is 1 MiB writes in the same directory, measured after each case with as many bytes
+as the case wrote and an fdatasync every 50 ms from a second thread, as the store's flush service does
+(`raw MB/s`, the ratio's denominator); and, for reference, before it as 128 MiB of writes and one final
+fsync (`burst MB/s`: mostly page cache, a small volume's fsync is short). The case and its raw write
+each start right after a warm-up that writes and deletes 2 GiB (or 1.25 times what that case wrote),
+so that both write into page cache memory the guest has just freed (see `warm_page_cache`). These precautions matter on this VM,
 where the same 2 GiB raw write measured 427-1673 MB/s depending on the memory under it, and a long
 write with one fsync at the end stalls in write-back (470-482 MB/s where overlapped fdatasyncs gave
 1300-1690 MB/s).
 
 `cpu msg/s` = messages per second of CPU time of this process (all threads); `loop us/msg` = CPU time
 of the event loop's thread per message, the bound on an idle machine (fsync, pre-faulting and file
-preparation run in other threads).
+preparation run in other threads); `fsync` = the share of the elapsed time spent in the final flush,
+after the last put (large when the disk, not the store, sets the pace).
 
 The messages (`MessageExtBrokerInner`, what the broker decodes from a request) are built before the
 clock starts and reused in turn, so the figures are the store's own cost; `--build-messages` builds
@@ -184,8 +185,10 @@ async def run_case(
     # everything acknowledged is made durable before the clock stops
     if store._commit_service is not None:
         await store._commit_service.commit(0)
+    t_fsync = time.perf_counter()
     await store._flusher.flush(0)
     elapsed = time.perf_counter() - t0
+    final_fsync = time.perf_counter() - t_fsync
     cpu = time.process_time() - c0
     loop_cpu = time.thread_time() - l0  # the event loop's thread: appends are bound by it
     nbytes = store.commit_log.put_message_size_total
@@ -196,6 +199,7 @@ async def run_case(
         "msgs": sent[0],
         "failed": failed[0],
         "msg_s": sent[0] / elapsed,
+        "fsync_share": final_fsync / elapsed,
         "mb_s": nbytes / elapsed / 1e6,
         "cpu_msg_s": sent[0] / cpu if cpu > 0 else 0.0,
         "loop_us": loop_cpu / max(1, sent[0]) * 1e6,
@@ -235,7 +239,7 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print(
         f"{'body':>6} {'flush':>11} {'pool':>4} {'batch':>5} {'record':>6} {'msg/s':>9} {'MB/s':>7} {'range':>9} "
-        f"{'raw MB/s':>8} {'range':>9} {'ratio':>6} {'burst':>6} {'ratio':>6} {'cpu msg/s':>9} {'loop us':>7} "
+        f"{'raw MB/s':>8} {'range':>9} {'ratio':>6} {'burst':>6} {'ratio':>6} {'cpu msg/s':>9} {'loop us':>7} {'fsync':>5} "
         f"{'prefault':>8} {'disk/data':>9}"
     )
     volume: dict[tuple, int] = {}  # the most a case wrote so far: its warm-up covers 1.25 times that
@@ -252,12 +256,14 @@ async def main_async(args: argparse.Namespace) -> None:
                 wrote = int(r["data_mb"] * 1e6)
                 volume[(size, flush, pool, batch, v)] = max(wrote, volume.get((size, flush, pool, batch, v), 0))
                 # as many bytes as the case wrote (whole MiB, at least the burst's), write-back overlapped,
-                # on the pages the case just freed (as the case ran on those the warm-up freed)
+                # right after the same warm-up as the case (a raw write straight after the case's
+                # gigabytes of I/O measured up to a third lower)
+                warm_page_cache(args.dir, max(WARM_BYTES, int(1.25 * wrote)))
                 r["raw"] = raw_write_bandwidth(args.dir, max(RAW_BYTES, wrote >> 20 << 20), overlap=True)
                 runs[v].append(r)
         for v in variants:
             rs = runs[v]
-            med = {k: statistics.median(r[k] for r in rs) for k in ("msg_s", "mb_s", "raw", "burst", "cpu_msg_s", "loop_us")}
+            med = {k: statistics.median(r[k] for r in rs) for k in ("msg_s", "mb_s", "raw", "burst", "cpu_msg_s", "loop_us", "fsync_share")}
             lo_mb, hi_mb = min(r["mb_s"] for r in rs), max(r["mb_s"] for r in rs)
             lo_raw, hi_raw = min(r["raw"] for r in rs), max(r["raw"] for r in rs)
             disk = sum(r["disk_mb"] for r in rs) / max(sum(r["data_mb"] for r in rs), 1e-9)
@@ -268,7 +274,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"{med['msg_s']:>9.0f} {med['mb_s']:>7.1f} {f'{lo_mb:.0f}-{hi_mb:.0f}':>9} "
                 f"{med['raw']:>8.0f} {f'{lo_raw:.0f}-{hi_raw:.0f}':>9} {med['mb_s'] / med['raw']:>6.1%} "
                 f"{med['burst']:>6.0f} {med['mb_s'] / med['burst']:>6.1%} {med['cpu_msg_s']:>9.0f} "
-                f"{med['loop_us']:>7.2f} {window:>8} {disk:>8.2f}x"
+                f"{med['loop_us']:>7.2f} {med['fsync_share']:>5.0%} {window:>8} {disk:>8.2f}x"
                 + (f"  ({failed} not PUT_OK)" if failed else ""),
                 flush=True,
             )

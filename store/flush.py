@@ -80,7 +80,9 @@ class WrittenPageReleaser:
     whole range, and a later read faults a page back in read-only.
 
     Only whole pages below the flush target go: the writer appends at or after the target, so they
-    are never written again. Runs in the flush's worker thread (the ctypes call releases the GIL)."""
+    are never written again (a later write there, a consume queue truncated at recovery, just faults
+    the page back in). Consume queues get the same treatment: they too are appended through their
+    mapping. Runs in the flush's worker thread (the ctypes call releases the GIL)."""
 
     def __init__(self, madvise: Madvise) -> None:
         self._madvise = madvise
@@ -343,6 +345,7 @@ class FlushConsumeQueueService(_Service):
         run_blocking: RunBlocking,
         now_ms: Callable[[], int],
         flush_index: Callable[[], object] | None = None,
+        release: WrittenPageReleaser | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -351,6 +354,8 @@ class FlushConsumeQueueService(_Service):
         self.run_blocking = run_blocking
         self.now_ms = now_ms
         self.flush_index = flush_index
+        # consume queues are appended through their mapping too (20 bytes an entry): same release
+        self.release = release
         self._last_thorough = 0
 
     async def do_flush(self, thorough: bool = False) -> None:
@@ -370,7 +375,7 @@ class FlushConsumeQueueService(_Service):
                 plans.append((mfq, [(f, t) for f, t in targets if f.hold()]))
         if plans:
             try:
-                await self.run_blocking(_fsync_files, [pair for _, held in plans for pair in held], 0)
+                await self.run_blocking(_fsync_files, [pair for _, held in plans for pair in held], 0, self.release)
             finally:
                 for _, held in plans:
                     for f, _ in held:

@@ -460,6 +460,7 @@ class MessageStore:
             self._run_blocking,
             self.now_ms,
             flush_index=self._flush_index,
+            release=self._flusher.release,
         )
         self._clean_service = CleanService(self)
         self._start_prefault()

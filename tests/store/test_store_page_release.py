@@ -87,3 +87,25 @@ async def test_a_refusing_kernel_turns_the_release_off_and_flushes_go_on(store_f
     mf = store.commit_log.mapped_file_queue.last_mapped_file()
     assert mf.flushed_position == mf.wrote_position
     assert store._flusher.release.enabled is False and mf.released_position == 0
+
+
+async def test_consume_queue_flushes_release_their_written_pages_too(store_factory, config_factory):
+    cfg = config_factory(
+        mapped_file_size_consume_queue=20_000 * 20, flush_interval_consume_queue=600_000, prefault_ahead_bytes=0
+    )
+    store = await store_factory(cfg)
+    results = [await store.put_message(make_msg(body=b"x" * 100)) for _ in range(1000)]
+    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+    cq = store.find_consume_queue("T", 0)
+    mf = cq.mapped_file_queue.last_mapped_file()
+    assert mf.wrote_position == 1000 * 20
+
+    await store._flush_cq_service.do_flush(thorough=True)
+
+    assert mf.flushed_position == 1000 * 20
+    assert mf.released_position == (1000 * 20) // 4096 * 4096
+    assert _mapped_kib(mf) <= 8
+    # every entry still reads back (the pages fault in again) and points at its record
+    for i, r in enumerate(results):
+        offset, size, _tags = cq.get_entry(i)
+        assert offset == r.append_result.wrote_offset and size == r.append_result.wrote_bytes

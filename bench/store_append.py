@@ -17,7 +17,12 @@ each start right after a warm-up that writes and deletes 2 GiB (or 1.25 times wh
 so that both write into page cache memory the guest has just freed (see `warm_page_cache`). These precautions matter on this VM,
 where the same 2 GiB raw write measured 427-1673 MB/s depending on the memory under it, and a long
 write with one fsync at the end stalls in write-back (470-482 MB/s where overlapped fdatasyncs gave
-1300-1690 MB/s).
+1300-1690 MB/s). The cause of the first: the guest reports freed pages to the host at once (Firecracker
+free page reporting, /sys/module/page_reporting/parameters/min_free_ms = 0), and the first touch of a
+reported page faults in the host; perf put 81 % of the pre-fault thread's time in that memset. The
+warm-up gives each write fresh memory, but a case that runs longer than its raw reference meets more
+reported memory: with min_free_ms = 60000 (a test only; the bench changes no system setting) the 4 KiB
+batch case measured 550 MB/s instead of 444, its raw reference 1352 instead of 1394.
 
 `cpu msg/s` = messages per second of CPU time of this process (all threads); `loop us/msg` = CPU time
 of the event loop's thread per message, the bound on an idle machine (fsync, pre-faulting and file

@@ -67,8 +67,8 @@ async def flush_queue(
 
 
 class WrittenPageReleaser:
-    """Drops the mapping's page-table entries of CommitLog pages that are written and about to be
-    flushed, so that their write-back finds nothing to write-protect.
+    """Drops the mapping's page-table entries of CommitLog (and consume queue) pages that are written
+    and about to be flushed, so that their write-back finds nothing to write-protect.
 
     A page dirtied through a shared writable mapping stays mapped writable. When write-back cleans it
     (our fdatasync, or the kernel's flusher), the kernel write-protects the entry again, page by page,

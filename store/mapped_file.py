@@ -207,6 +207,7 @@ class MappedFile:
 
     def set_positions(self, pos: int) -> None:
         self.wrote_position = self.committed_position = self.flushed_position = pos
+        self.released_position = min(self.released_position, pos - pos % OS_PAGE_SIZE)  # rewritten pages go again
 
     def is_able_to_flush(self, least_pages: int) -> bool:
         flush = self.flushed_position

@@ -109,3 +109,15 @@ async def test_consume_queue_flushes_release_their_written_pages_too(store_facto
     for i, r in enumerate(results):
         offset, size, _tags = cq.get_entry(i)
         assert offset == r.append_result.wrote_offset and size == r.append_result.wrote_bytes
+
+
+def test_a_truncation_below_the_released_pages_releases_them_again_later(tmp_path):
+    mf = MappedFile.create(str(tmp_path / "cq" / "00000000000000000000"), 64 * 1024)
+    try:
+        mf.released_position = 16 * 1024
+        mf.set_positions(5000)  # recovery cut the file back: pages from 4096 on get rewritten
+        assert mf.released_position == 4096
+        mf.set_positions(60_000)
+        assert mf.released_position == 4096
+    finally:
+        mf.destroy()

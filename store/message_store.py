@@ -151,7 +151,7 @@ class MessageStore:
         self._index_keys: list[str] = []
         self._index_phys: list[int] = []
         self._index_times: list[int] = []
-        self._index_build_scheduled = False
+        # the pending bulk index build of inline appends' keys (None: none scheduled)
         self._index_build_handle: asyncio.TimerHandle | None = None
         self._inline_appends = 0
         self.reput = ReputMessageService(
@@ -548,9 +548,7 @@ class MessageStore:
             await self._flusher.flush(0)
         if self._flush_cq_service is not None:
             await self._flush_cq_service.stop()
-        if self._index_build_handle is not None:
-            self._index_build_handle.cancel()
-            self._index_build_handle = None
+        self._cancel_index_build()
         pending = self._end_dispatch_round()  # the keys of the last inline appends (a new file if full)
         if pending is not None:
             await pending
@@ -787,8 +785,7 @@ class MessageStore:
             elif self._index_keys:
                 if len(self._index_keys) >= _INDEX_BUILD_BATCH:
                     self._deferred_index_build()
-                elif not self._index_build_scheduled:
-                    self._index_build_scheduled = True
+                elif self._index_build_handle is None:
                     self._index_build_handle = asyncio.get_running_loop().call_later(
                         _INDEX_BUILD_DELAY_S, self._deferred_index_build
                     )
@@ -884,10 +881,7 @@ class MessageStore:
             else:
                 log.error("[BUG] put commit log position info failed", topic=req.topic, queue_id=req.queue_id)
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-            for key in index_keys(req.topic, req.uniq_key, req.keys):
-                self._index_keys.append(key)
-                self._index_phys.append(req.commit_log_offset)
-                self._index_times.append(req.store_timestamp)
+            self._queue_index_keys(req.topic, req.uniq_key, req.keys, req.commit_log_offset, req.store_timestamp)
         listener = self.message_arriving_listener
         if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
             try:
@@ -950,10 +944,7 @@ class MessageStore:
                 uniq = props.get(MessageConst.UNIQ_KEY)
                 keys = props.get(MessageConst.KEYS)
                 if keys and sep in keys:
-                    for key in index_keys(topic, uniq, keys):
-                        index_keys_.append(key)
-                        index_phys.append(phy)
-                        index_times.append(store_ts)
+                    self._queue_index_keys(topic, uniq, keys, phy, store_ts)
                 else:  # (index_keys inlined for at most one key each)
                     if uniq:
                         index_keys_.append(f"{topic}#{uniq}")
@@ -1013,10 +1004,7 @@ class MessageStore:
                 self._index_times.extend([store_ts] * n)
             else:
                 for p, phy in zip(props, phys):
-                    for key in index_keys(topic, p.get(uniq), p.get(MessageConst.KEYS)):
-                        self._index_keys.append(key)
-                        self._index_phys.append(phy)
-                        self._index_times.append(store_ts)
+                    self._queue_index_keys(topic, p.get(uniq), p.get(MessageConst.KEYS), phy, store_ts)
         listener = self.message_arriving_listener
         if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
             queue_id = req.queue_id
@@ -1078,14 +1066,24 @@ class MessageStore:
                     log.exception("message arriving listener failed", topic=topic)
 
     def _deferred_index_build(self) -> None:
-        """Index the keys of the puts appended inline during this loop iteration, in one pass."""
-        self._index_build_scheduled = False
-        if self._index_build_handle is not None:
-            self._index_build_handle.cancel()
-            self._index_build_handle = None
+        """Index the keys of the puts appended inline since the last build, in one pass (at most
+        _INDEX_BUILD_DELAY_S after the first of them, or at once once _INDEX_BUILD_BATCH wait)."""
+        self._cancel_index_build()
         self._build_index_keys()
         if self._index_enabled and self.index_service.has_pending():
             self.reput.wakeup()  # its round ends with creating the next index file
+
+    def _cancel_index_build(self) -> None:
+        handle, self._index_build_handle = self._index_build_handle, None
+        if handle is not None:
+            handle.cancel()
+
+    def _queue_index_keys(self, topic: str, uniq: str | None, keys: str | None, phy: int, store_ts: int) -> None:
+        """Queue a record's index keys (UNIQ_KEY, each of KEYS) for the next bulk build."""
+        for key in index_keys(topic, uniq, keys):
+            self._index_keys.append(key)
+            self._index_phys.append(phy)
+            self._index_times.append(store_ts)
 
     def _build_index_keys(self) -> None:
         if self._index_keys:

@@ -163,6 +163,13 @@ class ReputMessageService:
                 keep.append((offset, fut))
         self._waiters = keep
 
+    async def _pause(self) -> None:
+        """Between stretches of a long catch-up: finish the round (index keys), answer the puts it
+        reached, let the loop run."""
+        await self._finish_round()
+        self._release_waiters(self.reput_from_offset)
+        await asyncio.sleep(0)
+
     async def _finish_round(self) -> None:
         pending = self._end_round()
         if pending is not None:
@@ -199,9 +206,7 @@ class ReputMessageService:
                     done += len(req.request.msgs)
                     if done >= _YIELD_EVERY:
                         done = 0
-                        await self._finish_round()
-                        self._release_waiters(self.reput_from_offset)
-                        await asyncio.sleep(0)
+                        await self._pause()
                     continue
                 pending = self._prepare(req)
                 if pending is not None:
@@ -213,19 +218,16 @@ class ReputMessageService:
                 self.reput_from_offset += req.msg_size
                 self.dispatched_total += 1
                 done += 1
-                if done % _YIELD_EVERY == 0:
-                    await self._finish_round()
-                    self._release_waiters(self.reput_from_offset)
-                    await asyncio.sleep(0)
+                if done >= _YIELD_EVERY:
+                    done = 0
+                    await self._pause()
                 continue
             progressed = await self._reput_from_log(max_offset)
             if not progressed:
                 break
             done += 1
             if done % _YIELD_EVERY == 0:
-                await self._finish_round()
-                self._release_waiters(self.reput_from_offset)
-                await asyncio.sleep(0)
+                await self._pause()
 
     async def _reput_from_log(self, max_offset: int) -> bool:
         """Parse and dispatch records at reput_from_offset until the writer's descriptors take over."""

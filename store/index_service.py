@@ -410,29 +410,7 @@ class IndexService:
         while True:
             if not self.index_files or self.index_files[-1].is_write_full():
                 if self._creating is None:
-                    prev = self.index_files[-1] if self.index_files else None
-                    path = os.path.join(self.store_path, time_millis_to_human_string(self.now_ms()))
-                    for _ in range(3):  # two files within one millisecond (tiny test files): the next one
-                        if not (any(f.file_name == path for f in self.index_files) or os.path.exists(path)):
-                            break
-                        await asyncio.sleep(0.001)
-                        path = os.path.join(self.store_path, time_millis_to_human_string(self.now_ms()))
-                    while any(f.file_name == path for f in self.index_files) or os.path.exists(path):
-                        path += "0"  # (a clock that does not move: keep the name unique all the same)
-                    slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
-                    self._creating = asyncio.ensure_future(
-                        self.run_blocking(partial(MappedFile.create, warm_prefix=slots_end), path, self._file_size)
-                    )
-                    creating = self._creating
-                    try:
-                        mf = await creating
-                    finally:
-                        self._creating = None
-                    f = IndexFile(mf, self.hash_slot_num, self.index_num)
-                    f.init_new(prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
-                    self.index_files.append(f)
-                    if prev is not None:
-                        asyncio.ensure_future(self.run_blocking(prev.flush_blocking))
+                    await self._create_next_file()
                 else:
                     await asyncio.shield(self._creating)
             pending, self._pending_keys = self._pending_keys, []
@@ -441,6 +419,39 @@ class IndexService:
                 self.build_hashed(hashes, phys, times)
             if not self._pending_keys:
                 return
+
+    async def _create_next_file(self) -> None:
+        prev = self.index_files[-1] if self.index_files else None
+        path = await self._next_file_path()
+        slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        self._creating = creating = asyncio.ensure_future(
+            self.run_blocking(partial(MappedFile.create, warm_prefix=slots_end), path, self._file_size)
+        )
+        try:
+            mf = await creating
+        finally:
+            self._creating = None
+        f = IndexFile(mf, self.hash_slot_num, self.index_num)
+        f.init_new(prev.end_phy_offset if prev else 0, prev.end_timestamp if prev else 0)
+        self.index_files.append(f)
+        if prev is not None:
+            asyncio.ensure_future(self.run_blocking(prev.flush_blocking))
+
+    async def _next_file_path(self) -> str:
+        """The next file's name: the time in milliseconds (upstream), unique among the files."""
+
+        def taken(path: str) -> bool:
+            return any(f.file_name == path for f in self.index_files) or os.path.exists(path)
+
+        path = os.path.join(self.store_path, time_millis_to_human_string(self.now_ms()))
+        for _ in range(3):  # two files within one millisecond (tiny test files): the next one
+            if not taken(path):
+                return path
+            await asyncio.sleep(0.001)
+            path = os.path.join(self.store_path, time_millis_to_human_string(self.now_ms()))
+        while taken(path):
+            path += "0"  # (a clock that does not move: keep the name unique all the same)
+        return path
 
     def build_index(self, req: DispatchRequest) -> None:
         self.build_batch([req])

@@ -81,65 +81,67 @@ assert _ENTRY_DTYPE.itemsize == INDEX_SIZE
 _VECTOR_MIN = 16  # below this many keys the scalar insert is cheaper
 
 
-_M32 = np.uint64(0xFFFFFFFF)
 _INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so it has an inverse modulo 2**32
 
 
+def _power_table(base: int, n: int) -> np.ndarray:
+    """base**j mod 2**32 for j in range(n), as uint32 (numpy's uint32 products wrap modulo 2**32)."""
+    out = np.empty(n, dtype=np.uint32)
+    out[0] = 1
+    if n > 1:
+        np.cumprod(np.full(n - 1, base, dtype=np.uint32), dtype=np.uint32, out=out[1:])
+    return out
+
+
 class JavaHasher:
-    """String.hashCode for many strings at once. numpy's fixed-width unicode array of the strings is a
-    matrix of code points (right-padded with zeros); the matrix times the powers of 31 is the hash of
-    each string followed by its padding, and multiplying by 31**-padding (mod 2**32) removes the padding.
-    uint64 arithmetic wraps modulo 2**64, hence also modulo 2**32. Strings with characters outside the
-    BMP (surrogate pairs in Java) take the scalar path."""
+    """String.hashCode for many strings at once, in a few vectorised passes over their UTF-16 code
+    units (what a Java String holds, so characters outside the BMP count as their surrogate pairs).
+
+    For a key at code units [a, e) of the joined keys c, hashCode = sum c[j] * 31**(e-1-j) mod 2**32.
+    31 is odd, so it has an inverse I modulo 2**32, and that sum is 31**(e-1) * sum c[j] * I**j: one
+    running sum of c[j] * I**j over all the keys, its differences at the key ends, each times
+    31**(e-1). uint32 arithmetic wraps modulo 2**32 as Java's int does. The keys are joined with NUL,
+    a code unit that adds nothing to a sum, and the NULs mark the ends; a key that holds NUL itself
+    makes the count differ, and the ends then come from the keys' lengths. (This replaced a matrix of
+    the keys' characters times powers of 31, which spent half its time padding the keys to one width:
+    4096 keys of 40 characters went from 1.1 ms to about a third of that.)"""
 
     MIN_VECTOR = 8
-    CHUNK = 65536  # strings per matrix (bounds the temporary memory)
+    CHUNK_UNITS = 1 << 20  # code units per pass: bounds the temporary arrays (4 MiB each)
 
     def __init__(self) -> None:
-        self._powers: dict[int, np.ndarray] = {}
-        self._inverse: np.ndarray = np.ones(1, dtype=np.uint64)
+        self._p31 = _power_table(31, 1)
+        self._pinv = _power_table(_INV31, 1)
 
-    def _pow(self, n: int) -> np.ndarray:
-        """31**(n-1-i) mod 2**32 for i in range(n)."""
-        p = self._powers.get(n)
-        if p is None:
-            p = np.ones(n, dtype=np.uint64)
-            for i in range(n - 2, -1, -1):
-                p[i] = (p[i + 1] * np.uint64(31)) & _M32
-            self._powers[n] = p
-        return p
-
-    def _inv(self, n: int) -> np.ndarray:
-        """31**-k mod 2**32 for k in range(n + 1)."""
-        if len(self._inverse) <= n:
-            inv = [1]
-            for _ in range(n):
-                inv.append(inv[-1] * _INV31 & 0xFFFFFFFF)
-            self._inverse = np.array(inv, dtype=np.uint64)
-        return self._inverse
+    def _powers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if len(self._p31) < n:
+            size = max(n, 2 * len(self._p31))
+            self._p31 = _power_table(31, size)
+            self._pinv = _power_table(_INV31, size)
+        return self._p31, self._pinv
 
     def hashes(self, keys: list[str]) -> np.ndarray:
         """Signed 32-bit String.hashCode of every key, as int64."""
         n = len(keys)
         if n < self.MIN_VECTOR:
             return np.array([java_string_hash(k) for k in keys], dtype=np.int64)
-        if n > self.CHUNK:
-            return np.concatenate([self.hashes(keys[i : i + self.CHUNK]) for i in range(0, n, self.CHUNK)])
-        arr = np.array(keys)
-        width = arr.dtype.itemsize // 4
-        if width == 0:
-            return np.zeros(n, dtype=np.int64)
-        codes = arr.view(np.uint32).reshape(n, width)
-        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
-        with np.errstate(over="ignore"):
-            h = (codes.astype(np.uint64) @ self._pow(width)) & _M32
-            h = (h * self._inv(width)[width - lengths]) & _M32
-        signed = h.astype(np.int64)
-        signed[signed >= 0x80000000] -= 0x100000000
-        if int(codes.max()) > 0xFFFF:
-            for i in np.flatnonzero((codes > 0xFFFF).any(axis=1)).tolist():
-                signed[i] = java_string_hash(keys[i])
-        return signed
+        joined = "\0".join(keys)
+        if len(joined) > self.CHUNK_UNITS:
+            half = n // 2
+            return np.concatenate([self.hashes(keys[:half]), self.hashes(keys[half:])])
+        units = np.frombuffer((joined + "\0").encode("utf-16-le", "surrogatepass"), dtype="<u2")
+        ends = np.flatnonzero(units == 0)  # where each key ends (the NUL after it)
+        if len(ends) != n:  # a key holds NUL itself
+            lengths = np.fromiter((len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys), np.int64, n)
+            ends = np.cumsum(lengths + 1) - 1
+        p31, pinv = self._powers(len(units))
+        running = units.astype(np.uint32)
+        running *= pinv[: len(units)]
+        np.cumsum(running, dtype=np.uint32, out=running)
+        sums = running[ends]
+        sums[1:] -= running[ends[:-1]]
+        sums *= p31[ends - 1]  # (an empty first key: index -1, times a zero sum)
+        return sums.view(np.int32).astype(np.int64)
 
     def abs_hashes(self, keys: list[str]) -> np.ndarray:
         """index_key_hash of every key, as an int64 array."""

@@ -126,7 +126,7 @@ def java_string_hash(s: str) -> int:
         for c in s.encode("ascii"):
             h = (31 * h + c) & 0xFFFFFFFF
     else:
-        data = s.encode("utf-16-be")
+        data = s.encode("utf-16-be", "surrogatepass")  # (a lone surrogate is one code unit, as in Java)
         for (c,) in struct.iter_unpack(">H", data):
             h = (31 * h + c) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h

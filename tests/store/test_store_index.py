@@ -7,6 +7,8 @@ import os
 import struct
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from store_helpers import make_msg
 
 from store import decode_offset_msg_id, decode_records
@@ -138,6 +140,30 @@ def test_vectorised_java_hash_matches_string_hash_code():
 
     keys = ["", "a", "TagA", "polygenelubricants", "ключ", "键-€", "emoji-\U0001f600", "x" * 300] * 3
     assert JavaHasher().hash_many(keys) == [java_string_hash(k) for k in keys]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(exclude_categories=()), max_size=60), min_size=8, max_size=80))
+def test_vectorised_java_hash_any_text(keys):
+    """Any text, NUL, lone surrogates and characters outside the BMP included, hashes as Java's
+    String.hashCode over UTF-16 code units (the scalar reference)."""
+    from store.index_service import JavaHasher
+    from store.message import java_string_hash
+
+    assert JavaHasher().hash_many(keys) == [java_string_hash(k) for k in keys]
+
+
+def test_vectorised_java_hash_in_chunks_and_with_nul_in_keys():
+    """Keys beyond one pass's worth of code units are hashed in parts; a key holding NUL (the
+    separator the ends are found by) still gets its own hash; a lone surrogate is one code unit."""
+    from store.index_service import JavaHasher
+    from store.message import java_string_hash
+
+    hasher = JavaHasher()
+    hasher.CHUNK_UNITS = 100
+    keys = [f"T#k{i:05d}-" + "x" * (i % 70) for i in range(500)] + ["a\0b", "\0", "\0\0x", "lone-\udc80", "pair-\ud83d\ude00"] * 4
+    assert hasher.hash_many(keys) == [java_string_hash(k) for k in keys]
+    assert hasher.hash_many(["", "", "", "", "", "", "", "a"]) == [0] * 7 + [97]
 
 
 async def test_keys_waiting_for_more_than_one_new_file_are_all_indexed(store_factory, config_factory):

@@ -144,6 +144,44 @@ class ExpressionMessageFilter:
         return self._predicate(properties)
 
 
+class RetryExpressionMessageFilter:
+    """A pull from ``%RETRY%<group>`` with ``filterSupportRetry=true`` (upstream's
+    ExpressionForRetryMessageFilter): each retried message is matched against the group's SQL92
+    subscription to the topic it was first sent to (its RETRY_TOPIC property). A message whose first
+    topic the group subscribes to by TAG, or not at all, passes: upstream keeps filter data only for
+    SQL92 subscriptions. Without the option the retry topic's own ``*`` subscription lets everything
+    through, as upstream's default does.
+
+    ``lookup(real_topic)`` gives the group's compiled SQL92 predicate for that topic, or None."""
+
+    __slots__ = ("_lookup",)
+
+    def __init__(self, lookup: Callable[[str], Predicate | None]) -> None:
+        self._lookup = lookup
+
+    @property
+    def matches_all(self) -> bool:
+        return False
+
+    def is_matched_by_consume_queue(self, tags_code: int | None) -> bool:
+        return True
+
+    def is_matched_by_commit_log(self, record: memoryview | bytes | None,
+                                 properties: Mapping[str, str] | None = None) -> bool:
+        if properties is None:
+            if record is None:
+                return True
+            properties = record_properties(record)
+        return self.is_matched_by_properties(properties)
+
+    def is_matched_by_properties(self, properties: Mapping[str, str] | None) -> bool:
+        if properties is None:
+            return True
+        real_topic = properties.get("RETRY_TOPIC")
+        predicate = self._lookup(real_topic) if real_topic else None
+        return True if predicate is None else predicate(properties)
+
+
 def _compile_tag(expression: str) -> Predicate:
     sub = build_subscription("", expression, EXPRESSION_TYPE_TAG)
     flt = TagMessageFilter(sub)

@@ -9,14 +9,20 @@ the suspend bit parks the request in the PullRequestHoldService instead of answe
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.filter import ExpressionMessageFilter, TagMessageFilter
+from broker.filter import (
+    ExpressionMessageFilter,
+    Predicate,
+    RetryExpressionMessageFilter,
+    TagMessageFilter,
+)
 from broker.heartbeat import build_subscription
 from broker.long_polling import PullRequest
-from broker.topic import is_readable
+from broker.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, decode_header
@@ -61,7 +67,7 @@ class PullMessageProcessor:
             return
         try:
             response = self._process(pr.channel, pr.request, broker_allow_suspend=False)
-        except Exception as exc:  # noqa: BLE001 - a woken pull must still get an answer
+        except Exception as exc:  # a woken pull must still get an answer
             log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
             response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if response is not None:
@@ -120,7 +126,7 @@ class PullMessageProcessor:
                 return request.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
                                         "the consumer's subscription not latest")
 
-        message_filter = self._build_filter(request, subscription)
+        message_filter = self._build_filter(request, subscription, hdr.topic)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
 
@@ -155,7 +161,9 @@ class PullMessageProcessor:
                                                          hdr.commit_offset, channel.remote_addr)
         return response
 
-    def _build_filter(self, request: RemotingCommand, subscription):
+    def _build_filter(self, request: RemotingCommand, subscription, topic: str):
+        if self.config.filter_support_retry and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return RetryExpressionMessageFilter(self._retry_filter_lookup(topic[len(RETRY_GROUP_TOPIC_PREFIX):]))
         if subscription.expression_type == "TAG":
             return TagMessageFilter(subscription)
         if not self.config.enable_property_filter:
@@ -168,6 +176,21 @@ class PullMessageProcessor:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                     f"parse the consumer's subscription[{subscription.sub_string}] failed: {exc}")
         return ExpressionMessageFilter(predicate)
+
+
+    def _retry_filter_lookup(self, group: str) -> Callable[[str], Predicate | None]:
+        """The group's compiled SQL92 subscription to a topic, for its retried messages (None: no filter:
+        a TAG subscription, none, or property filtering off, where no SQL92 subscription exists)."""
+
+        def lookup(real_topic: str) -> Predicate | None:
+            sub = self.c.consumer_manager.find_subscription(group, real_topic)
+            if sub is None or sub.expression_type == "TAG" or not self.config.enable_property_filter:
+                return None
+            try:
+                return self.c.compile_expression(sub.expression_type, sub.sub_string)
+            except ValueError:
+                return None  # refused when the consumer registered it; upstream then matches everything
+        return lookup
 
 
 def wake_in_loop(processor: PullMessageProcessor):

@@ -115,7 +115,8 @@ class JavaHasher:
 
     def _powers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if len(self._p31) < n:
-            size = max(n, 2 * len(self._p31))
+            # grow by doubling, up to what one pass can need (surrogate pairs: two units a character)
+            size = max(n, min(2 * len(self._p31), 2 * self.CHUNK_UNITS))
             self._p31 = _power_table(31, size)
             self._pinv = _power_table(_INV31, size)
         return self._p31, self._pinv

@@ -144,8 +144,8 @@ class ExpressionMessageFilter:
         return self._predicate(properties)
 
 
-class RetryExpressionMessageFilter:
-    """A pull from ``%RETRY%<group>`` with ``filterSupportRetry=true`` (upstream's
+def retry_expression_filter(lookup: Callable[[str], Predicate | None]) -> ExpressionMessageFilter:
+    """The filter of a pull from ``%RETRY%<group>`` with ``filterSupportRetry=true`` (upstream's
     ExpressionForRetryMessageFilter): each retried message is matched against the group's SQL92
     subscription to the topic it was first sent to (its RETRY_TOPIC property). A message whose first
     topic the group subscribes to by TAG, or not at all, passes: upstream keeps filter data only for
@@ -154,32 +154,12 @@ class RetryExpressionMessageFilter:
 
     ``lookup(real_topic)`` gives the group's compiled SQL92 predicate for that topic, or None."""
 
-    __slots__ = ("_lookup",)
+    def predicate(properties: Mapping[str, str] | None) -> bool:
+        real_topic = properties.get("RETRY_TOPIC") if properties else None
+        matches = lookup(real_topic) if real_topic else None
+        return True if matches is None else matches(properties)
 
-    def __init__(self, lookup: Callable[[str], Predicate | None]) -> None:
-        self._lookup = lookup
-
-    @property
-    def matches_all(self) -> bool:
-        return False
-
-    def is_matched_by_consume_queue(self, tags_code: int | None) -> bool:
-        return True
-
-    def is_matched_by_commit_log(self, record: memoryview | bytes | None,
-                                 properties: Mapping[str, str] | None = None) -> bool:
-        if properties is None:
-            if record is None:
-                return True
-            properties = record_properties(record)
-        return self.is_matched_by_properties(properties)
-
-    def is_matched_by_properties(self, properties: Mapping[str, str] | None) -> bool:
-        if properties is None:
-            return True
-        real_topic = properties.get("RETRY_TOPIC")
-        predicate = self._lookup(real_topic) if real_topic else None
-        return True if predicate is None else predicate(properties)
+    return ExpressionMessageFilter(predicate)
 
 
 def _compile_tag(expression: str) -> Predicate:

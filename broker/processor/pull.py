@@ -17,8 +17,8 @@ import structlog
 from broker.filter import (
     ExpressionMessageFilter,
     Predicate,
-    RetryExpressionMessageFilter,
     TagMessageFilter,
+    retry_expression_filter,
 )
 from broker.heartbeat import build_subscription
 from broker.long_polling import PullRequest
@@ -163,7 +163,7 @@ class PullMessageProcessor:
 
     def _build_filter(self, request: RemotingCommand, subscription, topic: str):
         if self.config.filter_support_retry and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return RetryExpressionMessageFilter(self._retry_filter_lookup(topic[len(RETRY_GROUP_TOPIC_PREFIX):]))
+            return retry_expression_filter(self._retry_filter_lookup(topic[len(RETRY_GROUP_TOPIC_PREFIX):]))
         if subscription.expression_type == "TAG":
             return TagMessageFilter(subscription)
         if not self.config.enable_property_filter:
@@ -176,7 +176,6 @@ class PullMessageProcessor:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                     f"parse the consumer's subscription[{subscription.sub_string}] failed: {exc}")
         return ExpressionMessageFilter(predicate)
-
 
     def _retry_filter_lookup(self, group: str) -> Callable[[str], Predicate | None]:
         """The group's compiled SQL92 subscription to a topic, for its retried messages (None: no filter:

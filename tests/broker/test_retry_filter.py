@@ -9,7 +9,7 @@ import pytest
 from broker_helpers import start_broker
 from test_processors import pull_request, send_request
 
-from broker.filter import RetryExpressionMessageFilter
+from broker.filter import retry_expression_filter
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from store.message import decode_records
@@ -79,7 +79,7 @@ async def test_retry_filter_follows_a_changed_subscription(tmp_path, client):
 
 def test_retry_filter_checks_properties_for_long_polling():
     """The wake-up check of a parked pull uses the arriving message's properties the same way."""
-    flt = RetryExpressionMessageFilter(lambda topic: (lambda p: p.get("amount") == "10") if topic == "Orders" else None)
+    flt = retry_expression_filter(lambda topic: (lambda p: p.get("amount") == "10") if topic == "Orders" else None)
     assert flt.is_matched_by_properties({"RETRY_TOPIC": "Orders", "amount": "10"})
     assert not flt.is_matched_by_properties({"RETRY_TOPIC": "Orders", "amount": "2"})
     assert flt.is_matched_by_properties({"RETRY_TOPIC": "Other", "amount": "2"})

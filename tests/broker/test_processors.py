@@ -11,35 +11,12 @@ import struct
 import time
 
 import orjson
-import pytest
+from broker_helpers import pull_request, send_request, start_broker
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import SendMessageRequestHeader, encode_header
 from store.message import decode_records, encode_properties
-
-from broker_helpers import start_broker
-
-
-def send_request(topic, body=b"x", *, queue_id=0, props=None, code=RequestCode.SEND_MESSAGE_V2, batch=False,
-                 reconsume_times=None, max_reconsume_times=None, extra_ext=None):
-    hdr = SendMessageRequestHeader(producer_group="PG", topic=topic, default_topic="TBW102",
-                                   default_topic_queue_nums=4, queue_id=queue_id, sys_flag=0,
-                                   born_timestamp=int(time.time() * 1000), flag=0,
-                                   properties=encode_properties(props or {}), reconsume_times=reconsume_times,
-                                   max_reconsume_times=max_reconsume_times, batch=batch)
-    ext = encode_header(hdr.to_v2()) if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE) \
-        else encode_header(hdr)
-    ext.update(extra_ext or {})
-    return RemotingCommand.request(code, ext, body)
-
-
-def pull_request(group, topic, queue_id, offset, *, sys_flag=0x4 | 0x2, suspend_ms=1000, sub="*", max_nums=32):
-    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": "0",
-           "suspendTimeoutMillis": str(suspend_ms), "subVersion": "0", "subscription": sub}
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
 
 
 def batch_body(bodies, props_list):

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from broker_helpers import start_broker
-from test_processors import pull_request, send_request
+from broker_helpers import pull_request, send_request, start_broker
 
 from broker.filter import retry_expression_filter
 from remoting.codes import RequestCode, ResponseCode

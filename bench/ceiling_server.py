@@ -82,15 +82,17 @@ def _code_and_opaque(frame: memoryview) -> tuple[int, int, bool]:
 
 
 async def serve(host: str, port: int, advertised: str | None = None) -> asyncio.Server:
-    addr = advertised or f"{host}:{port}"
+    """Listen on host:port (0 picks a free port); routes name ``advertised`` or the address bound."""
     send_ok = _pre_encoded(ResponseCode.SUCCESS, {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0",
                                                   "queueOffset": "0", "MSG_REGION": "DefaultRegion",
                                                   "TRACE_ON": "true"})
     answers = {int(code): send_ok for code in _SENDS}
-    answers[int(RequestCode.GET_ROUTEINFO_BY_TOPIC)] = _pre_encoded(ResponseCode.SUCCESS, body=route_body(addr))
     default = _pre_encoded(ResponseCode.SUCCESS)
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: CeilingProtocol(answers, default), host, port)
+    server = await loop.create_server(lambda: CeilingProtocol(answers, default), host, port)
+    addr = advertised or f"{host}:{server.sockets[0].getsockname()[1]}"
+    answers[int(RequestCode.GET_ROUTEINFO_BY_TOPIC)] = _pre_encoded(ResponseCode.SUCCESS, body=route_body(addr))
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:

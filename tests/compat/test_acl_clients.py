@@ -7,6 +7,10 @@ end to end. The broker logs one warning line per refusal, with the reason upstre
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -30,7 +34,9 @@ from rocketmq.exceptions import ProducerSendSyncFailed
 
 AK, SK = "acl_compat_user", "acl_compat_secret"
 ADMIN_AK, ADMIN_SK = "acl_compat_admin", "acl_compat_admin_secret"
-TOPIC_CPP, TOPIC_ONS, TOPIC_DENIED = "T_acl_cpp", "T_acl_ons", "T_acl_denied"
+TOPIC_CPP, TOPIC_ONS, TOPIC_JAVA, TOPIC_DENIED = "T_acl_cpp", "T_acl_ons", "T_acl_java", "T_acl_denied"
+RMQJAVA = shutil.which("rmqjava") or "/root/.cache/apache-rocketmq-4.9.7/bin/rmqjava"
+JAVA_SOURCE = Path(__file__).parent / "java" / "AclRoundTrip.java"
 
 
 def write_acl(home: Path) -> None:
@@ -40,7 +46,8 @@ def write_acl(home: Path) -> None:
         "accounts": [
             {"accessKey": AK, "secretKey": SK, "admin": False, "defaultTopicPerm": "DENY",
              "defaultGroupPerm": "SUB",
-             "topicPerms": [f"{TOPIC_CPP}=PUB|SUB", f"{TOPIC_ONS}=PUB|SUB", "COMPAT_WARMUP=PUB",
+             "topicPerms": [f"{TOPIC_CPP}=PUB|SUB", f"{TOPIC_ONS}=PUB|SUB", f"{TOPIC_JAVA}=PUB|SUB",
+                            "COMPAT_WARMUP=PUB",
                             f"{TOPIC_DENIED}=SUB"]},
             {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
         ],
@@ -170,3 +177,40 @@ def test_ons_without_the_right_secret_is_refused(acl_broker, secret, reason):
     assert run.of("send_error") or run.of("fatal") or run.rc != 0, run.describe()
     log = wait_for_log(acl_broker, reason, mark)
     assert "Traceback" not in log
+
+
+# ---------------------------------------------------------------------------------------------- Java client
+
+def run_java(broker, topic: str, group: str, ak: str, sk: str, count: int) -> list[dict]:
+    """AclRoundTrip.java through rmqjava (the 4.9.7 client jars; AclClientRPCHook when `ak` is not empty)."""
+    proc = subprocess.run([RMQJAVA, str(JAVA_SOURCE), broker.namesrv_addr, topic, group, ak, sk, str(count)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and events and events[-1]["event"] == "done", proc.stdout[-2000:] + proc.stderr[-2000:]
+    return events
+
+
+java = pytest.mark.skipif(not os.access(RMQJAVA, os.X_OK), reason="the Apache RocketMQ 4.9.7 Java client (rmqjava) "
+                                                                 "is not installed")
+
+
+@java
+@pytest.mark.slow
+def test_java_right_secret_sends_and_consumes_end_to_end(acl_broker):
+    events = run_java(acl_broker, TOPIC_JAVA, unique("CG_acl_java"), AK, SK, 5)
+    assert [e["key"] for e in events if e["event"] == "sent"] == [f"k{i}" for i in range(5)], events
+    assert sorted({e["key"] for e in events if e["event"] == "received"}) == [f"k{i}" for i in range(5)], events
+    assert events[-1]["complete"] is True
+
+
+@java
+@pytest.mark.slow
+@pytest.mark.parametrize("ak, sk, reason", [
+    ("", "", "No accessKey is configured"),
+    (AK, "not_the_secret", f"Check signature failed for accessKey={AK}"),
+])
+def test_java_without_the_right_secret_is_refused(acl_broker, ak, sk, reason):
+    mark = acl_broker.log_size()
+    events = run_java(acl_broker, TOPIC_JAVA, unique("CG_acl_java_bad"), ak, sk, 1)
+    assert not [e for e in events if e["event"] == "sent"] and [e for e in events if e["event"] == "send_error"]
+    assert "Traceback" not in wait_for_log(acl_broker, reason, mark)

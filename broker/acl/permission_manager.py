@@ -36,7 +36,7 @@ from broker.acl.errors import (
 from broker.acl.permission import PUB, check_permission, check_resource_perms, need_admin
 from broker.acl.remote_address import AddressStrategy, address_strategy
 from broker.data_version import DataVersion
-from remoting.signature import calculate_signature
+from remoting.signature import signature_matches
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +59,8 @@ class AccessRequest:
     security_token: str | None = None
     #: resource → permission needed; insertion order is the order the checks run
     resources: dict[str, int] = field(default_factory=dict)
-    content: Callable[[], bytes] = lambda: b""  # the signed bytes, computed only when a signature is checked
+    #: secret key → the signature this request should carry; computed only when a signature is checked
+    signature_for: Callable[[str], str] | None = None
 
     def need(self, resource: str | None, perm: int) -> None:
         if resource is not None:
@@ -186,7 +187,8 @@ class PlainPermissionManager:
             raise AclError(f"No acl config for {request.access_key}", FRAME_VALIDATE_UNKNOWN_KEY)
         if account.address.match(host):
             return
-        if calculate_signature(request.content(), account.secret_key) != request.signature:
+        expected = request.signature_for(account.secret_key) if request.signature_for is not None else ""
+        if not signature_matches(expected, request.signature):
             raise AclError(f"Check signature failed for accessKey={request.access_key}", FRAME_VALIDATE_SIGNATURE)
         # Message traces are written by every client that enables them.
         if request.resources.get(TRACE_TOPIC) == PUB:

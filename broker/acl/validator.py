@@ -23,11 +23,12 @@ from broker.acl.permission_manager import AccessRequest, PlainPermissionManager
 from broker.acl.remote_address import host_of
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, signed_content
+from remoting.signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, request_signature
 
 log = structlog.get_logger(__name__)
 
 _C = RequestCode
+_UNSIGNED = (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)  # the fields the broker leaves out of the signed content
 
 
 def parse_access(request: RemotingCommand, remote_addr: str | None) -> AccessRequest:
@@ -45,7 +46,7 @@ def parse_access(request: RemotingCommand, remote_addr: str | None) -> AccessReq
         raise
     except Exception as exc:  # noqa: BLE001 - a client's malformed header or body, refused like upstream
         raise AclError(f"{type(exc).__name__}: {exc}", FRAME_PARSE) from None
-    access.content = lambda: signed_content(ext, request.body, (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
+    access.signature_for = lambda secret: request_signature(ext, request.body, secret, _UNSIGNED)
     return access
 
 

@@ -414,4 +414,4 @@ def test_all_config_lists_accounts_as_fastjson_would(manager):
 def test_access_request_defaults():
     access = AccessRequest(code=10, remote_host=None)
     access.need(None, PUB)
-    assert access.resources == {} and access.content() == b""
+    assert access.resources == {} and access.signature_for is None

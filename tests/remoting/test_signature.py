@@ -93,3 +93,10 @@ async def test_remoting_client_with_credentials_signs_every_request():
     assert [r.ext_fields["AccessKey"] for r in seen] == ["ak_1234567"] * 2
     assert seen[0].ext_fields["Signature"] == calculate_signature(b"ak_12345671body", "sk_1234567")
     assert seen[1].ext_fields["Signature"] == calculate_signature(b"ak_12345672", "sk_1234567")
+
+
+def test_non_string_values_are_signed_as_the_encoder_writes_them():
+    ext = {"queueId": 3, "batch": True, "gone": None, "topic": "T"}
+    sign_request_fields(ext, None, SessionCredentials("ak_1234567", "sk_1234567"))
+    assert ext["queueId"] == "3" and ext["batch"] == "true" and "gone" not in ext
+    assert ext["Signature"] == calculate_signature(b"ak_1234567true3T", "sk_1234567")

@@ -193,3 +193,30 @@ async def test_acl_home_defaults_to_the_store_root(tmp_path, monkeypatch):
         assert controller.acl.default_file == str(tmp_path / "store" / "conf" / "plain_acl.yml")
     finally:
         await controller.shutdown()
+
+
+async def test_the_watcher_reloads_a_changed_file_by_itself(tmp_path, monkeypatch):
+    import asyncio
+
+    import broker.controller
+
+    monkeypatch.setattr(broker.controller, "ACL_WATCH_INTERVAL_S", 0.05)
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump(ACL, sort_keys=False))
+    controller = await start_broker(tmp_path, aclEnable="true", rocketmqHome=str(home))
+    try:
+        newcomer = SessionCredentials("user_0005", "secret_0005")
+        resp = await call(controller, send_request("T_any", b"x"), newcomer)
+        assert "No acl config for user_0005" in resp.remark
+        (home / "conf" / "acl").mkdir()
+        (home / "conf" / "acl" / "team.yml").write_text(yaml.safe_dump({"accounts": [
+            {"accessKey": "user_0005", "secretKey": "secret_0005", "defaultTopicPerm": "PUB"}]}))
+        for _ in range(100):
+            if "user_0005" in controller.acl.tables.accounts:
+                break
+            await asyncio.sleep(0.05)
+        resp = await call(controller, send_request("T_any", b"x"), newcomer)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    finally:
+        await controller.shutdown()

@@ -118,8 +118,9 @@ class PlainPermissionManager:
 
     def load(self) -> None:
         """(Re)build every table from the files; raises :class:`AclError` and keeps the old tables on error."""
-        Path(self.default_file).parent.mkdir(parents=True, exist_ok=True)
-        Path(self.default_file).touch(exist_ok=True)
+        if not os.path.exists(self.default_file):  # upstream creates it too (never touch an existing one)
+            Path(self.default_file).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.default_file).touch()
         files = self.acl_files()
         accounts: dict[str, PlainAccount] = {}
         account_file: dict[str, str] = {}

@@ -28,7 +28,8 @@ from remoting.signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, UNIQUE_MSG
 log = structlog.get_logger(__name__)
 
 _C = RequestCode
-_UNSIGNED = (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)  # the fields the broker leaves out of the signed content
+_UNSIGNED = (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)
+_LOG_MAX = 256  # a client chooses its access key: a log line must not carry megabytes of it  # the fields the broker leaves out of the signed content
 
 
 def parse_access(request: RemotingCommand, remote_addr: str | None) -> AccessRequest:
@@ -116,7 +117,8 @@ class PlainAccessValidator:
         try:
             self.manager.validate(parse_access(request, remote))
         except AclError as exc:
+            access_key = request.ext_fields.get(ACCESS_KEY)
             log.warning("request refused by acl", code=request.code, remote=remote,
-                        access_key=request.ext_fields.get(ACCESS_KEY), reason=exc.message)
+                        access_key=access_key[:_LOG_MAX] if access_key else access_key, reason=exc.message[:_LOG_MAX])
             return request.response(ResponseCode.SYSTEM_ERROR, exc.remark)
         return None

@@ -28,8 +28,8 @@ from remoting.signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, UNIQUE_MSG
 log = structlog.get_logger(__name__)
 
 _C = RequestCode
-_UNSIGNED = (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)
-_LOG_MAX = 256  # a client chooses its access key: a log line must not carry megabytes of it  # the fields the broker leaves out of the signed content
+_UNSIGNED = (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)  # the fields the broker leaves out of the signed content
+_LOG_MAX = 256  # a client chooses its access key: a log line must not carry megabytes of it
 
 
 def parse_access(request: RemotingCommand, remote_addr: str | None) -> AccessRequest:

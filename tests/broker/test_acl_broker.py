@@ -220,3 +220,23 @@ async def test_the_watcher_reloads_a_changed_file_by_itself(tmp_path, monkeypatc
         assert resp.code == ResponseCode.SUCCESS, resp.remark
     finally:
         await controller.shutdown()
+
+
+def test_mqbroker_with_a_bad_acl_file_exits_with_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from broker_helpers import free_port
+
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: [300.1.1.1]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker.main", "--set", f"listenPort={free_port()}", "--set", "namesrvListenPort=-1",
+         "--set", "brokerIP1=127.0.0.1", "--set", "listenHost=127.0.0.1", "--set",
+         f"storePathRootDir={tmp_path / 'store'}", "--set", "aclEnable=true", "--set", f"rocketmqHome={home}"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "mqbroker: cannot start: acl: Netaddress examine Exception netaddress is 300.1.1.1" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bench.run import RunError, RunOptions, run_scenario
     from bench.worker import quiet_logs
 
+    if bool(args.ak) != bool(args.sk):
+        _err("give both --ak and --sk (or neither)")
+        return EXIT_BAD_INPUT
     try:
         scen = load_scenario(args.scenario)
     except ScenarioError as exc:
@@ -77,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_scenario(scen, RunOptions(out_dir=out, namesrv=args.namesrv, master=args.master,
                                                driver=args.driver, tasks=args.tasks, progress=not args.quiet,
-                                               keep_store=args.keep_store, spark_conf=spark_conf))
+                                               keep_store=args.keep_store, spark_conf=spark_conf,
+                                               access_key=args.ak, secret_key=args.sk))
     except RunError as exc:
         _err(str(exc))
         return EXIT_FAILED
@@ -190,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a Spark setting, repeatable (e.g. spark.kubernetes.container.image=…, "
                         "spark.executor.memory=2g)")
     r.add_argument("--quiet", action="store_true", help="no live progress lines")
+    r.add_argument("--ak", default=os.environ.get("ROCKETMQ_ACCESS_KEY"),
+                   help="ACL access key every client signs with (default: $ROCKETMQ_ACCESS_KEY); creating the "
+                        "run's topics needs an admin account")
+    r.add_argument("--sk", default=os.environ.get("ROCKETMQ_SECRET_KEY"),
+                   help="ACL secret key (default: $ROCKETMQ_SECRET_KEY)")
     r.add_argument("--keep-store", action="store_true",
                    help="keep the store of the broker mqbench started (deleted after the run by default)")
     r.set_defaults(func=cmd_run)

@@ -60,6 +60,8 @@ class _CppProducer:
         c = load.scen.client
         self.producer = Producer(f"{load.spec.run_id}-cpp-producers", timeout=c.send_timeout_ms)
         self.producer.set_namesrv_addr(load.spec.namesrv)
+        if load.spec.access_key:
+            self.producer.set_session_credentials(load.spec.access_key, load.spec.secret_key or "", "")
         self.producer.start()
         rnd = random.Random(f"{load.spec.run_id}/{spec.id}")
         self.payload = "".join(rnd.choices(string.ascii_letters + string.digits, k=load.scen.message_size)).encode()
@@ -153,6 +155,8 @@ class _CppConsumer:
         # share the C++ client factory and its client id, and the rebalance would split nothing.
         c.set_instance_name(f"{self.id}-{os.getpid()}-{self.load.spec.run_id}")
         c.set_namesrv_addr(self.load.spec.namesrv)
+        if self.load.spec.access_key:
+            c.set_session_credentials(self.load.spec.access_key, self.load.spec.secret_key or "", "")
         c.set_thread_count(max(1, self.load.scen.client.consume_threads))
         c.subscribe(self.topic, self._on_message)
         await self.loop.run_in_executor(None, c.start)
@@ -167,7 +171,7 @@ class _CppConsumer:
     async def caught_up(self) -> bool:
         from mqclient import Admin
 
-        async with Admin(self.load.spec.namesrv) as admin:
+        async with Admin(self.load.spec.namesrv, credentials=self.load.spec.credentials()) as admin:
             route = await admin.route(self.topic)
             if route is None:
                 return False

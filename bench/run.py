@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from bench.scenario import Scenario
 from bench.worker import ConsumerSpec, ProducerSpec, TaskSpec
+from remoting.signature import SessionCredentials
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +46,8 @@ class RunOptions:
     spark: SparkSession | None = None  # an existing session (tests); else one is built for ``master``
     spark_conf: dict[str, str] = field(default_factory=dict)
     keep_store: bool = False  # keep the store of a broker mqbench started (it preallocates 1 GiB+)
+    access_key: str | None = None  # ACL credentials for a broker with aclEnable=true (--ak/--sk)
+    secret_key: str | None = None
 
 
 @dataclass
@@ -72,7 +75,8 @@ def topic_names(scen: Scenario, run_id: str) -> list[str]:
     return [f"{scen.topic_prefix}-{run_id}-t{i}" for i in range(scen.topics)]
 
 
-def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None) -> Plan:
+def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None,
+             access_key: str | None = None, secret_key: str | None = None) -> Plan:
     """Name topics and groups, and deal producers and consumers out to ``tasks`` Spark tasks so each
     task runs a mix (consumers start where producers stopped, so 1 + 1 clients use 2 tasks)."""
     topics = topic_names(scen, run_id)
@@ -88,7 +92,8 @@ def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_
                           for c in range(scen.consumers_per_subscription)]
     tasks = max(1, min(tasks, len(producers) + len(consumers)))
     specs = [TaskSpec(run_id=run_id, worker=i, namesrv=namesrv, scenario=scen.to_dict(), topics=topics,
-                      progress_addr=progress_addr, run_faults=(i == 0)) for i in range(tasks)]
+                      progress_addr=progress_addr, run_faults=(i == 0), access_key=access_key,
+                      secret_key=secret_key) for i in range(tasks)]
     for i, p in enumerate(producers):
         specs[i % tasks].producers.append(p)
     for i, c in enumerate(consumers):
@@ -96,11 +101,12 @@ def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_
     return Plan(run_id=run_id, topics=topics, groups=groups, specs=specs)
 
 
-async def prepare_topics(namesrv: str, topics: list[str], queues: int) -> dict[str, Any]:
-    """Check the name server answers, then create the run's topics on every master."""
+async def prepare_topics(namesrv: str, topics: list[str], queues: int, credentials: Any = None) -> dict[str, Any]:
+    """Check the name server answers, then create the run's topics on every master (with ACL on, creating
+    topics needs an admin account's ``credentials``)."""
     from mqclient import Admin, MQClientError
 
-    async with Admin(namesrv, timeout_s=3.0) as admin:
+    async with Admin(namesrv, timeout_s=3.0, credentials=credentials) as admin:
         try:
             await admin.ping_namesrv()
         except MQClientError as exc:
@@ -198,7 +204,9 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
                 raise RunError(str(exc)) from None
             namesrv = broker.namesrv
         meta["namesrv"] = namesrv
-        meta["cluster"] = asyncio.run(prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic))
+        credentials = SessionCredentials(opts.access_key, opts.secret_key or "") if opts.access_key else None
+        meta["cluster"] = asyncio.run(prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic,
+                                                     credentials))
         if spark is None:
             spark = get_session(opts.master, log_dir=out, conf=opts.spark_conf)
         meta["master"] = spark.sparkContext.master
@@ -206,7 +214,8 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         collector = ProgressCollector(host, out=opts.progress_out, enabled=opts.progress).start()
         slots = wait_for_slots(spark, opts.tasks or scen.tasks)
         tasks = opts.tasks or scen.tasks or slots
-        plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr)
+        plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr,
+                        access_key=opts.access_key, secret_key=opts.secret_key)
         meta.update(tasks=len(plan.specs), groups=plan.groups, topics=plan.topics)
         (out / "run.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
         started = time.time_ns() // 1_000_000

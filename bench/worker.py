@@ -105,6 +105,14 @@ class TaskSpec:
     topics: list[str] = field(default_factory=list)
     progress_addr: str | None = None
     run_faults: bool = False
+    access_key: str | None = None  # ACL credentials every client of the task signs with (--ak/--sk)
+    secret_key: str | None = None
+
+    def credentials(self) -> Any:
+        """``remoting.signature.SessionCredentials`` when the run has credentials, else None."""
+        from remoting.signature import SessionCredentials
+
+        return SessionCredentials(self.access_key, self.secret_key or "") if self.access_key else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -297,7 +305,7 @@ class _Load:
     async def fault_loop(self) -> None:
         from mqclient import Admin
 
-        async with Admin(self.spec.namesrv) as admin:
+        async with Admin(self.spec.namesrv, credentials=self.spec.credentials()) as admin:
             brokers = [b.master for b in await admin.cluster_info() if b.master]
             for fault in sorted(self.scen.faults, key=lambda f: f.at_s):
                 await asyncio.sleep(max(0.0, (self.t0 + fault.at_s * 1000 - now_ms()) / 1000))
@@ -367,7 +375,7 @@ class _AsyncioProducer:
         self.producer = Producer(load.spec.namesrv, ProducerConfig(
             group=f"{load.spec.run_id}-producers", send_timeout_ms=c.send_timeout_ms,
             attempt_timeout_ms=c.attempt_timeout_ms, retries=c.retries, retry_on_timeout=c.retry_on_timeout,
-            compress_over_bytes=c.compress_over_bytes))
+            compress_over_bytes=c.compress_over_bytes), credentials=load.spec.credentials())
         rnd = random.Random(hash((load.spec.run_id, spec.id)))
         self.payload = rnd.randbytes(load.scen.message_size)
 
@@ -510,7 +518,8 @@ class _AsyncioConsumer:
             suspend_timeout_ms=c.suspend_timeout_ms, pull_timeout_ms=c.pull_timeout_ms,
             heartbeat_interval_s=c.heartbeat_interval_s, rebalance_interval_s=c.rebalance_interval_s,
             commit_interval_s=c.commit_interval_s, pull_delay_on_error_ms=min(3000, c.pull_timeout_ms),
-            client_id=f"{socket.gethostname()}@{os.getpid()}#{spec.id}#{load.spec.run_id}"), self.on_message)
+            client_id=f"{socket.gethostname()}@{os.getpid()}#{spec.id}#{load.spec.run_id}"), self.on_message,
+            credentials=load.spec.credentials())
         self.delay = delay
 
     async def on_message(self, msg: Any, mq: Any) -> None:

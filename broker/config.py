@@ -93,6 +93,8 @@ class BrokerConfig:
     filter_support_retry: bool = _k("filterSupportRetry", False)
     reject_transaction_message: bool = _k("rejectTransactionMessage", False)
     acl_enable: bool = _k("aclEnable", False)
+    # ACL files live in <rocketmqHome>/conf (plain_acl.yml, acl/*.yml); empty: $ROCKETMQ_HOME, else storePathRootDir
+    rocketmq_home: str = _k("rocketmqHome", factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
 
     # -- request executors (processor/executor pairs) -----------------------------------
     send_message_thread_pool_nums: int = _k("sendMessageThreadPoolNums", min(_CPUS, 4), minimum=1)
@@ -214,7 +216,7 @@ class BrokerConfig:
 
 # Upstream keys that load without error but do nothing here (listed so an existing broker.conf works).
 INERT_KEYS = frozenset({
-    "rocketmqHome", "haListenPort", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
+    "haListenPort", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
     "haMasterAddress", "haSlaveFallbehindMax", "enableDLegerCommitLog", "dLegerGroup", "dLegerPeers",
     "dLegerSelfId", "slaveReadEnable", "serverWorkerThreads", "serverCallbackExecutorThreads",
     "serverSelectorThreads", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",

@@ -16,6 +16,9 @@ from typing import Any, Callable
 import orjson
 import structlog
 
+from broker.acl.errors import AclError
+from broker.acl.permission_manager import PlainPermissionManager
+from broker.acl.validator import PlainAccessValidator
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.producer_manager import ProducerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
@@ -29,6 +32,7 @@ from broker.long_polling import PullRequestHoldService
 from broker.metrics import BrokerMetrics
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
+from broker.processor.acl_admin import AclAdminProcessor
 from broker.processor.admin import AdminBrokerProcessor
 from broker.processor.client_manage import ClientManageProcessor
 from broker.processor.consumer_admin import ConsumerAdminProcessor
@@ -57,6 +61,7 @@ log = structlog.get_logger(__name__)
 # Java producers ask TBW102 for 4 queues by default; a route invented by the name server matches that.
 NAMESRV_AUTO_CREATE_QUEUE_NUMS = 4
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
+ACL_WATCH_INTERVAL_S = 5.0  # upstream's AclFileWatchService period
 BROKER_VERSION = 409
 
 
@@ -107,6 +112,13 @@ class BrokerController:
         self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
         self.admin_processor = AdminBrokerProcessor(self)
         for code, handler in ConsumerAdminProcessor(self).handlers().items():
+            self.admin_processor.register(code, handler)
+        # ACL 1.0: checked in the worker before every broker processor (never on the name server's port).
+        self.acl: PlainPermissionManager | None = None
+        if config.acl_enable:
+            self.acl = PlainPermissionManager(config.rocketmq_home or config.store_path_root_dir, now_ms=now_ms)
+            self.server.set_request_hook(PlainAccessValidator(self.acl))
+        for code, handler in AclAdminProcessor(self).handlers().items():
             self.admin_processor.register(code, handler)
         self._register_processors()
 
@@ -241,7 +253,8 @@ class BrokerController:
         new_config, _ = build_config(current + items)
         changed = {k for k, _ in items}
         frozen = {"listenPort", "namesrvListenPort", "storePathRootDir", "storePathCommitLog", "brokerName",
-                  "brokerClusterName", "mappedFileSizeCommitLog", "transientStorePoolEnable", "brokerIP1"}
+                  "brokerClusterName", "mappedFileSizeCommitLog", "transientStorePoolEnable", "brokerIP1",
+                  "aclEnable", "rocketmqHome"}
         blocked = sorted(changed & frozen)
         if blocked:
             raise ConfigError(f"these keys cannot change while the broker runs: {', '.join(blocked)}")
@@ -350,6 +363,11 @@ class BrokerController:
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         self.boot_ms = self.now_ms()
+        if self.acl is not None:
+            try:
+                self.acl.load()
+            except AclError as exc:
+                raise ConfigError(f"acl: {exc}") from None
         await self.store.load()
         self.topic_config_manager.load()
         self.consumer_offset_manager.load()
@@ -378,6 +396,9 @@ class BrokerController:
             loop.create_task(self._registration_loop(), name="register-broker"),
             loop.create_task(self.stats.run_shed_reporter(lambda: self.executors), name="load-shedding-log"),
         ]
+        if self.acl is not None:
+            self._tasks.append(loop.create_task(self._every(ACL_WATCH_INTERVAL_S, self.acl.reload_if_changed),
+                                                name="acl-watch"))
 
     async def _every(self, interval_s: float, fn: Callable[[], Any]) -> None:
         while True:

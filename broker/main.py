@@ -41,7 +41,7 @@ async def run(config) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await controller.start()
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
         await controller.shutdown()
         return 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mqclient.errors import MQBrokerError, MQClientError, NameServerUnreachableError
 from mqclient.route import DEFAULT_TOPIC, RouteCache, TopicRoute, _UNQUOTED_KEY, split_namesrv
 from remoting.client import RemotingClient
+from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -48,8 +49,9 @@ def _lenient_json(body: bytes | memoryview | None) -> dict:
 
 class Admin:
     def __init__(self, namesrv: str | Sequence[str], *, client: RemotingClient | None = None,
-                 timeout_s: float = 3.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.client = client or RemotingClient(connect_timeout_s=timeout_s)
+                 timeout_s: float = 3.0, clock: Callable[[], float] = time.monotonic,
+                 credentials: SessionCredentials | None = None) -> None:
+        self.client = client or RemotingClient(connect_timeout_s=timeout_s, credentials=credentials)
         self._own_client = client is None
         self.namesrv = split_namesrv(namesrv)
         self.timeout_s = timeout_s

@@ -32,6 +32,7 @@ from mqclient.message import MessageDecodeError, MessageExt, decode_messages
 from mqclient.route import MessageQueue, RouteCache, TopicRoute, split_namesrv
 from remoting.channel import Channel
 from remoting.client import RemotingClient
+from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -128,11 +129,11 @@ def default_client_id() -> str:
 class PushConsumer:
     def __init__(self, namesrv: str | Sequence[str], topic: str, config: ConsumerConfig, listener: Listener, *,
                  client: RemotingClient | None = None, now_ms: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None) -> None:
         self.topic = topic
         self.config = config
         self.listener = listener
-        self.client = client or RemotingClient()
+        self.client = client or RemotingClient(credentials=credentials)
         self._own_client = client is None
         self.routes = RouteCache(self.client, split_namesrv(namesrv), timeout_s=config.rpc_timeout_s)
         self.now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)

@@ -28,6 +28,7 @@ from mqclient.message import (PROPERTY_UNIQ_KEY, SYSFLAG_COMPRESSED, Message, Un
                               encode_properties)
 from mqclient.route import DEFAULT_TOPIC, MessageQueue, RouteCache, TopicRoute, split_namesrv
 from remoting.client import RemotingClient
+from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
@@ -86,9 +87,9 @@ class SendResult:
 class Producer:
     def __init__(self, namesrv: str | Sequence[str], config: ProducerConfig | None = None, *,
                  client: RemotingClient | None = None, now_ms: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None) -> None:
         self.config = config or ProducerConfig()
-        self.client = client or RemotingClient()
+        self.client = client or RemotingClient(credentials=credentials)
         self._own_client = client is None
         self.routes = RouteCache(self.client, split_namesrv(namesrv))
         self.now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)

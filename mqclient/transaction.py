@@ -38,6 +38,7 @@ from mqclient.producer import Producer, ProducerConfig, SendResult
 from mqclient.route import MessageQueue
 from remoting.channel import Channel
 from remoting.client import RemotingClient
+from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -126,10 +127,10 @@ class TransactionProducer:
     def __init__(self, namesrv: str | Sequence[str], listener: TransactionListener,
                  config: ProducerConfig | None = None, *, client: RemotingClient | None = None,
                  client_id: str | None = None, heartbeat_interval_s: float = 30.0,
-                 now_ms: Callable[[], int] | None = None) -> None:
+                 now_ms: Callable[[], int] | None = None, credentials: SessionCredentials | None = None) -> None:
         self.config = config or ProducerConfig()
         self.listener = listener
-        self.client = client or RemotingClient()
+        self.client = client or RemotingClient(credentials=credentials)
         self._own_client = client is None
         self.producer = _PreparedSendProducer(namesrv, self.config, client=self.client, now_ms=now_ms)
         self.client_id = client_id or _default_client_id()

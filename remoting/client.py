@@ -20,6 +20,7 @@ from remoting.errors import RemotingConnectError, RemotingTimeoutError
 from remoting.executor import exception_remark
 from remoting.frame import DEFAULT_FRAME_MAX
 from remoting.protocol import RemotingProtocol
+from remoting.signature import SessionCredentials, sign_request_fields
 
 log = structlog.get_logger(__name__)
 
@@ -35,8 +36,10 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 class RemotingClient:
     def __init__(self, *, connect_timeout_s: float = 3.0, frame_max: int = DEFAULT_FRAME_MAX,
-                 max_inflight: int = 1 << 30) -> None:
+                 max_inflight: int = 1 << 30, credentials: SessionCredentials | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
+        #: when set, every request is signed for ACL 1.0 (J ``AclClientRPCHook``) just before it goes out
+        self.credentials = credentials
         self.frame_max = frame_max
         self.max_inflight = max_inflight
         self._channels: dict[str, Channel] = {}
@@ -105,10 +108,14 @@ class RemotingClient:
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise RemotingTimeoutError(f"invoke to {addr} timed out while connecting ({timeout_s}s)")
+        if self.credentials is not None:
+            sign_request_fields(request.ext_fields, request.body, self.credentials)
         return await channel.invoke(request, remaining)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         channel = await self.get_channel(addr)
+        if self.credentials is not None:
+            sign_request_fields(request.ext_fields, request.body, self.credentials)
         channel.invoke_oneway(request)
 
     async def close(self) -> None:

@@ -48,6 +48,8 @@ class RequestTask:
     stopped: bool = False  # set by whoever answered the task outside the worker (sweeper)
     processor: Any = None  # RequestProcessor; None only for tasks built by hand in tests
     finished: bool = False  # the channel's in-flight count has been released
+    #: run before the processor (J RPCHook.doBeforeRequest); a response it returns is the answer instead
+    hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None
 
     def return_response(self, code: int, remark: str) -> None:
         """Answer the request now (unless oneway) and make the worker skip it."""
@@ -68,7 +70,9 @@ class RequestTask:
         request = self.request
         oneway = request.flag & FLAG_ONEWAY
         try:
-            response = await self.processor.process_request(self.channel, request)
+            response = self.hook(self.channel, request) if self.hook is not None else None
+            if response is None:
+                response = await self.processor.process_request(self.channel, request)
         except asyncio.CancelledError:
             self.finish()
             raise

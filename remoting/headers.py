@@ -566,6 +566,38 @@ class FaultInjectRequestHeader:  # 5001 FAULT_INJECT (mini-rocketmq only)
     value: str | None = None
 
 
+@header
+class CreateAccessConfigRequestHeader:  # 50 UPDATE_AND_CREATE_ACL_CONFIG
+    access_key: str
+    secret_key: str | None = None
+    white_remote_address: str | None = None
+    admin: bool = False
+    default_topic_perm: str | None = None
+    default_group_perm: str | None = None
+    topic_perms: str | None = None  # comma separated "topic=PERM"
+    group_perms: str | None = None
+
+
+@header
+class DeleteAccessConfigRequestHeader:  # 51 DELETE_ACL_CONFIG
+    access_key: str
+
+
+@header
+class GetBrokerAclConfigResponseHeader:  # 52 GET_BROKER_CLUSTER_ACL_INFO
+    version: str
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    all_acl_file_version: str | None = None
+
+
+@header
+class UpdateGlobalWhiteAddrsConfigRequestHeader:  # 53 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG
+    global_white_addrs: str
+    acl_file_full_path: str | None = None  # upstream marks it required but its own tools leave it out
+
+
 ALL_HEADERS: tuple[type, ...] = tuple(
     obj for obj in list(globals().values())
     if isinstance(obj, type) and hasattr(obj, _PLAN_ATTR)

@@ -4,7 +4,8 @@ Dispatch order for each request (J ``NettyRemotingAbstract.processRequestCommand
 1. no processor for the code (and no default) → 3 ``" request type <code> not supported"``;
 2. ``processor.reject_request()`` → 2 ``[REJECTREQUEST]…`` (before queueing);
 3. the executor's queue is full → 2 ``[OVERLOAD]…``;
-4. otherwise a worker runs the processor later; its exceptions → 1 SYSTEM_ERROR.
+4. otherwise a worker runs the request hook, if one is set (the broker's ACL check, J ``RPCHook``), then the
+   processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
 Oneway requests are never answered, not even with an error.
 """
 
@@ -92,6 +93,7 @@ class RemotingServer:
         self._channel_ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
         self._port: int | None = None
+        self._hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None
 
     # ---- the table ---------------------------------------------------------------------------
     def register_processor(self, code: int, processor: RequestProcessor, executor: RequestExecutor) -> None:
@@ -99,6 +101,10 @@ class RemotingServer:
 
     def register_default_processor(self, processor: RequestProcessor, executor: RequestExecutor) -> None:
         self._default = self._route(processor, executor)
+
+    def set_request_hook(self, hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None) -> None:
+        """Run ``hook`` in the worker before every processor; a response it returns is sent instead."""
+        self._hook = hook
 
     def _route(self, processor: Any, executor: RequestExecutor) -> _Route:
         if not any(e is executor for e in self._executors):
@@ -203,7 +209,7 @@ class RemotingServer:
                 channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
             return
         executor = route.executor
-        task = RequestTask(channel, request, executor.now_ms(), processor=route.processor)
+        task = RequestTask(channel, request, executor.now_ms(), processor=route.processor, hook=self._hook)
         if not executor.submit(task):
             log.debug("executor full", executor=executor.name, code=request.code, remote=channel.remote_addr)
             if not oneway:

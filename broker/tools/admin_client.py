@@ -17,11 +17,14 @@ from typing import Any, Self
 from mqclient.message import MessageExt, create_offset_msg_id  # noqa: F401 (re-exported for tools)
 from mqclient.message import decode_messages as _decode_records
 from remoting.client import RemotingClient
+from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
 from remoting.headers import (
+    CreateAccessConfigRequestHeader,
     CreateTopicRequestHeader,
+    DeleteAccessConfigRequestHeader,
     DeleteTopicRequestHeader,
     FaultInjectRequestHeader,
     GetConsumerConnectionListRequestHeader,
@@ -33,6 +36,7 @@ from remoting.headers import (
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    UpdateGlobalWhiteAddrsConfigRequestHeader,
     ViewMessageRequestHeader,
     encode_header,
 )
@@ -212,11 +216,11 @@ class AdminClient:
     """Admin requests to one name server set and any broker; every failure is an ``AdminError``."""
 
     def __init__(self, namesrv: str | Sequence[str], *, timeout_s: float = 5.0,
-                 client: RemotingClient | None = None) -> None:
+                 client: RemotingClient | None = None, credentials: SessionCredentials | None = None) -> None:
         addrs = namesrv.split(";") if isinstance(namesrv, str) else list(namesrv)
         self.namesrv = [a.strip() for a in addrs if a.strip()]
         self.timeout_s = timeout_s
-        self.client = client or RemotingClient(connect_timeout_s=min(timeout_s, 3.0))
+        self.client = client or RemotingClient(connect_timeout_s=min(timeout_s, 3.0), credentials=credentials)
         self._own_client = client is None
 
     async def close(self) -> None:
@@ -434,6 +438,28 @@ class AdminClient:
         """5001 FAULT_INJECT (mini-rocketmq's own; the broker needs faultInjectionEnable=true)."""
         hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
         await self.invoke(addr, RequestCode.FAULT_INJECT, encode_header(hdr))
+
+    # -- ACL 1.0 (an admin account's credentials with aclEnable=true) -------------------------------
+    async def update_acl_config(self, addr: str, hdr: CreateAccessConfigRequestHeader) -> None:
+        await self.invoke(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, encode_header(hdr))
+
+    async def delete_acl_config(self, addr: str, access_key: str) -> None:
+        hdr = DeleteAccessConfigRequestHeader(access_key)
+        await self.invoke(addr, RequestCode.DELETE_ACL_CONFIG, encode_header(hdr))
+
+    async def update_global_white_addrs(self, addr: str, addresses: str, acl_file: str | None = None) -> None:
+        hdr = UpdateGlobalWhiteAddrsConfigRequestHeader(global_white_addrs=addresses, acl_file_full_path=acl_file)
+        await self.invoke(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, encode_header(hdr))
+
+    async def acl_config_version(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CLUSTER_ACL_INFO's header: version, allAclFileVersion, brokerName, brokerAddr, clusterName."""
+        resp = await self.invoke(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        return dict(resp.ext_fields)
+
+    async def acl_config(self, addr: str) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_ACL_CONFIG's body: globalWhiteAddrs and plainAccessConfigs."""
+        resp = await self.invoke(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+        return parse_fastjson(resp.body) or {}
 
     async def gather(self, calls: dict[str, Any]) -> dict[str, Any]:
         """Run ``{label: coroutine}`` concurrently; each value is the result or the AdminError raised."""

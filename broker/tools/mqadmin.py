@@ -1,8 +1,10 @@
 """``mqadmin``: upstream's admin commands (same names and option letters) plus fault injection.
 
-``mqadmin <command> -n host:port[;host:port] [options] [--json]``; the name server also comes from
-``NAMESRV_ADDR``. Each command sends the requests upstream's tool sends (see ``AdminClient``) and prints
-a readable table, or with ``--json`` the data as JSON. Exit status: 0 done, 1 a request failed or was
+``mqadmin <command> -n host:port[;host:port] [options] [--json] [--ak KEY --sk SECRET]``; the name server
+also comes from ``NAMESRV_ADDR``. Each command sends the requests upstream's tool sends (see ``AdminClient``)
+and prints a readable table, or with ``--json`` the data as JSON. With ``--ak``/``--sk`` (or
+``ROCKETMQ_ACCESS_KEY``/``ROCKETMQ_SECRET_KEY``) every request is signed for a broker with ``aclEnable=true``;
+admin commands then need an admin account. Exit status: 0 done, 1 a request failed or was
 refused (the reason goes to stderr), 2 bad usage.
 """
 
@@ -30,6 +32,8 @@ from broker.tools.admin_client import (
     decode_offset_msg_id,
 )
 from remoting.codes import ResponseCode
+from remoting.headers import CreateAccessConfigRequestHeader
+from remoting.signature import SessionCredentials
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 RETRY_PREFIX = "%RETRY%"
@@ -655,6 +659,79 @@ async def cmd_clear_faults(admin: AdminClient, args: argparse.Namespace) -> Outp
 
 
 # ------------------------------------------------------------------------------------------------
+# ACL 1.0 (upstream's acl commands; the broker needs aclEnable=true and these an admin account)
+
+
+def _bool_text(text: str | None) -> bool:
+    return text is not None and text.strip().lower() == "true"
+
+
+async def cmd_update_acl_config(admin: AdminClient, args: argparse.Namespace) -> Output:
+    hdr = CreateAccessConfigRequestHeader(
+        access_key=args.access_key, secret_key=args.secret_key, white_remote_address=args.white_remote_address,
+        admin=_bool_text(args.admin), default_topic_perm=args.default_topic_perm,
+        default_group_perm=args.default_group_perm, topic_perms=args.topic_perms, group_perms=args.group_perms)
+    addrs = await _targets(admin, args)
+    for addr in addrs:
+        await admin.update_acl_config(addr, hdr)
+    return Output({"brokers": addrs, "accessKey": args.access_key},
+                  "\n".join(f"create or update plain access config to {addr} success." for addr in addrs))
+
+
+async def cmd_delete_acl_config(admin: AdminClient, args: argparse.Namespace) -> Output:
+    addrs = await _targets(admin, args)
+    for addr in addrs:
+        await admin.delete_acl_config(addr, args.access_key)
+    return Output({"brokers": addrs, "accessKey": args.access_key},
+                  "\n".join(f"delete plain access config account from {addr} success." for addr in addrs))
+
+
+async def cmd_update_global_white_addr(admin: AdminClient, args: argparse.Namespace) -> Output:
+    addrs = await _targets(admin, args)
+    for addr in addrs:
+        await admin.update_global_white_addrs(addr, args.addresses, args.acl_file)
+    return Output({"brokers": addrs, "globalWhiteRemoteAddresses": args.addresses},
+                  "\n".join(f"update global white remote addresses to {addr} success." for addr in addrs))
+
+
+async def cmd_cluster_acl_config_version(admin: AdminClient, args: argparse.Namespace) -> Output:
+    addrs = await _targets(admin, args)
+    data, rows = [], []
+    for addr in addrs:
+        info = await admin.acl_config_version(addr)
+        files = json.loads(info.get("allAclFileVersion") or "{}")
+        for path, version in sorted(files.items()):
+            stamp = datetime.fromtimestamp(int(version.get("timestamp", 0)) / 1000).strftime("%Y-%m-%d %H:%M:%S")
+            rows.append([info.get("clusterName"), info.get("brokerName"), info.get("brokerAddr"), path,
+                         version.get("counter"), stamp])
+        data.append({**info, "allAclFileVersion": files})
+    return Output(data, table(["#Cluster Name", "#Broker Name", "#Broker Addr", "#AclFilePath",
+                               "#AclConfigVersionNum", "#AclLastUpdateTime"], rows))
+
+
+async def cmd_get_acl_config(admin: AdminClient, args: argparse.Namespace) -> Output:
+    addrs = await _targets(admin, args)
+    data, lines = {}, []
+    for addr in addrs:
+        config = await admin.acl_config(addr)
+        data[addr] = config
+        lines.append(f"globalWhiteRemoteAddresses: [{', '.join(config.get('globalWhiteAddrs') or [])}]")
+        lines.append("")
+        lines.append("accounts:")
+        for account in config.get("plainAccessConfigs") or []:
+            for key in ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
+                        "defaultGroupPerm", "topicPerms", "groupPerms"):
+                value = account.get(key)
+                if isinstance(value, list):
+                    value = f"[{', '.join(value)}]"
+                elif isinstance(value, bool):
+                    value = str(value).lower()
+                lines.append(f"  {key:<18}: {'' if value is None else value}")
+            lines.append("")
+    return Output(data, "\n".join(lines).rstrip())
+
+
+# ------------------------------------------------------------------------------------------------
 # command line
 
 
@@ -667,6 +744,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="name server address(es), ';'-separated (default: $NAMESRV_ADDR or 127.0.0.1:9876)")
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (default 5)")
+    common.add_argument("--ak", dest="ak", default=os.environ.get("ROCKETMQ_ACCESS_KEY"),
+                        help="ACL access key to sign requests with (default: $ROCKETMQ_ACCESS_KEY)")
+    common.add_argument("--sk", dest="sk", default=os.environ.get("ROCKETMQ_SECRET_KEY"),
+                        help="ACL secret key (default: $ROCKETMQ_SECRET_KEY)")
     parser = argparse.ArgumentParser(prog="mqadmin", description="mini-rocketmq admin tool (upstream command names)")
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
 
@@ -746,12 +827,37 @@ def build_parser() -> argparse.ArgumentParser:
     broker_or_cluster(p)
     p.add_argument("-l", "--level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--request-log", dest="request_log", help="true|false: one debug line per request")
+    p = add("updateAclConfig", cmd_update_acl_config, "Create or update an ACL account in the brokers' plain_acl.yml")
+    broker_or_cluster(p)
+    p.add_argument("-a", "--accessKey", dest="access_key", required=True)
+    p.add_argument("-s", "--secretKey", dest="secret_key")
+    p.add_argument("-w", "--whiteRemoteAddress", dest="white_remote_address")
+    p.add_argument("-i", "--defaultTopicPerm", dest="default_topic_perm", help="DENY, PUB, SUB or PUB|SUB")
+    p.add_argument("-u", "--defaultGroupPerm", dest="default_group_perm", help="DENY, PUB, SUB or PUB|SUB")
+    p.add_argument("-t", "--topicPerms", dest="topic_perms", help="e.g. topicA=DENY,topicD=SUB")
+    p.add_argument("-g", "--groupPerms", dest="group_perms", help="e.g. groupA=DENY,groupD=SUB")
+    p.add_argument("-m", "--admin", help="true|false")
+    p = add("deleteAclConfig", cmd_delete_acl_config, "Delete an ACL account")
+    broker_or_cluster(p)
+    p.add_argument("-a", "--accessKey", dest="access_key", required=True)
+    p = add("updateGlobalWhiteAddr", cmd_update_global_white_addr, "Replace the ACL global white address list")
+    broker_or_cluster(p)
+    p.add_argument("-g", "--globalWhiteRemoteAddresses", dest="addresses", required=True,
+                   help="e.g. 10.10.103.*,192.168.0.*")
+    p.add_argument("-p", "--aclFileFullPath", dest="acl_file", help="which ACL file (default plain_acl.yml)")
+    p = add("clusterAclConfigVersion", cmd_cluster_acl_config_version, "The ACL files' versions of each broker")
+    broker_or_cluster(p)
+    p = add("getAclConfig", cmd_get_acl_config, "Every ACL account and white address of each broker")
+    broker_or_cluster(p)
     return parser
 
 
 async def run(args: argparse.Namespace) -> Output:
     namesrv = args.namesrv or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
-    async with AdminClient(namesrv, timeout_s=args.timeout) as admin:
+    if bool(args.ak) != bool(args.sk):
+        raise UsageError("give both --ak and --sk (or neither)")
+    credentials = SessionCredentials(args.ak, args.sk) if args.ak else None
+    async with AdminClient(namesrv, timeout_s=args.timeout, credentials=credentials) as admin:
         return await args.fn(admin, args)
 
 

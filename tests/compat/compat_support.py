@@ -399,8 +399,10 @@ def cpp_producer(
     *,
     timeout_ms: int | None = None,
     max_message_size: int | None = None,
+    credentials: tuple[str, str] | None = None,
 ) -> Iterator[Any]:
-    """A started wheel `Producer` with its own client instance (so its own MQClientFactory and timers)."""
+    """A started wheel `Producer` with its own client instance (so its own MQClientFactory and timers);
+    `credentials` (access key, secret key) make it sign every request (ACL)."""
     from rocketmq.client import Producer
     from rocketmq.ffi import dll
 
@@ -411,6 +413,8 @@ def cpp_producer(
     if os.environ.get(CPP_LOG_LEVEL_ENV):
         dll.SetProducerLogLevel(producer._handle, int(os.environ[CPP_LOG_LEVEL_ENV]))
     producer.set_namesrv_addr(namesrv)
+    if credentials is not None:
+        producer.set_session_credentials(credentials[0], credentials[1], "")
     producer.start()
     try:
         _connect(producer)
@@ -455,8 +459,10 @@ def cpp_push_consumer(
     name: str = "c1",
     orderly: bool = False,
     broadcasting: bool = False,
+    credentials: tuple[str, str] | None = None,
 ) -> Iterator[Any]:
-    """A started wheel `PushConsumer` whose callback feeds `collector`, with a unique client instance name.
+    """A started wheel `PushConsumer` whose callback feeds `collector`, with a unique client instance name
+    (`credentials`: access key, secret key to sign with).
 
     A unique instance also matters for two consumers of one group in one process: the C++ client refuses a
     second consumer of a group in the same factory, and rebalances immediately only once per factory.
@@ -472,6 +478,8 @@ def cpp_push_consumer(
 
         dll.SetPushConsumerLogLevel(consumer._handle, int(os.environ[CPP_LOG_LEVEL_ENV]))
     consumer.set_namesrv_addr(namesrv)
+    if credentials is not None:
+        consumer.set_session_credentials(credentials[0], credentials[1], "")
     callback = collector.callback(name)
     for topic, expression in subscriptions.items():
         consumer.subscribe(topic, callback, expression)

@@ -21,6 +21,7 @@
  *   isBroadcast    broadcasting consumer (default false)
  *   consumeFromWhere  default "CONSUME_FROM_FIRST_OFFSET"
  *   maxMessageSize    producer option (ali-ons does not enforce it; kept for completeness)
+ *   accessKey, secretKey  credentials ali-ons signs with (default: dummies, which a broker without ACL ignores)
  *
  * Output: one JSON object per line on stdout, each with an "event" field:
  *   ready {role}, sent {index, msgId, queueId, queueOffset, status}, send_error {index, name, code, message},
@@ -57,8 +58,8 @@ function commonOptions(args) {
     httpclient, // required by ali-ons even when nameSrv is given
     nameSrv: args.nameSrv,
     // ali-ons signs every request; the broker ignores signatures while ACL is off.
-    accessKeyId: 'compat-dummy-ak',
-    accessKeySecret: 'compat-dummy-sk',
+    accessKeyId: args.accessKey || 'compat-dummy-ak',
+    accessKeySecret: args.secretKey || 'compat-dummy-sk',
     logger,
   };
 }

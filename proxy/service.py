@@ -87,6 +87,14 @@ class ClientState:
     telemetry: asyncio.Queue[spb.TelemetryCommand] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A request message that did not parse (made by the server's decoders instead of raising)."""
+
+    message_type: str
+    error: str
+
+
 class CallError(Exception):
     """Ends the call with a gRPC status code (a malformed call, not a refusal the protocol describes)."""
 
@@ -240,6 +248,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         async def read() -> None:
             try:
                 async for command in request_iterator:
+                    if isinstance(command, Undecodable):
+                        log.warning("telemetry command cannot be decoded", client=state.channel.client_id,
+                                    error=command.error)
+                        outbox.put_nowait(spb.TelemetryCommand(status=status(
+                            pb.BAD_REQUEST, f"the command is not a valid TelemetryCommand: {command.error}")))
+                        continue
                     reply = await self._on_telemetry(state, command)
                     if reply is not None:
                         outbox.put_nowait(reply)

@@ -481,6 +481,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             await self.c.pop_service.wait(group, tc.topic_name, int(remaining * 1000))
             popped = await self.c.pop_service.pop(pop)
         out = [spb.ReceiveMessageResponse(status=OK)]
+        # when the broker handed the messages over (clients measure their delivery latency from it)
+        delivered = spb.ReceiveMessageResponse()
+        delivered.delivery_timestamp.GetCurrentTime()
+        out.append(delivered)
         for p in popped:
             out.append(spb.ReceiveMessageResponse(message=to_message(
                 p.message, tc.topic_name, receipt_handle=p.receipt_handle, attempt=p.attempt,

@@ -7,6 +7,7 @@ subprocess whose gRPC endpoint listens on a free loopback port.
 from __future__ import annotations
 
 import base64
+import time
 import subprocess
 import sys
 
@@ -209,3 +210,32 @@ def test_fifo_messages_of_a_group_are_consumed_in_order_even_across_redelivery(g
     bodies = [r["body"] for r in got.of("received")]
     assert bodies == ["f-0", "f-0", "f-1", "f-2", "f-3", "f-4", "f-5"], got.describe()
     assert {r["group"] for r in got.of("received")} == {"order-1"}
+
+
+def test_push_consumer_redelivers_a_failed_message_after_the_backoff(grpc_broker):
+    _, endpoint = grpc_broker
+    topic, group = unique("G5P"), unique("G5PG")
+    run_client(endpoint, "produce", {"topic": topic, "count": 2, "body": "push-{i}"})
+    got = run_client(endpoint, "push", {"topic": topic, "group": group, "count": 2, "fail_first": 1,
+                                        "timeout_s": 30}, timeout_s=60)
+    by_body: dict[str, list[dict]] = {}
+    for r in got.of("received"):
+        by_body.setdefault(r["body"], []).append(r)
+    assert sorted(by_body) == ["push-0", "push-1"], got.describe()
+    for deliveries in by_body.values():
+        assert [d["attempt"] for d in deliveries] == [1, 2], got.describe()
+        assert deliveries[1]["at"] - deliveries[0]["at"] >= 0.8  # the first step of the backoff (1 s)
+
+
+def test_delivery_timestamp_delays_the_message(grpc_broker):
+    _, endpoint = grpc_broker
+    topic = unique("G5DELAY")
+    create_topic(grpc_broker[0], topic, "DELAY")
+    sent = run_client(endpoint, "produce", {"topic": topic, "count": 1, "delay_s": 3, "body": "later"})
+    assert sent.of("sent"), sent.describe()
+    sent_at = time.time()
+    got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5DELAYG"), "count": 1,
+                                           "timeout_s": 25})
+    (r,) = got.of("received")
+    # delivered by the delay level at or above the requested delay (3 s -> the 5 s level), never before
+    assert r["body"] == "later" and r["at"] - sent_at >= 2.5, got.describe()

@@ -8,14 +8,20 @@ import name ``rocketmq`` is also the 4.x C++ wheel's).
 import json
 import os
 import sys
+import threading
 import time
 
-from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer,
-                      TransactionChecker, TransactionResolution)
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message, MessageListener,
+                      Producer, PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
+
+
+_EMIT_LOCK = threading.Lock()  # the push consumer calls listeners on several threads
 
 
 def emit(**event):
-    print(json.dumps(event), flush=True)
+    line = json.dumps(event)
+    with _EMIT_LOCK:
+        print(line, flush=True)
 
 
 def config(endpoint):
@@ -123,8 +129,43 @@ def consume(endpoint, args):
         consumer.shutdown()
 
 
+class Listener(MessageListener):
+    """Fails the first `fail_first` deliveries of each message, succeeds afterwards."""
+
+    def __init__(self, fail_first, want):
+        self.fail_first = fail_first
+        self.want = want
+        self.succeeded = set()
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def consume(self, message):
+        ok = message.delivery_attempt > self.fail_first
+        emit(event="received", message_id=message.message_id, body=message.body.decode(),
+             attempt=message.delivery_attempt, at=time.time(), ok=ok)
+        if not ok:
+            return ConsumeResult.FAILURE
+        with self.lock:
+            self.succeeded.add(message.message_id)
+            if len(self.succeeded) >= self.want:
+                self.done.set()
+        return ConsumeResult.SUCCESS
+
+
+def push(endpoint, args):
+    listener = Listener(args.get("fail_first", 0), args.get("count", 1))
+    consumer = PushConsumer(config(endpoint), args["group"], listener, {args["topic"]: FilterExpression("*")},
+                            tls_enable=tls())
+    consumer.startup()
+    try:
+        listener.done.wait(args.get("timeout_s", 20))
+        time.sleep(0.5)  # let the last ack go out
+    finally:
+        consumer.shutdown()
+
+
 if __name__ == "__main__":
     endpoint, action, raw = sys.argv[1], sys.argv[2], sys.argv[3]
-    {"produce": produce, "consume": consume, "transaction": transaction}[action](endpoint, json.loads(raw))
+    {"produce": produce, "consume": consume, "transaction": transaction, "push": push}[action](endpoint, json.loads(raw))
     emit(event="done")
     os._exit(0)  # the client leaves non-daemon threads behind

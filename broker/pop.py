@@ -155,15 +155,18 @@ class PopService:
         for offset in sorted(o for o, f in state.inflight.items() if f.deadline_ms <= now):
             if len(out) >= req.max_nums:
                 return
-            entry = state.inflight[offset]
+            entry = state.inflight.get(offset)
+            if entry is None or entry.deadline_ms > now:
+                continue  # acked or redelivered by a concurrent pop while this one awaited the DLQ
             msg = self._read(req.topic, queue_id, offset)
             if msg is None:  # deleted by retention meanwhile
                 del state.inflight[offset]
                 continue
             if entry.attempt >= req.max_attempts:
+                entry.deadline_ms = now + req.invisible_ms  # no second forward while this one is under way
                 if await self.forward_to_dlq(req.group, msg):
                     self.dead_lettered += 1
-                    del state.inflight[offset]
+                    state.inflight.pop(offset, None)
                     log.info("message moved to the dead letter queue", group=req.group, topic=req.topic,
                              queue_id=queue_id, offset=offset, attempts=entry.attempt)
                 continue

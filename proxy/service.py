@@ -120,7 +120,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise CallError(grpc.StatusCode.INVALID_ARGUMENT,
                             f"the request has no '{CLIENT_ID_KEY}' metadata: 5.x clients send their client id")
         state = self.clients.get(client_id)
-        if state is None:
+        if state is None or not state.channel.is_active:  # new, or expired by the broker's housekeeping
             peer = _peer_addr(context.peer())
             channel = ProxyChannel(client_id, peer, f"{self.config.broker_ip1}:{self.config.grpc_server_port}",
                                    self.c.server.dispatch)
@@ -200,6 +200,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return await self._guard(context, self._heartbeat, request, spb.HeartbeatResponse)
 
     async def _heartbeat(self, request, context) -> spb.HeartbeatResponse:
+        self._forget_expired_clients()
         state = self._client(context)
         if request.HasField("group") and request.group.name:
             state.group = request.group.name
@@ -209,6 +210,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if response.code != ResponseCode.SUCCESS:
             return spb.HeartbeatResponse(status=status(_code_of(response.code), response.remark or ""))
         return spb.HeartbeatResponse(status=OK)
+
+    def _forget_expired_clients(self) -> None:
+        """Clients whose channel the broker's housekeeping closed (no heartbeat for channelExpiredTimeout)."""
+        for client_id in [cid for cid, s in self.clients.items() if not s.channel.is_active]:
+            del self.clients[client_id]
 
     def _heartbeat_request(self, state: ClientState) -> RemotingCommand:
         """The 4.x HEART_BEAT this client amounts to: producers of each topic, or one consumer group."""

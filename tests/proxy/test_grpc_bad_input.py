@@ -7,6 +7,7 @@ and with raw bytes.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import grpc
 import pytest
@@ -14,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.config import build_config
 from proxy.protocol import definition_pb2 as pb
 from proxy.protocol import service_pb2 as spb
 from proxy.protocol.service_pb2_grpc import MessagingServiceStub
@@ -192,3 +194,21 @@ async def test_random_bytes_never_produce_an_internal_error(endpoint, method, da
         await asyncio.wait_for(raw(data, metadata=META), 10)
     except grpc.aio.AioRpcError as err:
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, data, err.code(), err.details())
+
+
+async def test_grpc_endpoint_defaults_and_a_taken_port_leaves_the_broker_running(tmp_path):
+    config, _ = build_config([])
+    assert (config.grpc_server_port, config.grpc_tls_enable) == (8081, True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = await start_broker(tmp_path, grpcServerPort=port, grpcTlsEnable="false",
+                                    grpcListenHost="127.0.0.1")
+        try:
+            server = GrpcServer(broker)
+            await server.start()
+            assert server.port is None  # one warning line, no endpoint, no exception
+        finally:
+            await broker.shutdown()
+

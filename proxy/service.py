@@ -465,7 +465,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                         f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
         if request.batch_size < 0 or request.batch_size > MAX_BATCH:
             raise BadMessage(pb.BAD_REQUEST, f"batch size {request.batch_size} is outside [1, {MAX_BATCH}]")
-        matches = tag_matcher(request.filter_expression)
+        matches = self._matcher(request.filter_expression)
         poll_ms = (request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout")
                    else self.config.grpc_proxy_long_polling_timeout_mills)
         poll_ms = max(0, min(poll_ms, self.config.grpc_proxy_long_polling_timeout_mills))
@@ -496,6 +496,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 p.message, tc.topic_name, receipt_handle=p.receipt_handle, attempt=p.attempt,
                 invisible_ms=p.invisible_ms, namespace=request.message_queue.topic.resource_namespace)))
         return out
+
+    def _matcher(self, expression: pb.FilterExpression):
+        """TAG (``*`` or ``a||b``) or, with enablePropertyFilter, SQL92 over the message's properties."""
+        if expression.type != pb.SQL:
+            return tag_matcher(expression)
+        if not self.config.enable_property_filter:
+            raise BadMessage(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is disabled on this broker "
+                                                          "(enablePropertyFilter=false)")
+        try:
+            predicate = self.c.compile_expression("SQL92", expression.expression)
+        except ValueError as exc:
+            raise BadMessage(pb.ILLEGAL_FILTER_EXPRESSION, f"SQL92 filter {expression.expression!r}: {exc}") from None
+        return lambda msg: bool(predicate(msg.properties))
 
     async def AckMessage(self, request, context) -> spb.AckMessageResponse:
         return await self._guard(context, self._ack, request, spb.AckMessageResponse)
@@ -620,8 +633,6 @@ def delay_level_for(delay_ms: int, levels_ms: list[int]) -> int:
 
 def tag_matcher(expression: pb.FilterExpression):
     text = (expression.expression or "*").strip()
-    if expression.type == pb.SQL:
-        raise BadMessage(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not served on the gRPC endpoint yet")
     if text in ("", "*"):
         return lambda msg: True
     tags = frozenset(t.strip() for t in text.split("||") if t.strip())

@@ -50,7 +50,7 @@ def start_grpc_broker(factory: BrokerFactory, *extra: str, tls: bool = False) ->
 def grpc_broker(tmp_path_factory, grpc_client) -> tuple[BrokerProcess, str]:
     factory = BrokerFactory(tmp_path_factory.mktemp("grpc"))
     try:
-        yield start_grpc_broker(factory, "maxReconsumeTimes=2")
+        yield start_grpc_broker(factory, "maxReconsumeTimes=2", "enablePropertyFilter=true")
     finally:
         factory.close()
 
@@ -80,6 +80,16 @@ def test_tag_filter_delivers_only_matching_messages(grpc_broker):
     run_client(endpoint, "produce", {"topic": topic, "count": 2, "tag": "take", "body": "take-{i}"})
     got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 2, "tag": "take"})
     assert sorted(r["body"] for r in got.of("received")) == ["take-0", "take-1"], got.describe()
+
+
+def test_sql92_filter_delivers_only_matching_messages(grpc_broker):
+    _, endpoint = grpc_broker
+    topic, group = unique("G5SQL"), unique("G5SQLG")
+    for color in ("red", "blue", "red"):
+        run_client(endpoint, "produce", {"topic": topic, "count": 1, "properties": {"color": color},
+                                         "body": color + "-{i}"})
+    got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 2, "sql": "color = 'red'"})
+    assert sorted(r["body"] for r in got.of("received")) == ["red-0", "red-0"], got.describe()
 
 
 def test_unacked_message_is_redelivered_after_its_invisible_time(grpc_broker):

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+from rocketmq.grpc_protocol import FilterType
+
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message, MessageListener,
                       Producer, PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
 
@@ -97,7 +99,11 @@ def transaction(endpoint, args):
 
 def consume(endpoint, args):
     """Receive until `count` messages were acked or `timeout_s` passed; optional nack/change-invisible plans."""
-    consumer = SimpleConsumer(config(endpoint), args["group"], {args["topic"]: FilterExpression(args.get("tag", "*"))},
+    if args.get("sql"):
+        expression = FilterExpression(args["sql"], FilterType.SQL)
+    else:
+        expression = FilterExpression(args.get("tag", "*"))
+    consumer = SimpleConsumer(config(endpoint), args["group"], {args["topic"]: expression},
                               await_duration=args.get("await_s", 2), tls_enable=tls())
     consumer.startup()
     acked = 0

@@ -45,6 +45,7 @@ class RunOptions:
     spark: SparkSession | None = None  # an existing session (tests); else one is built for ``master``
     spark_conf: dict[str, str] = field(default_factory=dict)
     keep_store: bool = False  # keep the store of a broker mqbench started (it preallocates 1 GiB+)
+    grpc_endpoint: str | None = None  # the 5.x endpoint of an existing broker (--protocol grpc with --namesrv)
 
 
 @dataclass
@@ -72,7 +73,8 @@ def topic_names(scen: Scenario, run_id: str) -> list[str]:
     return [f"{scen.topic_prefix}-{run_id}-t{i}" for i in range(scen.topics)]
 
 
-def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None) -> Plan:
+def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None,
+             grpc_endpoint: str = "") -> Plan:
     """Name topics and groups, and deal producers and consumers out to ``tasks`` Spark tasks so each
     task runs a mix (consumers start where producers stopped, so 1 + 1 clients use 2 tasks)."""
     topics = topic_names(scen, run_id)
@@ -88,7 +90,8 @@ def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_
                           for c in range(scen.consumers_per_subscription)]
     tasks = max(1, min(tasks, len(producers) + len(consumers)))
     specs = [TaskSpec(run_id=run_id, worker=i, namesrv=namesrv, scenario=scen.to_dict(), topics=topics,
-                      progress_addr=progress_addr, run_faults=(i == 0)) for i in range(tasks)]
+                      progress_addr=progress_addr, run_faults=(i == 0), grpc_endpoint=grpc_endpoint)
+             for i in range(tasks)]
     for i, p in enumerate(producers):
         specs[i % tasks].producers.append(p)
     for i, c in enumerate(consumers):
@@ -189,6 +192,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
                             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
         namesrv = opts.namesrv
+        grpc_endpoint = opts.grpc_endpoint or ""
         if namesrv is None:
             try:
                 broker = BrokerProcess(out / "broker-store", config=dict(scen.broker.config),
@@ -197,6 +201,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
             except BrokerStartError as exc:
                 raise RunError(str(exc)) from None
             namesrv = broker.namesrv
+            grpc_endpoint = broker.grpc_endpoint
         meta["namesrv"] = namesrv
         meta["cluster"] = asyncio.run(prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic))
         if spark is None:
@@ -206,7 +211,8 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         collector = ProgressCollector(host, out=opts.progress_out, enabled=opts.progress).start()
         slots = wait_for_slots(spark, opts.tasks or scen.tasks)
         tasks = opts.tasks or scen.tasks or slots
-        plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr)
+        plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr,
+                        grpc_endpoint=grpc_endpoint)
         meta.update(tasks=len(plan.specs), groups=plan.groups, topics=plan.topics)
         (out / "run.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
         started = time.time_ns() // 1_000_000

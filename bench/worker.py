@@ -105,6 +105,7 @@ class TaskSpec:
     topics: list[str] = field(default_factory=list)
     progress_addr: str | None = None
     run_faults: bool = False
+    grpc_endpoint: str = ""  # the broker's 5.x endpoint, for the grpc driver
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -561,7 +562,10 @@ def get_driver(name: str) -> Any:
     if name == "cpp":
         from bench.driver_cpp import CppDriver
         return CppDriver()
-    raise ValueError(f"unknown driver {name!r}; expected asyncio or cpp")
+    if name == "grpc":
+        from bench.driver_grpc import GrpcDriver
+        return GrpcDriver()
+    raise ValueError(f"unknown driver {name!r}; expected asyncio, cpp or grpc")
 
 
 def run_task(spec: TaskSpec, barrier: Barrier, *, driver: str | None = None,

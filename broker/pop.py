@@ -181,12 +181,20 @@ class PopService:
         if state.next_offset < min_offset:
             state.next_offset = min_offset
         while len(out) < req.max_nums and state.next_offset < max_offset:
-            offset = state.next_offset
-            state.next_offset += 1
-            msg = self._read(req.topic, queue_id, offset)
-            if msg is None or not req.matches(msg):
-                continue  # filtered out: as good as acknowledged
-            out.append(self._deliver(state, queue_id, offset, msg, msg.reconsume_times + 1, req.invisible_ms))
+            # one store read for the rest of the batch, as a pull reads it
+            result = self.store.get_message("", req.topic, queue_id, state.next_offset, req.max_nums - len(out))
+            if not result.buffers or len(result.msg_queue_offsets) != len(result.buffers):
+                if result.next_begin_offset <= state.next_offset:
+                    break  # nothing readable yet (the reput is behind the max offset)
+                state.next_offset = result.next_begin_offset  # a hole the store skips
+                continue
+            for buf, offset in zip(result.buffers, result.msg_queue_offsets):
+                state.next_offset = offset + 1
+                msg = decode_record(buf)
+                if req.matches(msg):  # filtered out: as good as acknowledged
+                    out.append(self._deliver(state, queue_id, offset, msg, msg.reconsume_times + 1,
+                                             req.invisible_ms))
+            state.next_offset = max(state.next_offset, result.next_begin_offset)
         self._commit(req.group, req.topic, queue_id, state)
 
     def _read(self, topic: str, queue_id: int, offset: int) -> MessageExt | None:

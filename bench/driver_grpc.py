@@ -156,7 +156,8 @@ class _GrpcConsumer:
 
         c = self.load.scen.client
         request = spb.ReceiveMessageRequest(
-            group=pb.Resource(name=self.group), message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=-1),
+            group=pb.Resource(name=self.group),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=-1),
             filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
             batch_size=min(32, max(1, c.pull_batch_size)), invisible_duration=Duration(seconds=30),
             long_polling_timeout=Duration(seconds=1))

@@ -163,7 +163,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._client(context)
         tc = self._topic(request.topic, create=True)
         if tc is None:
-            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist"))
+            return spb.QueryRouteResponse(
+                status=status(pb.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist"))
         broker = self._broker(request.endpoints)
         kinds = topic_message_types(tc)
         response = spb.QueryRouteResponse(status=OK)
@@ -558,16 +559,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if msg is None:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.MESSAGE_NOT_FOUND,
                                                                             "the message is no longer stored"))
-        if not await self.send_to_dlq(group, msg, state.channel):
+        if not await self.send_to_dlq(state.channel, group, msg):
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.INTERNAL_SERVER_ERROR,
                                                                             "the dead letter queue refused it"))
         self.c.pop_service.ack(group, topic, request.receipt_handle)
         return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
-    async def send_to_dlq(self, group: str, msg: MessageExt, channel: ProxyChannel | None = None) -> bool:
+    async def send_to_dlq(self, channel: ProxyChannel, group: str, msg: MessageExt) -> bool:
         """CONSUMER_SEND_MSG_BACK with delay level -1 (straight to %DLQ%<group>) through the send queue."""
-        if channel is None:
-            channel = ProxyChannel("broker-revive", "127.0.0.1:0", "127.0.0.1:0", self.c.server.dispatch)
         ext = {"offset": str(msg.commit_log_offset), "group": group, "delayLevel": "-1",
                "originMsgId": msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, msg.msg_id),
                "originTopic": msg.topic, "unitMode": "false", "maxReconsumeTimes": "0"}

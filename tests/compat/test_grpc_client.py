@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from compat_support import REPO_ROOT, BrokerFactory, BrokerProcess, cpp_producer, cpp_pull_all, free_port, make_message, unique
+from compat_support import (REPO_ROOT, BrokerFactory, BrokerProcess, cpp_producer, cpp_pull_all, free_port,
+                            make_message, unique)
 from grpc_support import ClientVenvError, ensure_client_venv, run_client
 
 pytestmark = [pytest.mark.compat]

@@ -65,7 +65,7 @@ def test_dockerfile_promises() -> None:
     assert final["USER"] == ["${UID}:${GID}"], "the broker must not run as root"
     assert ("ARG", "UID=3000") in ins and ("ARG", "GID=3000") in ins
     assert final["VOLUME"] == ['["/home/rocketmq/store"]']
-    assert final["EXPOSE"] == ["9876 10911"]
+    assert final["EXPOSE"] == ["9876 10911 8081"]
     assert "mini-rocketmq-healthcheck" in final["HEALTHCHECK"][0]
     assert final["ENTRYPOINT"] == ['["/usr/local/bin/mini-rocketmq-entrypoint"]']
     assert any("MINI_ROCKETMQ_LOG_FORMAT=json" in args for name, args in ins if name == "ENV")

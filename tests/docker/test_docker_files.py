@@ -87,7 +87,7 @@ def test_compose_file() -> None:
     assert broker["build"]["dockerfile"] == "docker/Dockerfile"
     assert (DOCKER / broker["build"]["context"] / broker["build"]["dockerfile"]).resolve() == DOCKERFILE
     published = {p.rsplit(":", 1)[1] for p in broker["ports"]}
-    assert published == {"9876", "10911"}
+    assert published == {"9876", "10911", "8081"}
     assert all(p.rsplit(":", 2)[1] == p.rsplit(":", 1)[1] for p in broker["ports"]), \
         "host and container port numbers must match: clients connect to the advertised brokerIP1:listenPort"
     assert "ROCKETMQ_BROKER_IP1" in broker["environment"]

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from remoting.codes import ResponseCode
 from remoting.command import FLAG_RESPONSE, RemotingCommand
 
 
@@ -70,8 +71,11 @@ class ProxyChannel:
             self.on_broker_request(request)
 
     async def invoke(self, request: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        self.invoke_oneway(request)
-        return request.response(0)
+        """Broker → client calls that expect an answer (consumer running info, direct consumption) have
+        no 5.x counterpart we serve: the admin asking gets a clear refusal, not an empty success."""
+        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                f"client {self.client_id} is a RocketMQ 5.x (gRPC) client: it does not answer "
+                                f"request code {request.code}")
 
     def request_started(self) -> None:
         pass

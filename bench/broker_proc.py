@@ -76,6 +76,7 @@ class BrokerProcess:
     python: str = sys.executable
     listen_port: int = 0
     namesrv_port: int = 0
+    grpc_port: int = 0  # the 5.x endpoint (plaintext), on a free port unless set
     proc: subprocess.Popen[bytes] | None = None
     broker_name: str = ""
     broker_addr: str = ""
@@ -90,16 +91,22 @@ class BrokerProcess:
     def namesrv(self) -> str:
         return f"127.0.0.1:{self.namesrv_port}"
 
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
     def start(self, timeout_s: float = 60.0) -> BrokerProcess:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.listen_port = self.listen_port or free_port()
         self.namesrv_port = self.namesrv_port or free_port()
+        self.grpc_port = self.grpc_port or free_port()
         log_path = self.log_path or (self.store_dir / "broker.log")
         self.log_path = log_path
         # A broker the benchmark starts for itself is reached over loopback only (brokerIP1 says so too).
         sets = {"listenPort": str(self.listen_port), "namesrvListenPort": str(self.namesrv_port),
                 "storePathRootDir": str(self.store_dir), "brokerIP1": "127.0.0.1",
-                "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1"}
+                "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1",
+                "grpcServerPort": str(self.grpc_port), "grpcListenHost": "127.0.0.1", "grpcTlsEnable": "false"}
         if self.fault_injection:
             sets["faultInjectionEnable"] = "true"
         sets.update(self.config)

@@ -78,11 +78,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("bench") / "out" / f"{scen.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     quiet_logs()
     print(f"mqbench: running {scen.name} ({scen.source}) on {args.master} → {out}", file=sys.stderr)
+    driver = args.driver
+    if args.protocol == "grpc":
+        if driver not in (None, "grpc"):
+            _err(f"--protocol grpc drives the 5.x endpoint; it cannot be combined with --driver {driver}")
+            return EXIT_BAD_INPUT
+        driver = "grpc"
+    if driver == "grpc" and args.namesrv and not args.grpc_endpoint:
+        _err("--protocol grpc against an existing cluster needs --grpc-endpoint HOST:PORT")
+        return EXIT_BAD_INPUT
     try:
         result = run_scenario(scen, RunOptions(out_dir=out, namesrv=args.namesrv, master=args.master,
-                                               driver=args.driver, tasks=args.tasks, progress=not args.quiet,
+                                               driver=driver, tasks=args.tasks, progress=not args.quiet,
                                                keep_store=args.keep_store, spark_conf=spark_conf,
-                                               access_key=args.ak, secret_key=args.sk))
+                                               access_key=args.ak, secret_key=args.sk,
+                                               grpc_endpoint=args.grpc_endpoint))
     except RunError as exc:
         _err(str(exc))
         return EXIT_FAILED
@@ -187,7 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--namesrv", help="HOST:PORT of the name server; default: start our broker for the run")
     r.add_argument("--master", default="local[*]", help="Spark master: local[*] (default), spark://HOST:PORT, k8s://…")
     r.add_argument("--out", help="output directory (default bench/out/<scenario>-<time>)")
-    r.add_argument("--driver", choices=("asyncio", "cpp"), help="client driving the load (default: the scenario's)")
+    r.add_argument("--driver", choices=("asyncio", "cpp", "grpc"),
+                   help="client driving the load (default: the scenario's)")
+    r.add_argument("--protocol", choices=("remoting", "grpc"),
+                   help="grpc: drive the 5.x endpoint (same as --driver grpc); remoting: the scenario's 4.x driver")
+    r.add_argument("--grpc-endpoint", help="HOST:PORT of the broker's gRPC endpoint, with --namesrv and --protocol grpc")
     r.add_argument("--tasks", type=int, help="number of Spark load tasks (default: scenario or all cores)")
     r.add_argument("--duration", type=float, help="override the scenario's duration_s")
     r.add_argument("--warmup", type=float, help="override the scenario's warmup_s")

@@ -48,6 +48,7 @@ class RunOptions:
     keep_store: bool = False  # keep the store of a broker mqbench started (it preallocates 1 GiB+)
     access_key: str | None = None  # ACL credentials for a broker with aclEnable=true (--ak/--sk)
     secret_key: str | None = None
+    grpc_endpoint: str | None = None  # the 5.x endpoint of an existing broker (--protocol grpc with --namesrv)
 
 
 @dataclass
@@ -76,7 +77,7 @@ def topic_names(scen: Scenario, run_id: str) -> list[str]:
 
 
 def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None,
-             access_key: str | None = None, secret_key: str | None = None) -> Plan:
+             access_key: str | None = None, secret_key: str | None = None, grpc_endpoint: str = "") -> Plan:
     """Name topics and groups, and deal producers and consumers out to ``tasks`` Spark tasks so each
     task runs a mix (consumers start where producers stopped, so 1 + 1 clients use 2 tasks)."""
     topics = topic_names(scen, run_id)
@@ -93,7 +94,7 @@ def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_
     tasks = max(1, min(tasks, len(producers) + len(consumers)))
     specs = [TaskSpec(run_id=run_id, worker=i, namesrv=namesrv, scenario=scen.to_dict(), topics=topics,
                       progress_addr=progress_addr, run_faults=(i == 0), access_key=access_key,
-                      secret_key=secret_key) for i in range(tasks)]
+                      secret_key=secret_key, grpc_endpoint=grpc_endpoint) for i in range(tasks)]
     for i, p in enumerate(producers):
         specs[i % tasks].producers.append(p)
     for i, c in enumerate(consumers):
@@ -195,6 +196,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
                             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
         namesrv = opts.namesrv
+        grpc_endpoint = opts.grpc_endpoint or ""
         if namesrv is None:
             try:
                 broker = BrokerProcess(out / "broker-store", config=dict(scen.broker.config),
@@ -203,6 +205,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
             except BrokerStartError as exc:
                 raise RunError(str(exc)) from None
             namesrv = broker.namesrv
+            grpc_endpoint = broker.grpc_endpoint
         meta["namesrv"] = namesrv
         credentials = SessionCredentials(opts.access_key, opts.secret_key or "") if opts.access_key else None
         meta["cluster"] = asyncio.run(prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic,
@@ -215,7 +218,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         slots = wait_for_slots(spark, opts.tasks or scen.tasks)
         tasks = opts.tasks or scen.tasks or slots
         plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr,
-                        access_key=opts.access_key, secret_key=opts.secret_key)
+                        access_key=opts.access_key, secret_key=opts.secret_key, grpc_endpoint=grpc_endpoint)
         meta.update(tasks=len(plan.specs), groups=plan.groups, topics=plan.topics)
         (out / "run.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
         started = time.time_ns() // 1_000_000

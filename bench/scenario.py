@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 SEND_MODES = ("sync", "async", "oneway", "batch")
-DRIVERS = ("asyncio", "cpp")
+DRIVERS = ("asyncio", "cpp", "grpc")
 MESSAGE_FAULT_PROPERTIES = ("brokerSleepMs", "brokerStallAppendMs")
 # FAULT_INJECT (5001) kinds our broker understands; kept in one place so a typo in a scenario is
 # caught before a broker is started rather than answered with an error mid-run.
@@ -402,6 +402,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         chk.problems.append(f"topic_prefix may only hold letters, digits, '-', '_', got {prefix!r}")
     if vals.get("max_messages_per_producer") is not None and vals["max_messages_per_producer"] <= 0:
         chk.problems.append("max_messages_per_producer must be > 0")
+    if vals.get("driver") == "grpc" and vals.get("send_mode") in ("oneway", "batch"):
+        chk.problems.append(f"driver grpc supports send_mode sync and async only, got {vals['send_mode']!r}")
     if vals.get("driver") == "cpp" and vals.get("send_mode") in ("async", "batch"):
         chk.problems.append(f"driver cpp supports send_mode sync and oneway only, got {vals['send_mode']!r}")
     if chk.problems:

@@ -107,6 +107,7 @@ class TaskSpec:
     run_faults: bool = False
     access_key: str | None = None  # ACL credentials every client of the task signs with (--ak/--sk)
     secret_key: str | None = None
+    grpc_endpoint: str = ""  # the broker's 5.x endpoint, for the grpc driver
 
     def credentials(self) -> Any:
         """``remoting.signature.SessionCredentials`` when the run has credentials, else None."""
@@ -570,7 +571,10 @@ def get_driver(name: str) -> Any:
     if name == "cpp":
         from bench.driver_cpp import CppDriver
         return CppDriver()
-    raise ValueError(f"unknown driver {name!r}; expected asyncio or cpp")
+    if name == "grpc":
+        from bench.driver_grpc import GrpcDriver
+        return GrpcDriver()
+    raise ValueError(f"unknown driver {name!r}; expected asyncio, cpp or grpc")
 
 
 def run_task(spec: TaskSpec, barrier: Barrier, *, driver: str | None = None,

@@ -187,6 +187,14 @@ class BrokerConfig:
     frame_max_length: int = _k("frameMaxLength", 16 * 1024 * 1024, minimum=1024)
     shutdown_grace_mills: int = _k("shutdownGraceMills", 5000, minimum=0)
 
+    # -- the 5.x gRPC endpoint (upstream proxy's keys; -1 disables it) ------------------
+    grpc_server_port: int = _k("grpcServerPort", 8081, minimum=-1)
+    grpc_listen_host: str = _k("grpcListenHost", "0.0.0.0")  # ours
+    grpc_tls_enable: bool = _k("grpcTlsEnable", True)  # ours; false = plaintext
+    grpc_tls_cert_path: str = _k("grpcTlsCertPath", "")  # ours; empty = self-signed, generated at boot
+    grpc_tls_key_path: str = _k("grpcTlsKeyPath", "")  # ours
+    grpc_proxy_long_polling_timeout_mills: int = _k("grpcProxyLongPollingTimeoutMills", 20_000, minimum=0)
+
     # ------------------------------------------------------------------------------
     @property
     def broker_addr(self) -> str:

@@ -41,6 +41,7 @@ from broker.processor.end_transaction import EndTransactionProcessor
 from broker.processor.pull import PullMessageProcessor, wake_in_loop
 from broker.processor.query import QueryMessageProcessor
 from broker.processor.send import SendMessageProcessor
+from broker.pop import PopService
 from broker.schedule import ScheduleMessageService
 from broker.stats import BrokerStats
 from broker.subscription_group_manager import SubscriptionGroupManager
@@ -104,6 +105,8 @@ class BrokerController:
         self.pull_hold_service = PullRequestHoldService(wake_in_loop(self.pull_processor),
                                                         self.store.get_max_offset_in_queue)
         self.store.message_arriving_listener = self._on_message_arriving
+        self.pop_service = PopService(store=self.store, offsets=self.consumer_offset_manager,
+                                      forward_to_dlq=self._pop_forward_to_dlq, now_ms=now_ms)  # 5.x consumers
 
         self.server = RemotingServer(config.listen_host, config.listen_port, listener=self, now_ms=now_ms,
                                      frame_max=config.frame_max_length)
@@ -271,6 +274,16 @@ class BrokerController:
             self.schedule_service.on_message_arriving(queue_id)
             return
         self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code, properties)
+        self.pop_service.notify_arrival(topic)
+
+    async def _pop_forward_to_dlq(self, group: str, msg) -> bool:
+        """The POP revive's last step: the send processor's send-back with delay level -1 (to %DLQ%<group>)."""
+        ext = {"offset": str(msg.commit_log_offset), "group": group, "delayLevel": "-1",
+               "originMsgId": msg.properties.get("UNIQ_KEY", msg.msg_id), "originTopic": msg.topic,
+               "unitMode": "false", "maxReconsumeTimes": "0"}
+        response = await self.send_processor.consumer_send_msg_back(
+            None, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext))
+        return response.code == ResponseCode.SUCCESS
 
     def _on_topic_change(self, tc: TopicConfig | None) -> None:
         if tc is not None:

@@ -33,14 +33,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def run(config) -> int:
     from broker.controller import BrokerController
+    from proxy.server import GrpcServer
 
     controller = BrokerController(config)
+    grpc_server = GrpcServer(controller)  # the 5.x clients' endpoint (grpcServerPort, -1 disables)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await controller.start()
+        await grpc_server.start()
     except (OSError, ConfigError) as exc:
         print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
         await controller.shutdown()
@@ -55,6 +58,7 @@ async def run(config) -> int:
     print(msg, flush=True)
     await stop.wait()
     log.info("shutting down")
+    await grpc_server.stop(1.0)
     await controller.shutdown()
     print(f"The broker[{config.broker_name}, {config.broker_addr}] shutdown OK", flush=True)
     return 0

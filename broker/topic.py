@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 PERM_PRIORITY = 0x8
@@ -68,15 +68,43 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # 5.x topic attributes, e.g. {"message.type": "FIFO"} (NORMAL, FIFO, DELAY, TRANSACTION, MIXED)
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        data: dict[str, Any] = {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
+                                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        if self.attributes:
+            data["attributes"] = dict(self.attributes)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicConfig:
         return cls(topic_name=str(data["topicName"]), read_queue_nums=int(data.get("readQueueNums", 16)),
                    write_queue_nums=int(data.get("writeQueueNums", 16)), perm=int(data.get("perm", 6)),
                    topic_filter_type=str(data.get("topicFilterType", "SINGLE_TAG")),
-                   topic_sys_flag=int(data.get("topicSysFlag", 0)), order=bool(data.get("order", False)))
+                   topic_sys_flag=int(data.get("topicSysFlag", 0)), order=bool(data.get("order", False)),
+                   attributes={str(k): str(v) for k, v in (data.get("attributes") or {}).items()})
+
+
+def parse_topic_attributes(text: str | None) -> dict[str, str]:
+    """5.x's ``+key=value,+key2=value2`` (``-key`` removes, which for a new topic is nothing)."""
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item[0] == "-":
+            continue
+        key, sep, value = item.lstrip("+").partition("=")
+        if not sep or not key:
+            raise ValueError(f"topic attribute {item!r} is not +key=value")
+        if key == MESSAGE_TYPE_ATTRIBUTE and value.upper() not in MESSAGE_TYPES:
+            raise ValueError(f"message.type must be one of {', '.join(MESSAGE_TYPES)}, got {value!r}")
+        out[key] = value.upper() if key == MESSAGE_TYPE_ATTRIBUTE else value
+    return out
+
+
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")

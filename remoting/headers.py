@@ -500,6 +500,7 @@ class CreateTopicRequestHeader:  # 17
     topic_filter_type: str
     order: bool
     topic_sys_flag: int | None = None
+    attributes: str | None = None  # 5.x: "+message.type=FIFO,+key=value"
 
 
 @header

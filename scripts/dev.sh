@@ -76,6 +76,21 @@ ensure_node_modules() {
   printf '%s' "$want" >"$stamp"
 }
 
+# The official 5.x Python client (gRPC) for tests/compat/test_grpc_client.py, in a venv of its own: it installs
+# the import name `rocketmq`, as the 4.x C++ wheel in the main venv does. Rebuilt when its requirements change.
+ensure_grpc_client_venv() {
+  local venv="${GRPC_CLIENT_VENV:-$ROOT/.venv-grpc-client}" req="$ROOT/tests/compat/grpc_client/requirements.txt"
+  local stamp="$venv/.requirements-sha256" want
+  want="$(hash_of "$req")"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return
+  fi
+  log "installing the 5.x Python client into $venv"
+  [[ -x "$venv/bin/python" ]] || "$VENV/bin/python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+  printf '%s' "$want" >"$stamp"
+}
+
 cmd_broker() {
   ensure_venv
   # The test stamp covers the base install too.
@@ -90,6 +105,7 @@ cmd_test() {
   ensure_venv
   pip_install test "test,bench,metrics"
   ensure_node_modules
+  ensure_grpc_client_venv
   cd "$ROOT"
   # In CI the container image is built and driven too (tests/docker/test_container.py; a few minutes cold).
   if [[ "${CI:-}" == "true" && -z "${MINI_ROCKETMQ_CONTAINER_TEST:-}" ]]; then

@@ -24,7 +24,7 @@ import structlog
 from broker import logging_setup
 from broker.config import ConfigError
 from broker.metrics import earliest_message_time, is_system_topic
-from broker.topic import TopicConfig, check_topic_name
+from broker.topic import TopicConfig, check_topic_name, parse_topic_attributes
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (
@@ -123,9 +123,13 @@ class AdminBrokerProcessor:
                 or hdr.write_queue_nums > 1024:
             return request.response(ResponseCode.SYSTEM_ERROR,
                                     "readQueueNums and writeQueueNums must be between 1 and 1024")
+        try:
+            attributes = parse_topic_attributes(hdr.attributes)
+        except ValueError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         tc = TopicConfig(hdr.topic, read_queue_nums=hdr.read_queue_nums, write_queue_nums=hdr.write_queue_nums,
                          perm=hdr.perm, topic_filter_type=hdr.topic_filter_type,
-                         topic_sys_flag=hdr.topic_sys_flag or 0, order=hdr.order)
+                         topic_sys_flag=hdr.topic_sys_flag or 0, order=hdr.order, attributes=attributes)
         self.c.topic_config_manager.update_topic_config(tc)
         return request.response(ResponseCode.SUCCESS)
 

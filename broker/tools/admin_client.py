@@ -342,11 +342,12 @@ class AdminClient:
         await self.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
 
     async def create_topic(self, addr: str, topic: str, *, read_queues: int = 8, write_queues: int = 8,
-                           perm: int = 6, order: bool = False, topic_sys_flag: int = 0) -> None:
-        """17 UPDATE_AND_CREATE_TOPIC."""
+                           perm: int = 6, order: bool = False, topic_sys_flag: int = 0,
+                           attributes: str | None = None) -> None:
+        """17 UPDATE_AND_CREATE_TOPIC; ``attributes`` as 5.x writes them (``+message.type=FIFO``)."""
         hdr = CreateTopicRequestHeader(topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queues,
                                        write_queue_nums=write_queues, perm=perm, topic_filter_type="SINGLE_TAG",
-                                       order=order, topic_sys_flag=topic_sys_flag)
+                                       order=order, topic_sys_flag=topic_sys_flag, attributes=attributes)
         await self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, encode_header(hdr))
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:

@@ -319,7 +319,7 @@ async def cmd_update_topic(admin: AdminClient, args: argparse.Namespace) -> Outp
         raise UsageError("name a broker with -b host:port or a cluster with -c name")
     for addr in targets:
         await admin.create_topic(addr, args.topic, read_queues=args.read_queues, write_queues=args.write_queues,
-                                 perm=args.perm, order=order, topic_sys_flag=sys_flag)
+                                 perm=args.perm, order=order, topic_sys_flag=sys_flag, attributes=args.attributes)
     lines = [f"create topic to {addr} success." for addr in targets]
     if order:
         # Upstream records the ordered layout on the name server: "brokerName:queues;…".
@@ -779,6 +779,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--order", help="true|false")
     p.add_argument("-u", "--unit", help="true|false")
     p.add_argument("-s", "--hasUnitSub", dest="has_unit_sub", help="true|false")
+    p.add_argument("-a", "--attributes", help="5.x topic attributes, e.g. +message.type=FIFO")
     p = add("deleteTopic", cmd_delete_topic, "Delete a topic from a cluster's brokers and the name server")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-c", "--clusterName", dest="cluster", required=True)

@@ -92,6 +92,8 @@ class BrokerProcess:
             # The team's rule: servers listen on loopback only (the broker binds 0.0.0.0 by default).
             "listenHost": "127.0.0.1",
             "namesrvListenHost": "127.0.0.1",
+            # no 5.x endpoint unless a test asks for one (its default port 8081 is shared by every broker)
+            "grpcServerPort": -1,
         }
         args = [sys.executable, "-m", "broker.main"]
         for key, value in settings.items():

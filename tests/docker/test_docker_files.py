@@ -65,7 +65,7 @@ def test_dockerfile_promises() -> None:
     assert final["USER"] == ["${UID}:${GID}"], "the broker must not run as root"
     assert ("ARG", "UID=3000") in ins and ("ARG", "GID=3000") in ins
     assert final["VOLUME"] == ['["/home/rocketmq/store"]']
-    assert final["EXPOSE"] == ["9876 10911"]
+    assert final["EXPOSE"] == ["9876 10911 8081"]
     assert "mini-rocketmq-healthcheck" in final["HEALTHCHECK"][0]
     assert final["ENTRYPOINT"] == ['["/usr/local/bin/mini-rocketmq-entrypoint"]']
     assert any("MINI_ROCKETMQ_LOG_FORMAT=json" in args for name, args in ins if name == "ENV")
@@ -87,7 +87,7 @@ def test_compose_file() -> None:
     assert broker["build"]["dockerfile"] == "docker/Dockerfile"
     assert (DOCKER / broker["build"]["context"] / broker["build"]["dockerfile"]).resolve() == DOCKERFILE
     published = {p.rsplit(":", 1)[1] for p in broker["ports"]}
-    assert published == {"9876", "10911"}
+    assert published == {"9876", "10911", "8081"}
     assert all(p.rsplit(":", 2)[1] == p.rsplit(":", 1)[1] for p in broker["ports"]), \
         "host and container port numbers must match: clients connect to the advertised brokerIP1:listenPort"
     assert "ROCKETMQ_BROKER_IP1" in broker["environment"]

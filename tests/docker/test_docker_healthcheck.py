@@ -233,7 +233,7 @@ def test_real_broker_is_healthy(tmp_path: Path) -> None:
     broker = subprocess.Popen(
         [sys.executable, "-m", "broker.main", "--set", f"listenPort={port}", "--set", f"namesrvListenPort={ns_port}",
          "--set", f"storePathRootDir={tmp_path / 'store'}", "--set", "brokerIP1=127.0.0.1",
-         "--set", "listenHost=127.0.0.1", "--set", "namesrvListenHost=127.0.0.1"],
+         "--set", "listenHost=127.0.0.1", "--set", "namesrvListenHost=127.0.0.1", "--set", "grpcServerPort=-1"],
         stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
         deadline = time.monotonic() + 60

@@ -29,7 +29,8 @@ class BrokerProcess:
         args = [sys.executable, "-m", "broker.main", "--set", f"listenPort={self.port}",
                 "--set", f"namesrvListenPort={self.namesrv_port}", "--set", f"storePathRootDir={tmp_path / 'store'}",
                 "--set", "brokerIP1=127.0.0.1", "--set", "listenHost=127.0.0.1", "--set", "namesrvListenHost=127.0.0.1",
-                "--set", "mappedFileSizeCommitLog=1048576", "--set", "maxIndexNum=1000", "--set", "maxHashSlotNum=100"]
+                "--set", "mappedFileSizeCommitLog=1048576", "--set", "maxIndexNum=1000", "--set", "maxHashSlotNum=100",
+                "--set", "grpcServerPort=-1"]
         self.proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         self.lines: queue.Queue[str] = queue.Queue()

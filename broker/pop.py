@@ -1,0 +1,266 @@
+"""PopService: POP consumption as RocketMQ 5 serves it to its gRPC clients.
+
+A consumer *pops* messages: each is handed out with an invisible time, during which no other pop of
+the group sees it. An ack removes it for good; a change of invisible duration moves its deadline (and
+invalidates the old receipt handle); an unacknowledged message becomes visible again when its
+deadline passes (the revive) and is redelivered with its delivery attempt increased; once it has been
+delivered the group's maximum number of attempts, the revive forwards it to ``%DLQ%<group>`` instead.
+For a FIFO group a queue hands out nothing while one of its messages is invisible, so that messages
+are consumed in queue order (every message of one message group lands in one queue).
+
+What this keeps in memory, per (group, topic, queue): the first offset never popped and the popped
+offsets that are not acknowledged yet (with deadline, attempt and a token that changes with each
+delivery). The consumer offset committed for the queue is the lowest offset not yet acknowledged, so
+a restart redelivers exactly what was in flight (at least once; the attempt counts start again).
+Upstream persists its checkpoints in the CommitLog instead (CK/ACK messages and a revive topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from store.message import MessageExt, decode_record
+
+log = structlog.get_logger(__name__)
+
+RECEIPT_HANDLE_VERSION = "p1"
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class InvalidReceiptHandle(ValueError):
+    """A receipt handle that is malformed, unknown, or stale (the message was redelivered or acked)."""
+
+
+@dataclass(slots=True)
+class ReceiptHandle:
+    queue_id: int
+    offset: int
+    token: int
+    deadline_ms: int
+
+    def encode(self) -> str:
+        return f"{RECEIPT_HANDLE_VERSION} {self.queue_id} {self.offset} {self.token} {self.deadline_ms}"
+
+    @classmethod
+    def decode(cls, text: str) -> ReceiptHandle:
+        parts = text.split(" ")
+        if len(parts) != 5 or parts[0] != RECEIPT_HANDLE_VERSION:
+            raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} was not issued by this broker")
+        try:
+            queue_id, offset, token, deadline = (int(p) for p in parts[1:])
+        except ValueError:
+            raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} is malformed") from None
+        return cls(queue_id, offset, token, deadline)
+
+
+@dataclass(slots=True)
+class InFlight:
+    offset: int
+    deadline_ms: int
+    attempt: int  # deliveries so far, 1 on the first
+    token: int
+
+
+@dataclass
+class PopQueue:
+    """Pop state of one (group, topic, queue)."""
+
+    next_offset: int
+    inflight: dict[int, InFlight] = field(default_factory=dict)
+
+    def commit_offset(self) -> int:
+        return min(self.inflight) if self.inflight else self.next_offset
+
+    def blocked(self, now: int) -> bool:
+        """FIFO: an invisible message holds back everything behind it."""
+        return any(f.deadline_ms > now for f in self.inflight.values())
+
+
+@dataclass(slots=True)
+class PoppedMessage:
+    message: MessageExt
+    receipt_handle: str
+    attempt: int
+    invisible_ms: int
+
+
+@dataclass(slots=True)
+class PopRequest:
+    group: str
+    topic: str
+    queue_ids: list[int]
+    max_nums: int
+    invisible_ms: int
+    fifo: bool
+    max_attempts: int
+    matches: Callable[[MessageExt], bool]
+
+
+class PopService:
+    """Owns every group's pop state; the store and offsets are the broker's."""
+
+    def __init__(self, *, store, offsets, forward_to_dlq: Callable[[str, MessageExt], Awaitable[bool]],
+                 now_ms: Callable[[], int] = wall_ms) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.forward_to_dlq = forward_to_dlq
+        self.now_ms = now_ms
+        self._queues: dict[tuple[str, str, int], PopQueue] = {}
+        self._tokens = itertools.count(1)
+        self._arrival: dict[str, asyncio.Event] = {}
+        self.revived = 0
+        self.dead_lettered = 0
+
+    # -- state ------------------------------------------------------------------------------------
+    def _queue(self, group: str, topic: str, queue_id: int) -> PopQueue:
+        key = (group, topic, queue_id)
+        state = self._queues.get(key)
+        if state is None:
+            committed = self.offsets.query_offset(group, topic, queue_id)
+            start = committed if committed >= 0 else self.store.get_min_offset_in_queue(topic, queue_id)
+            state = self._queues[key] = PopQueue(next_offset=start)
+        return state
+
+    def _commit(self, group: str, topic: str, queue_id: int, state: PopQueue) -> None:
+        self.offsets.commit_offset(group, topic, queue_id, state.commit_offset())
+
+    def in_flight(self, group: str, topic: str) -> int:
+        return sum(len(s.inflight) for (g, t, _), s in self._queues.items() if g == group and t == topic)
+
+    # -- pop --------------------------------------------------------------------------------------
+    async def pop(self, req: PopRequest) -> list[PoppedMessage]:
+        """Hand out up to ``max_nums`` visible messages: revived ones first, then new ones."""
+        out: list[PoppedMessage] = []
+        for queue_id in req.queue_ids:
+            if len(out) >= req.max_nums:
+                break
+            await self._pop_queue(req, queue_id, out)
+        return out
+
+    async def _pop_queue(self, req: PopRequest, queue_id: int, out: list[PoppedMessage]) -> None:
+        state = self._queue(req.group, req.topic, queue_id)
+        now = self.now_ms()
+        if req.fifo and state.blocked(now):
+            return
+        # The revive: messages whose invisible time passed, in offset order.
+        for offset in sorted(o for o, f in state.inflight.items() if f.deadline_ms <= now):
+            if len(out) >= req.max_nums:
+                return
+            entry = state.inflight.get(offset)
+            if entry is None or entry.deadline_ms > now:
+                continue  # acked or redelivered by a concurrent pop while this one awaited the DLQ
+            msg = self._read(req.topic, queue_id, offset)
+            if msg is None:  # deleted by retention meanwhile
+                del state.inflight[offset]
+                continue
+            if entry.attempt >= req.max_attempts:
+                entry.deadline_ms = now + req.invisible_ms  # no second forward while this one is under way
+                if await self.forward_to_dlq(req.group, msg):
+                    self.dead_lettered += 1
+                    state.inflight.pop(offset, None)
+                    log.info("message moved to the dead letter queue", group=req.group, topic=req.topic,
+                             queue_id=queue_id, offset=offset, attempts=entry.attempt)
+                continue
+            self.revived += 1
+            out.append(self._deliver(state, queue_id, offset, msg, entry.attempt + 1, req.invisible_ms))
+            if req.fifo:
+                return
+        if req.fifo and state.inflight:
+            return
+        max_offset = self.store.get_max_offset_in_queue(req.topic, queue_id)
+        min_offset = self.store.get_min_offset_in_queue(req.topic, queue_id)
+        if state.next_offset < min_offset:
+            state.next_offset = min_offset
+        while len(out) < req.max_nums and state.next_offset < max_offset:
+            # one store read for the rest of the batch, as a pull reads it
+            result = self.store.get_message("", req.topic, queue_id, state.next_offset, req.max_nums - len(out))
+            if not result.buffers or len(result.msg_queue_offsets) != len(result.buffers):
+                if result.next_begin_offset <= state.next_offset:
+                    break  # nothing readable yet (the reput is behind the max offset)
+                state.next_offset = result.next_begin_offset  # a hole the store skips
+                continue
+            for buf, offset in zip(result.buffers, result.msg_queue_offsets):
+                state.next_offset = offset + 1
+                msg = decode_record(buf)
+                if req.matches(msg):  # filtered out: as good as acknowledged
+                    out.append(self._deliver(state, queue_id, offset, msg, msg.reconsume_times + 1,
+                                             req.invisible_ms))
+            state.next_offset = max(state.next_offset, result.next_begin_offset)
+        self._commit(req.group, req.topic, queue_id, state)
+
+    def _read(self, topic: str, queue_id: int, offset: int) -> MessageExt | None:
+        result = self.store.get_message("", topic, queue_id, offset, 1)
+        if not result.buffers or (result.msg_queue_offsets and result.msg_queue_offsets[0] != offset):
+            return None
+        return decode_record(result.buffers[0])
+
+    def _deliver(self, state: PopQueue, queue_id: int, offset: int, msg: MessageExt, attempt: int,
+                 invisible_ms: int) -> PoppedMessage:
+        token = next(self._tokens)
+        deadline = self.now_ms() + invisible_ms
+        state.inflight[offset] = InFlight(offset, deadline, attempt, token)
+        handle = ReceiptHandle(queue_id, offset, token, deadline).encode()
+        return PoppedMessage(msg, handle, attempt, invisible_ms)
+
+    # -- ack / change invisible time ----------------------------------------------------------------
+    def _entry(self, group: str, topic: str, handle: str) -> tuple[PopQueue, ReceiptHandle, InFlight]:
+        rh = ReceiptHandle.decode(handle)
+        state = self._queues.get((group, topic, rh.queue_id))
+        entry = state.inflight.get(rh.offset) if state is not None else None
+        if state is None or entry is None:
+            raise InvalidReceiptHandle(f"no message of topic {topic} in flight for group {group} at queue "
+                                       f"{rh.queue_id} offset {rh.offset} (already acknowledged?)")
+        if entry.token != rh.token:
+            raise InvalidReceiptHandle("the receipt handle is stale: the message was redelivered or its "
+                                       "invisible time changed since")
+        return state, rh, entry
+
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        state, rh, _ = self._entry(group, topic, handle)
+        del state.inflight[rh.offset]
+        self._commit(group, topic, rh.queue_id, state)
+
+    def change_invisible_time(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """New deadline from now; returns the new receipt handle (the old one stops working)."""
+        state, rh, entry = self._entry(group, topic, handle)
+        entry.token = next(self._tokens)
+        entry.deadline_ms = self.now_ms() + invisible_ms
+        return ReceiptHandle(rh.queue_id, rh.offset, entry.token, entry.deadline_ms).encode()
+
+    def message_of(self, group: str, topic: str, handle: str) -> tuple[MessageExt | None, int]:
+        """The in-flight message behind a handle and its delivery attempt (ForwardMessageToDeadLetterQueue)."""
+        _, rh, entry = self._entry(group, topic, handle)
+        return self._read(topic, rh.queue_id, rh.offset), entry.attempt
+
+    # -- long polling -----------------------------------------------------------------------------
+    def notify_arrival(self, topic: str) -> None:
+        event = self._arrival.pop(topic, None)
+        if event is not None:
+            event.set()
+
+    def next_revive_ms(self, group: str, topic: str) -> int | None:
+        deadlines = [f.deadline_ms for (g, t, _), s in self._queues.items() if g == group and t == topic
+                     for f in s.inflight.values()]
+        return min(deadlines) if deadlines else None
+
+    async def wait(self, group: str, topic: str, timeout_ms: int) -> None:
+        """Until a message arrives on the topic, a popped one turns visible again, or the timeout."""
+        revive = self.next_revive_ms(group, topic)
+        if revive is not None:
+            timeout_ms = max(0, min(timeout_ms, revive - self.now_ms() + 1))
+        event = self._arrival.get(topic)
+        if event is None:
+            event = self._arrival[topic] = asyncio.Event()
+        try:
+            await asyncio.wait_for(event.wait(), timeout_ms / 1000)
+        except TimeoutError:
+            pass

@@ -1,0 +1,71 @@
+"""TLS material for the gRPC endpoint: the configured certificate and key, or a self-signed pair made at boot.
+
+5.x clients connect with TLS unless told otherwise (the Java client by default; the Python client with
+``tls_enable=True``) and, like upstream's proxy in its test mode, we can serve them without an operator
+issuing a certificate. The generated pair is written under the store directory so that a client that
+verifies the server (gRPC's default) can be pointed at it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+SELF_SIGNED_DIR = "grpc-tls"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsMaterial:
+    cert_pem: bytes
+    key_pem: bytes
+    cert_path: Path
+
+
+def load_or_generate(cert_path: str, key_path: str, store_root: str, hosts: list[str]) -> TlsMaterial:
+    """The configured pair when both paths are set, else a fresh self-signed one for ``hosts``."""
+    if cert_path or key_path:
+        if not (cert_path and key_path):
+            raise ValueError("grpcTlsCertPath and grpcTlsKeyPath must be set together")
+        return TlsMaterial(Path(cert_path).read_bytes(), Path(key_path).read_bytes(), Path(cert_path))
+    cert_pem, key_pem = self_signed(hosts)
+    out = Path(store_root) / SELF_SIGNED_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cert.pem").write_bytes(cert_pem)
+    key_file = out / "key.pem"
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(key_pem)
+    log.info("generated a self-signed certificate for the gRPC endpoint", cert=str(out / "cert.pem"), hosts=hosts)
+    return TlsMaterial(cert_pem, key_pem, out / "cert.pem")
+
+
+def self_signed(hosts: list[str], days: int = 365) -> tuple[bytes, bytes]:
+    """An EC P-256 key (fast to make at boot) and a certificate naming every host as a DNS or IP SAN."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mini-rocketmq")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))

@@ -7,9 +7,11 @@ Java broker use fastjson's unquoted integer keys (``{0:12}``), so loading quotes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +33,25 @@ def loads_lenient(data: bytes | str) -> Any:
 
 
 def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
+    """Write ``payload`` to a temporary file of its own beside ``path`` and rename it over ``path``.
+
+    The temporary name is unique per write: two writers of one file (a periodic persist in a thread and the
+    final one at shutdown) must never rename each other's half-written file away."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if path.exists():
-        shutil.copyfile(path, path.with_name(path.name + ".bak"))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with open(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.exists():
+            shutil.copyfile(path, path.with_name(path.name + ".bak"))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_config(path: str | os.PathLike) -> Any | None:

@@ -6,6 +6,7 @@ upstream does; a crash can therefore replay up to that interval of messages (at-
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import structlog
@@ -22,6 +23,9 @@ class ConsumerOffsetManager:
         self._path = Path(store_path_root_dir) / "config" / "consumerOffset.json"
         self.offset_table: dict[str, dict[int, int]] = {}
         self._dirty = False
+        self._snapshot_seq = 0
+        self._written_seq = 0
+        self._write_lock = threading.Lock()
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -74,8 +78,25 @@ class ConsumerOffsetManager:
         return dumps({"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.offset_table.items()}})
 
     def persist(self, force: bool = False) -> None:
+        snap = self.take_snapshot(force)
+        if snap is not None:
+            self.write_snapshot(snap)
+
+    def take_snapshot(self, force: bool = False) -> tuple[int, bytes] | None:
+        """The table as it is now, numbered; None when nothing changed. Call it on the event loop (the
+        table's owner) and hand the result to ``write_snapshot`` in a thread."""
         if not (self._dirty or force):
-            return
-        payload = self.snapshot()
+            return None
         self._dirty = False
-        write_atomically(self._path, payload)
+        self._snapshot_seq += 1
+        return self._snapshot_seq, self.snapshot()
+
+    def write_snapshot(self, snap: tuple[int, bytes]) -> None:
+        """Write a snapshot unless a newer one is already on disk: a periodic write still running in a
+        thread must not land after the final one made at shutdown."""
+        seq, payload = snap
+        with self._write_lock:
+            if seq <= self._written_seq:
+                return
+            write_atomically(self._path, payload)
+            self._written_seq = seq

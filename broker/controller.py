@@ -424,7 +424,10 @@ class BrokerController:
                 log.exception("periodic task failed", task=getattr(fn, "__name__", str(fn)))
 
     async def _persist_offsets(self) -> None:
-        await asyncio.to_thread(self.consumer_offset_manager.persist)
+        # The snapshot is taken here, on the loop that changes the table; only the file write is threaded.
+        snap = self.consumer_offset_manager.take_snapshot()
+        if snap is not None:
+            await asyncio.to_thread(self.consumer_offset_manager.write_snapshot, snap)
 
     def _housekeeping(self) -> None:
         for channel in self.consumer_manager.scan_not_active_channel():

@@ -375,7 +375,7 @@ class SendMessageProcessor:
             topic=new_topic, queue_id=queue_id, flag=msg_ext.flag, body=msg_ext.body, properties=props,
             properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
             sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
-            store_host=self.c.store_host, reconsume_times=reconsume_times + 1)
+            store_host=self.c.store_host, reconsume_times=_java_int_add(reconsume_times, 1))
         result = await self.store.put_message(inner)
         if result.status == PutMessageStatus.PUT_OK:
             self.c.stats.on_send_back(hdr.group, msg_ext.topic)
@@ -390,3 +390,9 @@ def _int_or_zero(value: str | None) -> int:
         return max(0, int(value))
     except ValueError:
         return 0
+
+
+def _java_int_add(a: int, b: int) -> int:
+    """a + b with Java int overflow (a stored reconsumeTimes of 2^31-1 plus one is -2^31 upstream, not a record
+    the store cannot encode)."""
+    return (a + b + 2**31) % 2**32 - 2**31

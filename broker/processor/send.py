@@ -137,6 +137,11 @@ class SendMessageProcessor:
                 response = await self.send_message(channel, request, hdr)
         except SendError as exc:
             response = request.response(exc.code, exc.remark)
+            if exc.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR):
+                # a malformed request (a client's mistake): one warning line, no traceback
+                log.warning("send refused", topic=hdr.topic[:200], code=int(exc.code), remark=exc.remark[:300],
+                            remote=channel.remote_addr)
+                return response
         if response.code != ResponseCode.SUCCESS:
             log.debug("send refused", topic=hdr.topic, code=int(response.code), remark=response.remark,
                       remote=channel.remote_addr)

@@ -6,7 +6,7 @@ as one producer loop can (`MessageStore.put_message`, what the send processor ca
 `SCHEDULE_TOPIC_XXXX` queue level-1 and fall due `delay` after their store time, at the rate they arrived.
 Once every one is back in its real topic, the figures come from the records themselves: lateness of a
 message = store time of the delivered copy - (store time of the parked copy + the level's delay), paired
-in order (a level delivers in arrival order; the bench checks the pairing by the KEYS of each message).
+by the KEYS of each message (the bench also checks that each real queue got its messages in order).
 
 `delivered/s` = messages over the span from the first to the last delivery; `burst/s` = the rate the burst
 was put at (the rate the level falls due at). A service that keeps up shows a lateness of a few ms and a
@@ -87,7 +87,7 @@ def _records(store: MessageStore, topic: str, queue_id: int) -> list:
 
 
 async def run_burst(service_cls: type, name: str, count: int, level: int, body: bytes,
-                    timeout_s: float) -> BurstResult:
+                    timeout_s: float, queues: int = 1) -> BurstResult:
     root = Path(tempfile.mkdtemp(prefix="delay-burst-"))
     cfg = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 * 1024 * 1024,
                              message_delay_level=LEVELS, message_index_enable=False)
@@ -107,25 +107,33 @@ async def run_burst(service_cls: type, name: str, count: int, level: int, body: 
         service.start()
         t0 = time.perf_counter()
         for i in range(count):
-            msg = MessageExtBrokerInner.create(TOPIC, body, queue_id=0,
+            msg = MessageExtBrokerInner.create(TOPIC, body, queue_id=i % queues,
                                                properties={"KEYS": str(i), "DELAY": str(level)},
                                                born_host=("127.0.0.1", 5000), store_host=("127.0.0.1", 10911))
             put = await store.put_message(msg)
             assert put.is_ok(), put
         burst_s = time.perf_counter() - t0
         deadline = time.monotonic() + timeout_s
-        while store.get_max_offset_in_queue(TOPIC, 0) < count:
+        def delivered_count() -> int:
+            return sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(queues))
+
+        while delivered_count() < count:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{name}: {store.get_max_offset_in_queue(TOPIC, 0)} of {count} delivered")
+                raise TimeoutError(f"{name}: {delivered_count()} of {count} delivered")
             await asyncio.sleep(0.05)
         await service.stop()
         delay_ms = cfg.delay_levels_ms()[level - 1]
         parked = _records(store, SCHEDULE_TOPIC, level - 1)
-        delivered = _records(store, TOPIC, 0)
-        assert len(delivered) == count, (name, len(delivered))
-        assert [m.properties["KEYS"] for m in delivered] == [m.properties["KEYS"] for m in parked]
+        stored_at: dict[str, int] = {}
+        for q in range(queues):
+            keys = []
+            for m in _records(store, TOPIC, q):
+                keys.append(int(m.properties["KEYS"]))
+                stored_at[m.properties["KEYS"]] = m.store_timestamp
+            assert keys == sorted(keys), f"{name}: queue {q} out of order"
+        assert len(stored_at) == count == len(parked), (name, len(stored_at), len(parked))
         due = np.array([m.store_timestamp for m in parked], dtype=np.int64) + delay_ms
-        got = np.array([m.store_timestamp for m in delivered], dtype=np.int64)
+        got = np.array([stored_at[m.properties["KEYS"]] for m in parked], dtype=np.int64)
         lateness = got - due
         span_s = max(1, int(got.max() - got.min())) / 1000
         return BurstResult(name, count, count / burst_s, count / span_s,
@@ -147,11 +155,11 @@ async def main_async(args: argparse.Namespace) -> None:
         except (subprocess.CalledProcessError, OSError) as exc:
             print(f"baseline skipped: cannot load broker/schedule.py at {args.baseline_rev}: {exc}")
     cases.append(("after", ScheduleMessageService))
-    print(f"burst of {args.count} messages of {args.body} B to delay level {args.level} "
+    print(f"burst of {args.count} messages of {args.body} B over {args.queues} queue(s) to delay level {args.level} "
           f"({LEVELS.split()[args.level - 1]}), in-process store")
     results = []
     for name, cls in cases:
-        result = await run_burst(cls, name, args.count, args.level, body, args.timeout)
+        result = await run_burst(cls, name, args.count, args.level, body, args.timeout, args.queues)
         print(result.line(), flush=True)
         results.append(result)
     if len(results) == 2:
@@ -166,6 +174,8 @@ def main() -> None:
     parser.add_argument("--level", type=int, default=1, help="delay level (1 = 1s)")
     parser.add_argument("--body", type=int, default=128, help="body bytes")
     parser.add_argument("--baseline-rev", default=DEFAULT_BASELINE_REV)
+    parser.add_argument("--queues", type=int, default=1,
+                        help="real queues the burst's messages go to in turn (a producer spreads over them)")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the deliveries")
     args = parser.parse_args()

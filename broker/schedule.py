@@ -385,7 +385,7 @@ class ScheduleMessageService:
             if level not in self._uncounted_from:
                 self._uncounted_from[level] = self.store.commit_log.get_max_offset()
             if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
-                await self._write()  # keeps what a start after a crash reads short
+                await self._write_ahead(level)
             msgs = [restored[i] for i in run]
             if len(msgs) == 1:
                 put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
@@ -418,6 +418,14 @@ class ScheduleMessageService:
         if failed:
             return RETRY_AFTER_FAILURE_S if prefix == 0 else None
         return None
+
+    async def _write_ahead(self, level: int) -> None:
+        """Write the file before a put when its ``commitLogOffset`` fell far behind: keeps what a start
+        after a crash reads short. A failed write only makes that read longer: the put goes on."""
+        try:
+            await self._write()
+        except OSError as exc:
+            log.error("cannot write delayOffset.json ahead of a delivery", level=level, error=str(exc))
 
     def _runs(self, restored: list[MessageExtBrokerInner | None]) -> list[list[int]]:
         """Indexes of `restored` to put in one append each: the messages of one real queue in their level

@@ -341,3 +341,28 @@ async def test_a_failed_put_is_retried_without_repeating_the_queues_already_deli
     assert [m.body.decode() for m in rig.messages("A")] == [str(i) for i in range(60) if i % 3]
     assert [m.body.decode() for m in rig.messages("B")] == [str(i) for i in range(0, 60, 3)]
     assert failures == [0]
+
+
+async def test_the_offsets_file_bounds_what_a_start_after_a_crash_reads(rig, monkeypatch):
+    """delayOffset.json holds commitLogOffset: after a clean stop the CommitLog's end (nothing to look
+    through on start); while delivering, never far behind the end (written ahead of a put otherwise)."""
+    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 4096)
+    for i in range(20):
+        await rig.store.put_message(_msg("Other", b"x" * 1000, None))  # 20 KB the level did not write
+    await rig.store.put_message(_msg("T", b"late", 1))
+    written = []
+    real_write = schedule_module.write_atomically
+
+    def spy(path, payload):
+        written.append(json.loads(payload)["commitLogOffset"])
+        real_write(path, payload)
+
+    monkeypatch.setattr(schedule_module, "write_atomically", spy)
+    end_before_delivery = rig.store.commit_log.get_max_offset()
+    await rig.wait_for("T", 1)
+    assert written and written[0] == end_before_delivery, (written, end_before_delivery)
+    await rig.service.stop()
+    saved = json.loads((rig.root / "config" / "delayOffset.json").read_text())
+    assert saved["commitLogOffset"] == rig.store.commit_log.get_max_offset()
+    assert saved["offsetTable"]["1"] == 1
+    rig.service.start()  # the fixture's close stops it again

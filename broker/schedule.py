@@ -59,6 +59,8 @@ BATCH_MAX_MESSAGES = 512
 # How far behind the CommitLog's end the persisted ``commitLogOffset`` may fall before a round writes
 # the file ahead of its put: the bound on what a start after a crash reads to find unrecorded deliveries.
 RECOVERY_SCAN_LIMIT = 16 * 1024 * 1024
+# How often the writer looks whether the CommitLog moved that far without a delivery to write the file.
+STALE_CHECK_S = 1.0
 _LONG = struct.Struct(">q")
 _TRANSACTION_BITS = TRANSACTION_ROLLBACK_TYPE  # both transaction bits: put_messages refuses such messages
 
@@ -285,7 +287,13 @@ class ScheduleMessageService:
     async def _persist_loop(self) -> None:
         assert self._persist_wanted is not None
         while True:
-            await self._persist_wanted.wait()
+            try:
+                await asyncio.wait_for(self._persist_wanted.wait(), STALE_CHECK_S)
+            except TimeoutError:
+                # no delivery lately: still keep commitLogOffset near the end, or a start after a crash
+                # would read everything written since the last delivery
+                if self.store.commit_log.get_max_offset() - self._persisted_below <= RECOVERY_SCAN_LIMIT:
+                    continue
             self._persist_wanted.clear()
             if self._stopping:
                 return  # stop() writes the final state itself
@@ -374,7 +382,13 @@ class ScheduleMessageService:
                 restored.append(None)
                 continue
             try:
-                restored.append(self.restore(decode_record(view)))
+                parked = decode_record(view)
+                if MessageConst.REAL_TOPIC not in parked.properties:
+                    # put back as it is, it would land in this topic again: a loop, not a delivery
+                    log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
+                    restored.append(None)
+                    continue
+                restored.append(self.restore(parked))
             except Exception as exc:  # a corrupt record must not stall the level
                 log.warning("schedule entry undecodable, skipped", level=level, offset=offset + i, error=str(exc))
                 restored.append(None)

@@ -366,3 +366,22 @@ async def test_the_offsets_file_bounds_what_a_start_after_a_crash_reads(rig, mon
     assert saved["commitLogOffset"] == rig.store.commit_log.get_max_offset()
     assert saved["offsetTable"]["1"] == 1
     rig.service.start()  # the fixture's close stops it again
+
+
+async def test_the_offsets_file_follows_the_commit_log_without_deliveries(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 4096)
+    monkeypatch.setattr(schedule_module, "STALE_CHECK_S", 0.05)
+    rig = await Rig(tmp_path / "store").open()
+    try:
+        for _ in range(20):
+            await rig.store.put_message(_msg("Other", b"x" * 1000, None))  # no delayed message at all
+        end = rig.store.commit_log.get_max_offset()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            saved = json.loads((rig.root / "config" / "delayOffset.json").read_text())
+            if saved["commitLogOffset"] == end:
+                break
+            await asyncio.sleep(0.02)
+        assert saved["commitLogOffset"] == end, (saved, end)
+    finally:
+        await rig.close()

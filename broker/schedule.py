@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,6 +211,7 @@ class ScheduleMessageService:
         if below >= end:
             return
         copies: dict[tuple, int] = {}
+        unmatched = 0
         scanned = 0
         phy = below
         while phy < end:
@@ -228,6 +229,7 @@ class ScheduleMessageService:
             if msg.topic != SCHEDULE_TOPIC and MessageConst.REAL_TOPIC in msg.properties:
                 key = _copy_key(msg.topic, msg.queue_id, msg)
                 copies[key] = copies.get(key, 0) + 1
+                unmatched += 1
         skipped: dict[int, int] = {}
         for level in range(1, self.max_level + 1):
             start = self.offset_table.get(level, 0)
@@ -235,19 +237,21 @@ class ScheduleMessageService:
             offset = start
             first_missing: int | None = None
             ahead: set[int] = set()
-            while copies and offset < max_offset:
+            while unmatched and offset < max_offset:
                 if first_missing is not None and offset >= first_missing + self.batch_max_messages:
-                    break
-                if not any(copies.values()):
                     break
                 result = self.store.get_message("", SCHEDULE_TOPIC, level - 1, offset, 1, None)
                 if result.status != GetMessageStatus.FOUND or not result.buffers:
                     break
-                parked = decode_record(result.buffers[0])
-                inner = self.restore(parked)
-                key = _copy_key(inner.topic, inner.queue_id, parked, inner.properties_string)
-                if copies.get(key):
+                try:
+                    parked = decode_record(result.buffers[0])
+                    inner = self.restore(parked)
+                    key: tuple | None = _copy_key(inner.topic, inner.queue_id, parked, inner.properties_string)
+                except Exception:  # what delivery skips is not delivered: a miss (the round skips it again)
+                    key = None
+                if key is not None and copies.get(key):
                     copies[key] -= 1
+                    unmatched -= 1
                     if first_missing is not None:
                         ahead.add(offset)
                 elif first_missing is None:
@@ -392,33 +396,43 @@ class ScheduleMessageService:
             except Exception as exc:  # a corrupt record must not stall the level
                 log.warning("schedule entry undecodable, skipped", level=level, offset=offset + i, error=str(exc))
                 restored.append(None)
-        taken = len(restored)
         done = [m is None for m in restored]
         failed = False
-        for run in self._runs(restored):
-            if level not in self._uncounted_from:
-                self._uncounted_from[level] = self.store.commit_log.get_max_offset()
-            if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
-                await self._write_ahead(level)
-            msgs = [restored[i] for i in run]
-            if len(msgs) == 1:
-                put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
-            else:
-                put = await self.store.put_messages(msgs)  # type: ignore[arg-type]
-            if put.status != PutMessageStatus.PUT_OK:
-                log.warning("schedule delivery put failed, will retry", level=level, offset=offset + run[0],
-                            count=len(run), status=put.status.name)
-                failed = True
-                break
-            for i in run:
-                done[i] = True
-            after = self._now_ms()
-            stats = self.stats
-            stats.delivered += len(run)
-            stats.last_lateness_ms = max(0, after - dues[run[-1]])
-            stats.max_lateness_ms = max(stats.max_lateness_ms, after - dues[run[0]])
-        # progress only after the puts: the offset moves past the delivered prefix; what a failed put
-        # left behind it and was delivered already is remembered so that the retry skips it
+        try:
+            for run in self._runs(restored):
+                if level not in self._uncounted_from:
+                    self._uncounted_from[level] = self.store.commit_log.get_max_offset()
+                if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
+                    await self._write_ahead(level)
+                msgs = [restored[i] for i in run]
+                if len(msgs) == 1:
+                    put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
+                else:
+                    put = await self.store.put_messages(msgs)  # type: ignore[arg-type]
+                if put.status != PutMessageStatus.PUT_OK:
+                    log.warning("schedule delivery put failed, will retry", level=level, offset=offset + run[0],
+                                count=len(run), status=put.status.name)
+                    failed = True
+                    break
+                for i in run:
+                    done[i] = True
+                after = self._now_ms()
+                stats = self.stats
+                stats.delivered += len(run)
+                stats.last_lateness_ms = max(0, after - dues[run[-1]])
+                stats.max_lateness_ms = max(stats.max_lateness_ms, after - dues[run[0]])
+        finally:
+            # also when a put raised: what was put is never put again
+            prefix = self._settle(level, offset, done, ahead)
+        if failed:
+            return RETRY_AFTER_FAILURE_S if prefix == 0 else None
+        return None
+
+    def _settle(self, level: int, offset: int, done: list[bool], ahead: Collection[int]) -> int:
+        """Progress after a round's puts: the offset moves past the delivered prefix of the round's
+        entries; those delivered beyond it (a put after a failed one) are remembered, so the retry skips
+        them. Returns the prefix length."""
+        taken = len(done)
         prefix = done.index(False) if not all(done) else taken
         left = {offset + i for i in range(prefix, taken) if done[i]}
         left.update(o for o in ahead if o >= offset + taken)
@@ -429,9 +443,7 @@ class ScheduleMessageService:
             self._uncounted_from.pop(level, None)
         if prefix:
             self._advance(level, offset + prefix)
-        if failed:
-            return RETRY_AFTER_FAILURE_S if prefix == 0 else None
-        return None
+        return prefix
 
     async def _write_ahead(self, level: int) -> None:
         """Write the file before a put when its ``commitLogOffset`` fell far behind: keeps what a start

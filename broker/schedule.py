@@ -8,9 +8,11 @@ when a message arrives in an empty level), and stores it again in its real topic
 cleared and the tag hash of its own TAGS.
 
 A burst falls due at the rate it arrived, so a level delivers in rounds: one read of up to
-``batch_max_messages`` consume-queue entries, the due prefix decoded and put back in runs (consecutive
-messages of one real queue in one ``put_messages`` append), then a yield to the event loop before the
-next round (5.x made this asynchronous and batched too; 4.9 put one message per timer tick).
+``batch_max_messages`` consume-queue entries, the due prefix decoded and put back with one
+``put_messages`` append per real queue (its messages in level order; order across queues is not
+something a consumer can see), then a yield to the event loop before the next round (5.x made this
+asynchronous and batched too; 4.9 put one message per timer tick). Transactional messages, which the
+batch put refuses, go one by one.
 
 Progress per level is ``config/delayOffset.json`` (``{"offsetTable":{level:offset}}``, upstream's
 file). A level's offset moves only after the put of the messages before it returned, so a crash never
@@ -19,9 +21,11 @@ event loop, and on shutdown after the last round has finished (a stop never inte
 way). So that a crash does not repeat the runs put after the last write either, the file also holds
 ``commitLogOffset``: a CommitLog position below which no delivery the offsets do not count was
 written. On start, the records from there to the end (a short stretch: the file is written after each
-round, and before a put whenever that stretch would exceed ``RECOVERY_SCAN_LIMIT``) are matched against
-each level's next entries, and the offsets move past the ones already delivered (upstream repeats them:
-at-least-once).
+round, before a put and every ``STALE_CHECK_S`` whenever that stretch would exceed
+``RECOVERY_SCAN_LIMIT``) are matched against each level's next entries, and the offsets move past the
+ones already delivered (upstream repeats them: at-least-once). A put that fails after others of its round
+succeeded is handled the same way: the offset stops before it, the entries delivered beyond are skipped
+when the round is retried.
 """
 
 from __future__ import annotations

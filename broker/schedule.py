@@ -7,17 +7,32 @@ arrival order: one coroutine per level looks at its head entry, sleeps until it 
 when a message arrives in an empty level), and stores it again in its real topic with ``DELAY``
 cleared and the tag hash of its own TAGS.
 
+A burst falls due at the rate it arrived, so a level delivers in rounds: one read of up to
+``batch_max_messages`` consume-queue entries, the due prefix decoded and put back with one
+``put_messages`` append per real queue (its messages in level order; order across queues is not
+something a consumer can see), then a yield to the event loop before the next round (5.x made this
+asynchronous and batched too; 4.9 put one message per timer tick). Transactional messages, which the
+batch put refuses, go one by one.
+
 Progress per level is ``config/delayOffset.json`` (``{"offsetTable":{level:offset}}``, upstream's
-file). It is written after every round that delivered something, by one writer off the event loop,
-and on shutdown after the last round has finished (a stop never interrupts a delivery half way), so
-a clean restart neither loses nor repeats a delivery; a crash repeats at most the rounds whose
-progress was not yet written (at-least-once, like upstream, which writes every 10 s).
+file). A level's offset moves only after the put of the messages before it returned, so a crash never
+loses a delivery. It is written after every round that delivered something, by one writer off the
+event loop, and on shutdown after the last round has finished (a stop never interrupts a delivery half
+way). So that a crash does not repeat the runs put after the last write either, the file also holds
+``commitLogOffset``: a CommitLog position below which no delivery the offsets do not count was
+written. On start, the records from there to the end (a short stretch: the file is written after each
+round, before a put and every ``STALE_CHECK_S`` whenever that stretch would exceed
+``RECOVERY_SCAN_LIMIT``) are matched against each level's next entries, and the offsets move past the
+ones already delivered (upstream repeats them: at-least-once). A put that fails after others of its round
+succeeded is handled the same way: the offset stops before it, the entries delivered beyond are skipped
+when the round is retried.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +41,15 @@ import structlog
 from broker.config_file import dumps, read_config, write_atomically
 from broker.message_const import MessageConst
 from broker.topic import SCHEDULE_TOPIC
-from store.message import MessageExt, MessageExtBrokerInner, decode_record, encode_properties, tags_hash
+from store.message import (
+    POS_STORE_TIMESTAMP as _POS_STORE_TIMESTAMP,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageExt,
+    MessageExtBrokerInner,
+    decode_record,
+    encode_properties,
+    tags_hash,
+)
 from store.results import GetMessageStatus, PutMessageStatus
 
 log = structlog.get_logger(__name__)
@@ -34,6 +57,26 @@ log = structlog.get_logger(__name__)
 IDLE_POLL_S = 1.0
 RETRY_AFTER_FAILURE_S = 0.1
 STOP_GRACE_S = 5.0
+# A round of one level: at most this many entries read, decoded and put before it yields. ~512 keeps a
+# round to a few ms of the event loop while a level delivers tens of thousands per second.
+BATCH_MAX_MESSAGES = 512
+# How far behind the CommitLog's end the persisted ``commitLogOffset`` may fall before a round writes
+# the file ahead of its put: the bound on what a start after a crash reads to find unrecorded deliveries.
+RECOVERY_SCAN_LIMIT = 16 * 1024 * 1024
+# How often the writer looks whether the CommitLog moved that far without a delivery to write the file.
+STALE_CHECK_S = 1.0
+_LONG = struct.Struct(">q")
+_TRANSACTION_BITS = TRANSACTION_ROLLBACK_TYPE  # both transaction bits: put_messages refuses such messages
+
+
+def _copy_key(topic: str, queue_id: int, msg: MessageExt, properties_string: str | None = None) -> tuple:
+    return (topic, queue_id, msg.born_timestamp, msg.born_host, msg.body_crc, msg.flag,
+            msg.properties_string if properties_string is None else properties_string)
+
+
+def _wire_size(msg: MessageExtBrokerInner) -> int:
+    """What the store's batch size check counts for a message (20 + body + 2 + properties bytes)."""
+    return 22 + len(msg.body or b"") + 3 * len(msg.properties_string)
 
 
 @dataclass(slots=True)
@@ -46,8 +89,12 @@ class DeliveryStats:
 
 class ScheduleMessageService:
     def __init__(self, *, store, delay_levels_ms: list[int], store_path_root_dir: str,
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], batch_max_messages: int = BATCH_MAX_MESSAGES) -> None:
         self.store = store
+        self.batch_max_messages = max(1, batch_max_messages)
+        # one append of a run must pass the store's batch checks (maxMessageSize, a fraction of a file)
+        cfg = store.config
+        self.batch_max_bytes = min(cfg.max_message_size, cfg.mapped_file_size_commit_log // 4)
         self.levels_ms = list(delay_levels_ms)
         self.max_level = len(self.levels_ms)
         self._now_ms = now_ms
@@ -55,10 +102,23 @@ class ScheduleMessageService:
         self.offset_table: dict[int, int] = {}
         self.stats = DeliveryStats()
         self._wakeups: dict[int, asyncio.Event] = {}
+        # levels whose queue was found empty: only those need waking by an arrival (a level with
+        # messages already sleeps until its head is due; waking it for each arrival of a burst would
+        # cost a look per put)
+        self._idle: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._persist_wanted: asyncio.Event | None = None
         self._persister: asyncio.Task[None] | None = None
         self._stopping = False
+        # per level with deliveries its offset does not count yet (a round in progress, or the entries a
+        # failed put or a crash left delivered beyond the offset): the CommitLog end before the first
+        # of them, and those entries (see ``_safe_commit_log_offset``)
+        self._uncounted_from: dict[int, int] = {}
+        self._ahead: dict[int, set[int]] = {}
+        # ``commitLogOffset`` of the file on disk, and of the file loaded (None: absent, no recovery scan)
+        self._persisted_below = 0
+        self._loaded_below: int | None = None
+        self._write_lock: asyncio.Lock | None = None
 
     @property
     def delivered(self) -> int:
@@ -67,21 +127,46 @@ class ScheduleMessageService:
     # The store itself moves a ``DELAY`` message into the schedule topic (upstream CommitLog.putMessage);
     # this service only delivers what falls due.
     def on_message_arriving(self, queue_id: int) -> None:
-        event = self._wakeups.get(queue_id + 1)
-        if event is not None:
-            event.set()
+        level = queue_id + 1
+        if level in self._idle:
+            self._idle.discard(level)
+            event = self._wakeups.get(level)
+            if event is not None:
+                event.set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def load(self) -> None:
         data = read_config(self._path)
         if data:
             self.offset_table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+            below = data.get("commitLogOffset")
+            self._loaded_below = int(below) if isinstance(below, int) and below >= 0 else None
 
     def persist(self) -> None:
-        write_atomically(self._path, self._snapshot())
+        payload, below = self._snapshot()
+        write_atomically(self._path, payload)
+        self._persisted_below = below
 
-    def _snapshot(self) -> bytes:
-        return dumps({"offsetTable": {str(k): v for k, v in sorted(self.offset_table.items())}})
+    def _snapshot(self) -> tuple[bytes, int]:
+        """The file's content now, and its ``commitLogOffset``. Taken on the event loop, between puts'
+        awaits, so the offsets and the position agree."""
+        below = self._safe_commit_log_offset()
+        offsets = {str(k): v for k, v in sorted(self.offset_table.items())}
+        return dumps({"offsetTable": offsets, "commitLogOffset": below}), below
+
+    def _safe_commit_log_offset(self) -> int:
+        """A CommitLog position below which every delivery put so far is counted in ``offset_table``:
+        the end now, or the end as it was before the first put a level's offset does not count yet (a
+        round in progress, or entries delivered beyond the offset)."""
+        return min([self.store.commit_log.get_max_offset(), *self._uncounted_from.values()])
+
+    async def _write(self) -> None:
+        """One write of the file off the event loop; writes never overlap (they share a tmp file)."""
+        assert self._write_lock is not None
+        async with self._write_lock:
+            payload, below = self._snapshot()
+            await asyncio.to_thread(write_atomically, self._path, payload)
+            self._persisted_below = below
 
     def correct_delay_offsets(self) -> None:
         """Upstream correctDelayOffset: a stored offset outside its queue's range (files removed or
@@ -100,13 +185,92 @@ class ScheduleMessageService:
 
     def start(self) -> None:
         self._stopping = False
+        self._idle.clear()
+        self._uncounted_from.clear()
+        self._ahead.clear()
         self.correct_delay_offsets()
+        if self._loaded_below is not None:
+            self._skip_unrecorded_deliveries(self._loaded_below)
+        # from here on the file always holds a commitLogOffset (a file without one: at-least-once once)
+        self.persist()
+        self._write_lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
         self._persist_wanted = asyncio.Event()
         self._persister = loop.create_task(self._persist_loop(), name="schedule-persist")
         for level in range(1, self.max_level + 1):
             self._wakeups[level] = asyncio.Event()
             self._tasks.append(loop.create_task(self._deliver_level(level), name=f"schedule-level-{level}"))
+
+    def _skip_unrecorded_deliveries(self, below: int) -> None:
+        """After a crash: move each level's offset past the entries whose delivered copy is in the
+        CommitLog from `below` on although the offsets written did not count it yet.
+
+        A round puts one append per real queue, so those are a prefix of the level's entries from its
+        offset and then, within one round's reach of the first entry not delivered, any subset: the
+        offset moves past the prefix, the subset is remembered as delivered ahead. A copy is known by
+        what ``restore`` makes of its entry (real topic and queue, born time and host, body CRC, the
+        properties) and by its ``REAL_TOPIC`` property, which only such copies carry outside the
+        schedule topic."""
+        end = self.store.commit_log.get_max_offset()
+        if below >= end:
+            return
+        copies: dict[tuple, int] = {}
+        unmatched = 0
+        scanned = 0
+        phy = below
+        while phy < end:
+            view = self.store.select_one_message_by_offset(phy)
+            if view is None:  # the end-of-file filler (or a hole): go on in the next file
+                phy = self.store.commit_log.roll_next_file(phy)
+                continue
+            try:
+                msg = decode_record(view, read_body=False)
+            except Exception:
+                phy = self.store.commit_log.roll_next_file(phy)
+                continue
+            phy += msg.store_size
+            scanned += 1
+            if msg.topic != SCHEDULE_TOPIC and MessageConst.REAL_TOPIC in msg.properties:
+                key = _copy_key(msg.topic, msg.queue_id, msg)
+                copies[key] = copies.get(key, 0) + 1
+                unmatched += 1
+        skipped: dict[int, int] = {}
+        for level in range(1, self.max_level + 1):
+            start = self.offset_table.get(level, 0)
+            max_offset = self.store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+            offset = start
+            first_missing: int | None = None
+            ahead: set[int] = set()
+            while unmatched and offset < max_offset:
+                if first_missing is not None and offset >= first_missing + self.batch_max_messages:
+                    break
+                result = self.store.get_message("", SCHEDULE_TOPIC, level - 1, offset, 1, None)
+                if result.status != GetMessageStatus.FOUND or not result.buffers:
+                    break
+                try:
+                    parked = decode_record(result.buffers[0])
+                    inner = self.restore(parked)
+                    key: tuple | None = _copy_key(inner.topic, inner.queue_id, parked, inner.properties_string)
+                except Exception:  # what delivery skips is not delivered: a miss (the round skips it again)
+                    key = None
+                if key is not None and copies.get(key):
+                    copies[key] -= 1
+                    unmatched -= 1
+                    if first_missing is not None:
+                        ahead.add(offset)
+                elif first_missing is None:
+                    first_missing = offset
+                offset += 1
+            new_offset = offset if first_missing is None else first_missing
+            if new_offset != start:
+                self.offset_table[level] = new_offset
+            if ahead:
+                self._ahead[level] = ahead
+                self._uncounted_from[level] = below
+            if new_offset != start or ahead:
+                skipped[level] = new_offset - start + len(ahead)
+        log.info("schedule recovery", commit_log_from=below, commit_log_to=end, records_scanned=scanned,
+                 delivered_not_recorded=skipped)
 
     async def stop(self) -> None:
         """Let every level finish the delivery in hand, then write the progress."""
@@ -131,12 +295,18 @@ class ScheduleMessageService:
     async def _persist_loop(self) -> None:
         assert self._persist_wanted is not None
         while True:
-            await self._persist_wanted.wait()
+            try:
+                await asyncio.wait_for(self._persist_wanted.wait(), STALE_CHECK_S)
+            except TimeoutError:
+                # no delivery lately: still keep commitLogOffset near the end, or a start after a crash
+                # would read everything written since the last delivery
+                if self.store.commit_log.get_max_offset() - self._persisted_below <= RECOVERY_SCAN_LIMIT:
+                    continue
             self._persist_wanted.clear()
             if self._stopping:
                 return  # stop() writes the final state itself
             try:
-                await asyncio.to_thread(write_atomically, self._path, self._snapshot())
+                await self._write()
             except OSError as exc:
                 log.error("cannot write delayOffset.json", error=str(exc))
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)
@@ -163,50 +333,171 @@ class ScheduleMessageService:
                 pass
 
     async def _deliver_due(self, level: int) -> float:
-        """Deliver every due message of a level; returns how long to sleep before the next look."""
+        """Deliver the due messages of a level, a bounded batch per round, yielding between rounds;
+        returns how long to sleep before the next look."""
+        queue_id = level - 1
+        offset = self.offset_table.get(level, 0)
+        while not self._stopping:
+            min_offset = self.store.get_min_offset_in_queue(SCHEDULE_TOPIC, queue_id)
+            if min_offset > offset:
+                self._advance(level, min_offset)  # the head of the level was removed
+                offset = min_offset
+            if offset >= self.store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
+                self._idle.add(level)
+                return IDLE_POLL_S
+            wait_s = await self._deliver_batch(level, offset)
+            if wait_s is not None:
+                return wait_s
+            offset = self.offset_table[level]
+            # a burst is many batches: let sends, pulls and the other levels run between them
+            await asyncio.sleep(0)
+        return 0.0
+
+    async def _deliver_batch(self, level: int, offset: int) -> float | None:
+        """One round: the due prefix of at most `batch_max_messages` consume-queue entries from `offset`,
+        put to their real queues, one append per real queue (in level order within each); None when it
+        made progress (look again at once)."""
         queue_id = level - 1
         delay_ms = self.levels_ms[queue_id]
-        offset = self.offset_table.get(level, 0)
-        delivered = 0
-        try:
-            while not self._stopping:
-                min_offset = self.store.get_min_offset_in_queue(SCHEDULE_TOPIC, queue_id)
-                offset = max(offset, min_offset)
-                if offset >= self.store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
-                    return IDLE_POLL_S
-                store_ts = self.store.get_message_store_timestamp(SCHEDULE_TOPIC, queue_id, offset)
-                now = self._now_ms()
-                if store_ts > 0 and store_ts + delay_ms > now:
-                    return min((store_ts + delay_ms - now) / 1000, IDLE_POLL_S)
-                result = self.store.get_message("", SCHEDULE_TOPIC, queue_id, offset, 1, None)
-                if result.status != GetMessageStatus.FOUND or not result.buffers:
-                    # a hole or an unreadable entry: skip it rather than stall the level forever
-                    log.warning("schedule entry unreadable, skipped", level=level, offset=offset,
-                                status=result.status.name)
-                    offset = max(offset + 1, result.next_begin_offset)
-                    continue
-                msg = decode_record(result.buffers[0])
-                due = msg.store_timestamp + delay_ms
-                if due > now:  # the store timestamp could not be read cheaply above
+        cq = self.store.find_consume_queue(SCHEDULE_TOPIC, queue_id)
+        entries = cq.get_entries(offset, self.batch_max_messages)
+        if entries is None or len(entries) == 0:
+            return self._skip_hole(level, offset)
+        now = self._now_ms()
+        phys = entries["offset"].tolist()
+        sizes = entries["size"].tolist()
+        read = self.store.commit_log.get_message
+        ahead = self._ahead.get(level, ())
+        restored: list[MessageExtBrokerInner | None] = []
+        dues: list[int] = []
+        # Due = store time + this level's delay, read from each record (the entry's tags code holds the
+        # store's own computation, which need not use the same level table); the level's queue falls
+        # due in arrival order, so the round stops at the first entry not yet due.
+        for i, (phy, size) in enumerate(zip(phys, sizes)):
+            view = read(phy, size)
+            if view is None or size < _POS_STORE_TIMESTAMP + 8:
+                log.warning("schedule entry unreadable, skipped", level=level, offset=offset + i)
+                restored.append(None)
+                dues.append(now)
+                continue
+            due = _LONG.unpack_from(view, _POS_STORE_TIMESTAMP)[0] + delay_ms
+            if due > now:
+                if not restored:
                     return min((due - now) / 1000, IDLE_POLL_S)
-                put = await self.store.put_message(self.restore(msg))
+                break
+            dues.append(due)
+            if offset + i in ahead:  # delivered before a failed put or a crash: not again
+                restored.append(None)
+                continue
+            try:
+                parked = decode_record(view)
+                if MessageConst.REAL_TOPIC not in parked.properties:
+                    # put back as it is, it would land in this topic again: a loop, not a delivery
+                    log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
+                    restored.append(None)
+                    continue
+                restored.append(self.restore(parked))
+            except Exception as exc:  # a corrupt record must not stall the level
+                log.warning("schedule entry undecodable, skipped", level=level, offset=offset + i, error=str(exc))
+                restored.append(None)
+        done = [m is None for m in restored]
+        failed = False
+        try:
+            for run in self._runs(restored):
+                if level not in self._uncounted_from:
+                    self._uncounted_from[level] = self.store.commit_log.get_max_offset()
+                if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
+                    await self._write_ahead(level)
+                msgs = [restored[i] for i in run]
+                if len(msgs) == 1:
+                    put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
+                else:
+                    put = await self.store.put_messages(msgs)  # type: ignore[arg-type]
                 if put.status != PutMessageStatus.PUT_OK:
-                    log.warning("schedule delivery put failed, will retry", level=level, offset=offset,
-                                status=put.status.name)
-                    return RETRY_AFTER_FAILURE_S
-                offset += 1
-                delivered += 1
-                self.offset_table[level] = offset
-                lateness = max(0, now - due)
-                self.stats.delivered += 1
-                self.stats.last_lateness_ms = lateness
-                self.stats.max_lateness_ms = max(self.stats.max_lateness_ms, lateness)
-            return 0.0
+                    log.warning("schedule delivery put failed, will retry", level=level, offset=offset + run[0],
+                                count=len(run), status=put.status.name)
+                    failed = True
+                    break
+                for i in run:
+                    done[i] = True
+                after = self._now_ms()
+                stats = self.stats
+                stats.delivered += len(run)
+                stats.last_lateness_ms = max(0, after - dues[run[-1]])
+                stats.max_lateness_ms = max(stats.max_lateness_ms, after - dues[run[0]])
         finally:
-            if delivered:
-                self.offset_table[level] = offset
-                if self._persist_wanted is not None:
-                    self._persist_wanted.set()
+            # also when a put raised: what was put is never put again
+            prefix = self._settle(level, offset, done, ahead)
+        if failed:
+            return RETRY_AFTER_FAILURE_S if prefix == 0 else None
+        return None
+
+    def _settle(self, level: int, offset: int, done: list[bool], ahead: Collection[int]) -> int:
+        """Progress after a round's puts: the offset moves past the delivered prefix of the round's
+        entries; those delivered beyond it (a put after a failed one) are remembered, so the retry skips
+        them. Returns the prefix length."""
+        taken = len(done)
+        prefix = done.index(False) if not all(done) else taken
+        left = {offset + i for i in range(prefix, taken) if done[i]}
+        left.update(o for o in ahead if o >= offset + taken)
+        if left:
+            self._ahead[level] = left
+        else:
+            self._ahead.pop(level, None)
+            self._uncounted_from.pop(level, None)
+        if prefix:
+            self._advance(level, offset + prefix)
+        return prefix
+
+    async def _write_ahead(self, level: int) -> None:
+        """Write the file before a put when its ``commitLogOffset`` fell far behind: keeps what a start
+        after a crash reads short. A failed write only makes that read longer: the put goes on."""
+        try:
+            await self._write()
+        except OSError as exc:
+            log.error("cannot write delayOffset.json ahead of a delivery", level=level, error=str(exc))
+
+    def _runs(self, restored: list[MessageExtBrokerInner | None]) -> list[list[int]]:
+        """Indexes of `restored` to put in one append each: the messages of one real queue in their level
+        order (order is kept per queue, which is all a consumer sees), not transactional (the batch put
+        refuses those: one append each), within the store's batch size limit."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        runs: list[list[int]] = []
+        sizes: dict[tuple[str, int], int] = {}
+        limit = self.batch_max_bytes
+        for i, m in enumerate(restored):
+            if m is None:
+                continue
+            if m.sys_flag & _TRANSACTION_BITS:
+                runs.append([i])
+                continue
+            key = (m.topic, m.queue_id)
+            size = _wire_size(m)
+            group = groups.get(key)
+            if group is None or sizes[key] + size > limit:
+                group = groups[key] = []
+                runs.append(group)
+                sizes[key] = 0
+            group.append(i)
+            sizes[key] += size
+        return runs
+
+    def _advance(self, level: int, offset: int) -> None:
+        self.offset_table[level] = offset
+        if self._persist_wanted is not None:
+            self._persist_wanted.set()
+
+    def _skip_hole(self, level: int, offset: int) -> float | None:
+        """No readable entry at `offset` below the queue's max (a removed or damaged file): jump to where
+        reading can go on, rather than stall the level forever."""
+        result = self.store.get_message("", SCHEDULE_TOPIC, level - 1, offset, 1, None)
+        if result.status == GetMessageStatus.FOUND:
+            return 0.0  # readable now (an entry written between the two looks): look again
+        nxt = max(offset + 1, result.next_begin_offset)
+        log.warning("schedule entry unreadable, skipped", level=level, offset=offset, next_offset=nxt,
+                    status=result.status.name)
+        self._advance(level, nxt)
+        return None
 
     @staticmethod
     def restore(msg: MessageExt) -> MessageExtBrokerInner:

@@ -8,11 +8,20 @@ import time
 
 import pytest
 
+import broker.schedule as schedule_module
 from broker.filter import TagMessageFilter
 from broker.heartbeat import build_subscription
 from broker.schedule import ScheduleMessageService
 from broker.topic import SCHEDULE_TOPIC
-from store import GetMessageStatus, MessageExtBrokerInner, MessageStore, MessageStoreConfig, decode_records
+from store import (
+    GetMessageStatus,
+    MessageExtBrokerInner,
+    MessageStore,
+    MessageStoreConfig,
+    PutMessageResult,
+    PutMessageStatus,
+    decode_records,
+)
 
 LEVELS_MS = [200, 400, 600]
 
@@ -43,15 +52,16 @@ async def _open_store(root) -> MessageStore:
 class Rig:
     """A store and a schedule service on it; `restart` reopens both on the same directory."""
 
-    def __init__(self, root) -> None:
+    def __init__(self, root, now_ms=wall_ms) -> None:
         self.root = root
+        self.now_ms = now_ms
         self.store: MessageStore | None = None
         self.service: ScheduleMessageService | None = None
 
     async def open(self) -> Rig:
         self.store = await _open_store(self.root)
         self.service = ScheduleMessageService(store=self.store, delay_levels_ms=LEVELS_MS,
-                                              store_path_root_dir=str(self.root), now_ms=wall_ms)
+                                              store_path_root_dir=str(self.root), now_ms=self.now_ms)
         self.store.message_arriving_listener = self._arrived
         self.service.load()
         self.service.start()
@@ -190,3 +200,188 @@ async def test_offsets_beyond_the_queue_are_corrected_on_start(tmp_path):
         assert info["scheduleMessageOffset_1"] == "1,1" and "scheduleMessageMaxLatenessMs" in info
     finally:
         await r.close()
+
+
+# --------------------------------------------------------------------------------------- bursts
+
+
+class ShiftedClock:
+    """The service's clock: the wall clock moved by `shift_ms` (the store keeps the real one)."""
+
+    def __init__(self) -> None:
+        self.shift_ms = 0
+
+    def __call__(self) -> int:
+        return wall_ms() + self.shift_ms
+
+
+def _count_delivery_appends(store: MessageStore) -> list[int]:
+    """Wrap the store's puts on the instance: calls[0] counts the appends of messages outside the schedule
+    topic (the deliveries), calls[1] the messages they carried."""
+    calls = [0, 0]
+    put_one, put_many = store.put_message, store.put_messages
+
+    async def put_message(msg, **kw):
+        if msg.topic != SCHEDULE_TOPIC and "DELAY" not in msg.properties:
+            calls[0] += 1
+            calls[1] += 1
+        return await put_one(msg, **kw)
+
+    async def put_messages(msgs, **kw):
+        calls[0] += 1
+        calls[1] += len(msgs)
+        return await put_many(msgs, **kw)
+
+    store.put_message, store.put_messages = put_message, put_messages
+    return calls
+
+
+def _bodies_by_queue(rig: Rig, topic: str, queues: int) -> dict[int, list[str]]:
+    return {q: [m.body.decode() for m in rig.messages(topic, q)] for q in range(queues)}
+
+
+async def _wait_total(rig: Rig, topic: str, queues: int, n: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(rig.store.get_max_offset_in_queue(topic, q) for q in range(queues)) < n:
+        assert time.monotonic() < deadline, _bodies_by_queue(rig, topic, queues)
+        await asyncio.sleep(0.01)
+
+
+async def test_a_due_burst_goes_out_in_few_appends_and_in_order_per_queue(tmp_path):
+    """2000 messages fall due at once: the level puts them in batches (one append per real queue per
+    round), not one append per message, and each real queue gets its messages in level order."""
+    clock = ShiftedClock()
+    clock.shift_ms = -60_000  # nothing is due while the burst is parked
+    rig = await Rig(tmp_path / "store", now_ms=clock).open()
+    try:
+        n, queues = 2000, 4
+        for i in range(n):
+            assert (await rig.store.put_message(_msg("T", f"{i}".encode(), 1, queue_id=i % queues))).is_ok()
+        await asyncio.sleep(0.05)
+        assert sum(rig.store.get_max_offset_in_queue("T", q) for q in range(queues)) == 0
+        calls = _count_delivery_appends(rig.store)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.get_running_loop().create_task(ticker())
+        clock.shift_ms = 60_000  # the whole burst is due now
+        await _wait_total(rig, "T", queues, n)
+        other.cancel()
+        assert calls[1] == n
+        # one message per append before (2000 appends); a round takes up to BATCH_MAX_MESSAGES (512)
+        # entries, one append per real queue: 4 rounds of 4 appends, a few more if the clock splits one
+        assert calls[0] <= 40, calls
+        assert ticks >= 4, "the level did not yield between rounds"
+        got = _bodies_by_queue(rig, "T", queues)
+        for q in range(queues):
+            assert got[q] == [str(i) for i in range(q, n, queues)], q
+        assert rig.service.delivered == n
+    finally:
+        await rig.close()
+
+
+async def test_a_crash_neither_loses_nor_repeats_deliveries(rig, monkeypatch):
+    """The broker dies in the middle of a burst, long after delayOffset.json was last written: on start
+    the service finds what it delivered beyond the written offsets and delivers only the rest."""
+    def disk_gone(*_args, **_kw):
+        raise OSError("no space left on device")
+
+    # from now on delayOffset.json stays as start() left it (offset 0 for every level)
+    monkeypatch.setattr(schedule_module, "write_atomically", disk_gone)
+    n, queues = 3000, 3
+    for i in range(n):
+        await rig.store.put_message(_msg("T", f"{i}".encode(), 1, queue_id=i % queues))
+    await _wait_total(rig, "T", queues, n // 3)
+    # crash: the level stops wherever it is (perhaps in the middle of a round), nothing more is written
+    for task in [*rig.service._tasks, rig.service._persister]:
+        task.cancel()
+    await asyncio.gather(*rig.service._tasks, rig.service._persister, return_exceptions=True)
+    before = sum(rig.store.get_max_offset_in_queue("T", q) for q in range(queues))
+    assert n // 3 <= before < n, before
+    await rig.store.shutdown()
+    monkeypatch.undo()
+    await rig.open()
+    await _wait_total(rig, "T", queues, n)
+    await asyncio.sleep(0.3)  # room for a duplicate to show up
+    got = _bodies_by_queue(rig, "T", queues)
+    for q in range(queues):
+        assert got[q] == [str(i) for i in range(q, n, queues)], (q, len(got[q]))
+    assert rig.service.offset_table[1] == n
+
+
+async def test_a_failed_put_is_retried_without_repeating_the_queues_already_delivered(rig):
+    """A round puts queue A's messages, then B's put fails: the retry delivers B's and not A's again."""
+    failures = [1]
+    put_many = rig.store.put_messages
+    put_one = rig.store.put_message
+
+    async def flaky_many(msgs, **kw):
+        if msgs[0].topic == "B" and failures[0]:
+            failures[0] -= 1
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, None, "busy")
+        return await put_many(msgs, **kw)
+
+    async def flaky_one(msg, **kw):
+        if msg.topic == "B" and failures[0]:
+            failures[0] -= 1
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, None, "busy")
+        return await put_one(msg, **kw)
+
+    rig.store.put_messages, rig.store.put_message = flaky_many, flaky_one
+    for i in range(60):
+        await put_one(_msg("B" if i % 3 == 0 else "A", f"{i}".encode(), 1))
+    await rig.wait_for("A", 40)
+    await rig.wait_for("B", 20)
+    await asyncio.sleep(0.3)
+    assert [m.body.decode() for m in rig.messages("A")] == [str(i) for i in range(60) if i % 3]
+    assert [m.body.decode() for m in rig.messages("B")] == [str(i) for i in range(0, 60, 3)]
+    assert failures == [0]
+
+
+async def test_the_offsets_file_bounds_what_a_start_after_a_crash_reads(rig, monkeypatch):
+    """delayOffset.json holds commitLogOffset: after a clean stop the CommitLog's end (nothing to look
+    through on start); while delivering, never far behind the end (written ahead of a put otherwise)."""
+    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 4096)
+    for i in range(20):
+        await rig.store.put_message(_msg("Other", b"x" * 1000, None))  # 20 KB the level did not write
+    await rig.store.put_message(_msg("T", b"late", 1))
+    written = []
+    real_write = schedule_module.write_atomically
+
+    def spy(path, payload):
+        written.append(json.loads(payload)["commitLogOffset"])
+        real_write(path, payload)
+
+    monkeypatch.setattr(schedule_module, "write_atomically", spy)
+    end_before_delivery = rig.store.commit_log.get_max_offset()
+    await rig.wait_for("T", 1)
+    assert written and written[0] == end_before_delivery, (written, end_before_delivery)
+    await rig.service.stop()
+    saved = json.loads((rig.root / "config" / "delayOffset.json").read_text())
+    assert saved["commitLogOffset"] == rig.store.commit_log.get_max_offset()
+    assert saved["offsetTable"]["1"] == 1
+    rig.service.start()  # the fixture's close stops it again
+
+
+async def test_the_offsets_file_follows_the_commit_log_without_deliveries(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 4096)
+    monkeypatch.setattr(schedule_module, "STALE_CHECK_S", 0.05)
+    rig = await Rig(tmp_path / "store").open()
+    try:
+        for _ in range(20):
+            await rig.store.put_message(_msg("Other", b"x" * 1000, None))  # no delayed message at all
+        end = rig.store.commit_log.get_max_offset()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            saved = json.loads((rig.root / "config" / "delayOffset.json").read_text())
+            if saved["commitLogOffset"] == end:
+                break
+            await asyncio.sleep(0.02)
+        assert saved["commitLogOffset"] == end, (saved, end)
+    finally:
+        await rig.close()

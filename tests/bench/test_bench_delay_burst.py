@@ -1,0 +1,29 @@
+"""bench.delay_burst's pieces on a small burst: the figures come out of the records (every message paired,
+none early), and the baseline loads from git as a module of its own. No figure is asserted."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from bench import delay_burst
+from broker.schedule import ScheduleMessageService
+
+
+async def test_a_small_burst_is_measured_from_the_records() -> None:
+    result = await delay_burst.run_burst(ScheduleMessageService, "after", 300, 1, b"x" * 32, 30.0, queues=3)
+    assert result.count == 300 and result.early == 0
+    assert 0 <= result.p50_ms <= result.p99_ms <= result.max_ms
+    line = result.line()
+    assert line.startswith("after") and "delivered/s=" in line and "p99=" in line
+
+
+async def test_the_baseline_is_the_schedule_service_at_a_git_revision() -> None:
+    try:
+        module = delay_burst.load_baseline(delay_burst.DEFAULT_BASELINE_REV)
+    except subprocess.CalledProcessError:
+        pytest.skip("the baseline revision is not in this checkout's history")
+    assert module.ScheduleMessageService is not ScheduleMessageService
+    result = await delay_burst.run_burst(module.ScheduleMessageService, "before", 100, 1, b"y", 30.0)
+    assert result.count == 100 and result.early == 0

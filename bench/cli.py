@@ -45,7 +45,19 @@ def _summary(score: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BENCH_MODULES = ("yaml", "pyarrow", "pyspark", "pandas", "matplotlib")
+
+
+def _require_bench() -> None:
+    """Name the missing extra before a broker or Spark is started, not in a traceback halfway through."""
+    from broker.tools.cli_support import require
+
+    for module in BENCH_MODULES:
+        require(module, "bench")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _require_bench()
     from bench.run import RunError, RunOptions, run_scenario
     from bench.worker import quiet_logs
 
@@ -131,6 +143,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    _require_bench()
     from bench.report import write_report
     from bench.score import score_outcomes, write_score
     from bench.session import get_session
@@ -224,6 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from broker.tools.cli_support import run_cli
+
+    return run_cli("mqbench", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -28,7 +28,10 @@ def _summary(score: dict[str, Any]) -> str:
     lat = p["latency_ms"]
     lost = (f"lost {c['lost']:,}" if c["lost"] is not None else
             f"lost unknown (drain timed out with {c['unconsumed']:,} unconsumed)")
+    from bench.expect import evaluate, verdict_line
+
     lines = [
+        verdict_line(evaluate(score)),
         f"sent {c['sent']:,}  acked {c['acked']:,}  failed {c['failed']:,}  consumed {c['consumed_unique']:,} "
         f"(+{c['duplicated']:,} duplicates)  {lost}  out-of-order {c['out_of_order']:,}",
         f"publish {p['rate_msg_s'] or 0:,.0f} msg/s {p['rate_mib_s'] or 0:,.2f} MiB/s  latency ms "
@@ -164,13 +167,36 @@ def cmd_score(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_scenarios(args: argparse.Namespace) -> int:
-    for path in bundled_scenarios():
+def scenarios_table(paths: list[Path], width: int) -> str:
+    """Name, load and the whole description, wrapped (never cut) under its own column."""
+    import textwrap
+
+    rows = []
+    for path in paths:
         try:
             scen = load_scenario(path)
-            print(f"{path.stem:<28} {scen.description.splitlines()[0] if scen.description else ''}")
         except ScenarioError as exc:
-            print(f"{path.stem:<28} INVALID: {exc.problems[0]}")
+            rows.append((path.stem, "", f"INVALID: {exc.problems[0]}"))
+            continue
+        rate = f"{scen.producer_rate:,.0f}/s" if scen.producer_rate else "max"
+        load = f"{scen.send_mode} {rate} {scen.duration_s:g}s"
+        rows.append((path.stem, load, " ".join(scen.description.split())))
+    name_w = max([len("SCENARIO")] + [len(r[0]) for r in rows])
+    load_w = max([len("LOAD")] + [len(r[1]) for r in rows])
+    indent = name_w + load_w + 4
+    text_w = max(30, width - indent)
+    out = [f"{'SCENARIO':<{name_w}}  {'LOAD':<{load_w}}  DESCRIPTION"]
+    for name, load, desc in rows:
+        lines = textwrap.wrap(desc, text_w, break_on_hyphens=False, break_long_words=False) or [""]
+        out.append(f"{name:<{name_w}}  {load:<{load_w}}  {lines[0]}")
+        out.extend(" " * indent + line for line in lines[1:])
+    return "\n".join(out)
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    import shutil
+
+    print(scenarios_table(bundled_scenarios(), shutil.get_terminal_size((120, 24)).columns))
     return EXIT_OK
 
 

@@ -93,7 +93,7 @@ def test_report_renders_without_spark(tmp_path):
               "faults": [{"t": 0.5, "kind": "stall_append"}]}
     path = write_report(tmp_path, score, series)
     html = path.read_text()
-    assert "mqbench — demo" in html and "lost: 1" in html and "REJECTREQUEST=3" in html
+    assert "mqbench — demo" in html and "lost 1 (expected 0)" in html and "REJECTREQUEST=3" in html
     for name in ("latency", "throughput", "errors", "memory"):
         png = tmp_path / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -29,10 +29,11 @@ def _faults(ax: Any, series: dict[str, Any]) -> None:
         t = f.get("t")
         if t is not None:
             ax.axvline(t, color="tab:red", linestyle="--", linewidth=1, alpha=0.7)
-            # Inside the axes, just right of its line: a label left of a line at t=0 would be cut off.
-            ax.annotate(str(f.get("kind")), (t, 0.97), xycoords=("data", "axes fraction"), xytext=(3, 0),
-                        textcoords="offset points", fontsize=7, color="tab:red", rotation=90, va="top",
-                        ha="left")
+            # Inside the axes, just right of its line (a label left of a line at t=0 would be cut off), and
+            # at the bottom: the legends sit at the top.
+            ax.annotate(str(f.get("kind")), (t, 0.04), xycoords=("data", "axes fraction"), xytext=(3, 0),
+                        textcoords="offset points", fontsize=7, color="tab:red", rotation=90, va="bottom",
+                        ha="left", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
 
 
 def _run_span(ax: Any, series: dict[str, Any], score: dict[str, Any] | None) -> None:

@@ -68,7 +68,9 @@ def consistent_cut(history: dict[int, list[dict[str, Any]]]) -> dict[int, dict[s
             continue
         after = next((r for r in reports if int(r.get("t", 0)) >= cut_t), reports[-1])
         before = [r for r in reports if int(r.get("t", 0)) <= cut_t]
-        out[worker] = {**after, "consumed": int((before[-1] if before else {}).get("consumed", 0))}
+        # none that old: its first report is the nearest (at most one report period later)
+        consumed_at = before[-1] if before else reports[0]
+        out[worker] = {**after, "consumed": int(consumed_at.get("consumed", 0))}
     return out
 
 

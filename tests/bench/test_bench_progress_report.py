@@ -133,3 +133,11 @@ def test_a_finished_worker_does_not_hold_the_cut_back():
                                                               {"t": 900, "phase": "load", "consumed": 5}]}
     cut = consistent_cut(hist)
     assert cut[0]["sent"] == 5 and cut[1]["consumed"] == 5
+
+
+def test_first_reports_a_millisecond_apart_still_count():
+    from bench.progress import consistent_cut, merge
+
+    r = {"phase": "load", "sent": 10, "acked": 9, "failed": 1, "consumed": 8}
+    snap = merge(consistent_cut({0: [{**r, "w": 0, "t": 100}], 1: [{**r, "w": 1, "t": 101}]}))
+    assert (snap.sent, snap.consumed) == (20, 16)

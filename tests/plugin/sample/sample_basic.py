@@ -45,10 +45,30 @@ def test_send_with_the_cpp_client(rocketmq_broker):
     try:
         msg = client.Message("cpp_orders")
         msg.set_body("from C++")
-        assert producer.send_sync(msg).status == client.SendStatus.OK
+        try:
+            result = producer.send_sync(msg)
+        except Exception as exc:  # the wheel's text hides the cause: show the broker's and the client's view
+            raise AssertionError(f"{exc}\n{cpp_failure_evidence(rocketmq_broker)}") from exc
+        assert result.status == client.SendStatus.OK
     finally:
         producer.shutdown()
     assert rocketmq_broker.max_offset("cpp_orders", 0) == 1
+
+
+def cpp_failure_evidence(broker) -> str:
+    """Busy counters of the broker and this process's C++ client log lines about routes and sends."""
+    import glob
+    import re
+
+    info = broker.runtime_info()
+    busy = {k: v for k, v in info.items() if (k.startswith("busy") or k.endswith(("Rejected", "Expired")))
+            and v not in ("0", "false")}
+    lines = []
+    for path in glob.glob(os.path.expanduser(f"~/logs/rocketmq-cpp/{os.getpid()}_rocketmq-cpp.log*")):
+        with open(path, errors="replace") as f:
+            lines += [ln.rstrip() for ln in f if re.search(r"processSendResponse|send failed|PublishInfo null|"
+                                                             r"timeout|can not connect|error", ln)]
+    return f"broker busy counters: {busy or 'none'}\nC++ client log:\n" + "\n".join(lines[-30:])
 
 
 @pytest.mark.rocketmq_broker_config(waitTimeMillsInSendQueue=50)

@@ -201,7 +201,8 @@ def describe_run(scen: dict[str, Any]) -> str:
     return ", ".join(parts) + (("; faults: " + ", ".join(faults)) if faults else "; no faults")
 
 
-GLANCE_METRICS = (("publish msg/s", "publish.rate_msg_s", "higher"), ("publish p99 ms", "publish.latency_ms.p99", "lower"),
+GLANCE_METRICS = (("publish msg/s", "publish.rate_msg_s", "higher"),
+                  ("publish p99 ms", "publish.latency_ms.p99", "lower"),
                   ("end-to-end p99 ms", "end_to_end.latency_ms.p99", "lower"), ("acked", "counts.acked", "higher"),
                   ("failed", "counts.failed", "lower"), ("busy answers", "errors.busy_total", "lower"),
                   ("lost", "counts.lost", "lower"), ("duplicated", "counts.duplicated", "lower"))
@@ -273,7 +274,8 @@ def _glance(score: dict[str, Any], checks: list[Check], previous: tuple[str, dic
 <div class="glance">
 <div><h2>What ran</h2><p>{html.escape(describe_run(scen))}</p></div>
 <div><h2>What happened</h2><p>{html.escape(happened)}</p></div>
-<div class="wide"><h2>What was expected</h2><table><tr><th></th><th>expected</th><th>actual</th><th></th><th>why</th></tr>
+<div class="wide"><h2>What was expected</h2>
+<table><tr><th></th><th>expected</th><th>actual</th><th></th><th>why</th></tr>
 {expected_rows}</table></div>
 <div class="wide"><h2>Compared with the last run</h2>{_versus(score, previous)}</div>
 </div>"""

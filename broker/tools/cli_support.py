@@ -43,12 +43,28 @@ def project_root() -> Path | None:
 
 
 def install_command(extra: str) -> str:
-    """The pip command that adds ``extra`` to the interpreter running us: it works from any directory."""
+    """The pip command that adds ``extra`` to the interpreter running us: it works from any directory.
+
+    From a clone: an editable install of the clone with the extra. From an installed package (pipx, a
+    wheel): the extra's own requirements, since our distribution need not be on any index.
+    """
     python = shlex.quote(sys.executable)
     root = project_root()
-    target = f"{root}[{extra}]" if root is not None else f"mini-rocketmq[{extra}]"
-    editable = "-e " if root is not None else ""
-    return f"{python} -m pip install {editable}{shlex.quote(target)}"
+    if root is not None:
+        return f"{python} -m pip install -e {shlex.quote(f'{root}[{extra}]')}"
+    return f"{python} -m pip install " + " ".join(shlex.quote(r) for r in extra_requirements(extra))
+
+
+def extra_requirements(extra: str) -> list[str]:
+    import importlib.metadata
+
+    try:
+        requires = importlib.metadata.requires("mini-rocketmq") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    marker = f'extra == "{extra}"'
+    found = [r.split(";")[0].strip() for r in requires if marker in r.replace("'", '"')]
+    return found or [f"mini-rocketmq[{extra}]"]
 
 
 def require(module: str, extra: str | None = None) -> None:

@@ -122,3 +122,11 @@ def test_an_unrelated_missing_module_is_still_a_bug():
 
     with pytest.raises(ModuleNotFoundError):
         cli_support.run_cli("x", main)
+
+
+def test_outside_a_clone_the_advice_names_the_extras_own_requirements(monkeypatch):
+    """An installed package (pipx, a wheel) is not on any index: name what the extra pulls in."""
+    monkeypatch.setattr(cli_support, "project_root", lambda: None)
+    cmd = cli_support.install_command("bench")
+    assert cmd.startswith(f"{sys.executable} -m pip install ")
+    assert "pyyaml" in cmd.lower() and "pyspark" in cmd.lower() and "mini-rocketmq" not in cmd

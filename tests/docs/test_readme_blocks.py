@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +94,22 @@ def env_for_blocks() -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
+def lost_cpp_startup_race(output: str, since: float) -> bool:
+    """The C++ wheel's own start-up race (tests/plugin/sample/sample_basic.py, first_cpp_send): a first send
+    right after start() fails with "No route info" when the client's heartbeat thread is connecting to the
+    broker at that moment, which its log records as "get timed_mutex timeout". Such a run is repeated once;
+    any other failure is the block's."""
+    if "No route info of this topic" not in output:
+        return False
+    for log in (Path.home() / "logs" / "rocketmq-cpp").glob("*_rocketmq-cpp.log*"):
+        try:
+            if log.stat().st_mtime >= since and "get timed_mutex timeout" in log.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def plugin_installed() -> bool:
     return any(ep.value == "broker.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
 
@@ -114,8 +131,12 @@ def test_block_runs(block: Block, broker: EmbeddedBroker, tmp_path: Path):
         (tmp_path / "block.py").write_text(code)
         cmd = [sys.executable, str(tmp_path / "block.py")]
     cwd = tmp_path if block.lang == "python" else REPO
-    proc = subprocess.run(cmd, cwd=cwd, env=env_for_blocks(), capture_output=True, text=True, timeout=120,
-                          check=False)
+    for _ in range(2):
+        started = time.time()
+        proc = subprocess.run(cmd, cwd=cwd, env=env_for_blocks(), capture_output=True, text=True, timeout=120,
+                              check=False)
+        if proc.returncode == 0 or not lost_cpp_startup_race(proc.stdout + proc.stderr, started):
+            break
     assert proc.returncode == 0, f"{block.id} failed ({proc.returncode}):\n{code}\n--- stdout\n{proc.stdout}" \
                                  f"\n--- stderr\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -29,7 +29,10 @@ def _summary(score: dict[str, Any]) -> str:
     lat = p["latency_ms"]
     lost = (f"lost {c['lost']:,}" if c["lost"] is not None else
             f"lost unknown (drain timed out with {c['unconsumed']:,} unconsumed)")
+    from bench.expect import evaluate, verdict_line
+
     lines = [
+        verdict_line(evaluate(score)),
         f"sent {c['sent']:,}  acked {c['acked']:,}  failed {c['failed']:,}  consumed {c['consumed_unique']:,} "
         f"(+{c['duplicated']:,} duplicates)  {lost}  out-of-order {c['out_of_order']:,}",
         f"publish {p['rate_msg_s'] or 0:,.0f} msg/s {p['rate_mib_s'] or 0:,.2f} MiB/s  latency ms "
@@ -46,7 +49,19 @@ def _summary(score: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BENCH_MODULES = ("yaml", "pyarrow", "pyspark", "pandas", "matplotlib")
+
+
+def _require_bench() -> None:
+    """Name the missing extra before a broker or Spark is started, not in a traceback halfway through."""
+    from broker.tools.cli_support import require
+
+    for module in BENCH_MODULES:
+        require(module, "bench")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _require_bench()
     from bench.run import RunError, RunOptions, run_scenario
     from bench.worker import quiet_logs
 
@@ -146,6 +161,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    _require_bench()
     from bench.report import write_report
     from bench.score import score_outcomes, write_score
     from bench.session import get_session
@@ -166,13 +182,36 @@ def cmd_score(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_scenarios(args: argparse.Namespace) -> int:
-    for path in bundled_scenarios():
+def scenarios_table(paths: list[Path], width: int) -> str:
+    """Name, load and the whole description, wrapped (never cut) under its own column."""
+    import textwrap
+
+    rows = []
+    for path in paths:
         try:
             scen = load_scenario(path)
-            print(f"{path.stem:<28} {scen.description.splitlines()[0] if scen.description else ''}")
         except ScenarioError as exc:
-            print(f"{path.stem:<28} INVALID: {exc.problems[0]}")
+            rows.append((path.stem, "", f"INVALID: {exc.problems[0]}"))
+            continue
+        rate = f"{scen.producer_rate:,.0f}/s" if scen.producer_rate else "max"
+        load = f"{scen.send_mode} {rate} {scen.duration_s:g}s"
+        rows.append((path.stem, load, " ".join(scen.description.split())))
+    name_w = max([len("SCENARIO")] + [len(r[0]) for r in rows])
+    load_w = max([len("LOAD")] + [len(r[1]) for r in rows])
+    indent = name_w + load_w + 4
+    text_w = max(30, width - indent)
+    out = [f"{'SCENARIO':<{name_w}}  {'LOAD':<{load_w}}  DESCRIPTION"]
+    for name, load, desc in rows:
+        lines = textwrap.wrap(desc, text_w, break_on_hyphens=False, break_long_words=False) or [""]
+        out.append(f"{name:<{name_w}}  {load:<{load_w}}  {lines[0]}")
+        out.extend(" " * indent + line for line in lines[1:])
+    return "\n".join(out)
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    import shutil
+
+    print(scenarios_table(bundled_scenarios(), shutil.get_terminal_size((120, 24)).columns))
     return EXIT_OK
 
 
@@ -248,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from broker.tools.cli_support import run_cli
+
+    return run_cli("mqbench", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -1,8 +1,12 @@
 """Live progress on the driver: a UDP collector the load workers report to, and a one-line printer.
 
-Workers send their cumulative counters once a second (``bench.worker.ProgressReporter``); the
-collector keeps the newest report per worker and prints totals and rates every ``interval_s``.
-Datagrams are best effort: a lost one only delays the numbers by a second.
+Workers send their cumulative counters four times a second (``bench.worker.ProgressReporter``); the
+collector keeps the last few reports per worker and prints totals and rates every ``interval_s``.
+Datagrams are best effort: a lost one only delays the numbers a little.
+
+Totals are taken at one instant for all workers (``consistent_cut``): summing each worker's newest report
+would add a consumer's count of now to a producer's count of up to a report period ago, and show more
+messages consumed than sent.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -42,6 +47,33 @@ def merge(reports: dict[int, dict[str, Any]]) -> ProgressSnapshot:
     return snap
 
 
+HISTORY = 16  # reports kept per worker: a few seconds at four a second
+
+
+def consistent_cut(history: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """Each worker's counters around one instant T, the newest time every running worker has reported.
+
+    Send-side counters come from each worker's first report at or after T and ``consumed`` from its last
+    report at or before T: the line may be a report period behind on consumption, but it never shows more
+    consumed than sent, which no single instant can have. A finished worker (phase ``done``) is not
+    waited for.
+    """
+    live = [h for h in history.values() if h and h[-1].get("phase") != "done"]
+    if not live:
+        return {w: h[-1] for w, h in history.items() if h}
+    cut_t = min(int(h[-1].get("t", 0)) for h in live)
+    out: dict[int, dict[str, Any]] = {}
+    for worker, reports in history.items():
+        if not reports:
+            continue
+        after = next((r for r in reports if int(r.get("t", 0)) >= cut_t), reports[-1])
+        before = [r for r in reports if int(r.get("t", 0)) <= cut_t]
+        # none that old: its first report is the nearest (at most one report period later)
+        consumed_at = before[-1] if before else reports[0]
+        out[worker] = {**after, "consumed": int(consumed_at.get("consumed", 0))}
+    return out
+
+
 def format_line(elapsed_s: float, snap: ProgressSnapshot, prev: ProgressSnapshot | None, dt: float) -> str:
     rate = (snap.acked - prev.acked) / dt if prev is not None and dt > 0 else 0.0
     crate = (snap.consumed - prev.consumed) / dt if prev is not None and dt > 0 else 0.0
@@ -61,6 +93,7 @@ class ProgressCollector:
         self.clock = clock
         self.enabled = enabled
         self.reports: dict[int, dict[str, Any]] = {}
+        self.history: dict[int, deque[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.bind((host, 0))
@@ -93,10 +126,11 @@ class ProgressCollector:
             old = self.reports.get(worker)
             if old is None or int(msg.get("t", 0)) >= int(old.get("t", 0)):
                 self.reports[worker] = msg
+                self.history.setdefault(worker, deque(maxlen=HISTORY)).append(msg)
 
     def snapshot(self) -> ProgressSnapshot:
         with self._lock:
-            return merge(dict(self.reports))
+            return merge(consistent_cut({w: list(h) for w, h in self.history.items()}))
 
     def _run(self) -> None:
         start = last = self.clock()

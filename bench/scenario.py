@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.expect import Expect, parse_expect
+
 SEND_MODES = ("sync", "async", "oneway", "batch")
 DRIVERS = ("asyncio", "cpp", "grpc")
 MESSAGE_FAULT_PROPERTIES = ("brokerSleepMs", "brokerStallAppendMs")
@@ -140,6 +142,7 @@ class Scenario:
     message_faults: tuple[MessageFault, ...] = ()
     broker: BrokerSpec = field(default_factory=BrokerSpec)
     debug: DebugSpec = field(default_factory=DebugSpec)
+    expect: Mapping[str, Expect] = field(default_factory=dict)  # bench.expect: what the run should show
     source: str = ""
 
     @property
@@ -157,6 +160,7 @@ class Scenario:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["broker"]["config"] = dict(self.broker.config)
+        out["expect"] = {k: dataclasses.asdict(v) for k, v in self.expect.items()}
         return out
 
 
@@ -377,8 +381,11 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     def driver(path: str, value: Any) -> Any:
         return chk.choice(path, value, DRIVERS)
 
+    def expect(path: str, value: Any) -> dict[str, Expect]:
+        return parse_expect(path, value, chk.problems)
+
     specials = {"producer_rate": rate, "client": client, "faults": faults, "message_faults": message_faults,
-                "broker": broker, "debug": debug, "send_mode": mode, "driver": driver}
+                "broker": broker, "debug": debug, "send_mode": mode, "driver": driver, "expect": expect}
     if "name" not in data:
         chk.problems.append("missing required field 'name'")
     vals = _fill(chk, "", Scenario, data, specials)

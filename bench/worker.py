@@ -213,7 +213,7 @@ class _Load:
     async def report_loop(self) -> None:
         while True:
             self.progress.report(self.stats, self.phase)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.25)  # often: the driver's totals are a cut across workers (bench.progress)
 
     async def sample_loop(self, consumers: list[Any]) -> None:
         pid = os.getpid()

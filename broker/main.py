@@ -72,6 +72,12 @@ async def run(config) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from broker.tools.cli_support import run_cli
+
+    return run_cli("mqbroker", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
         config, inert = load_config(args.config, args.assignments)
@@ -83,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in sorted(config.wire_items().items()):
             print(f"{key}={value}")
         return 0
+    if config.metrics_exporter_type == "PROM":
+        from broker.tools.cli_support import require
+
+        require("prometheus_client", "metrics")
     configure()
     if inert:
         log.warning("config keys accepted but without effect in mini-rocketmq", keys=sorted(inert))

@@ -573,8 +573,9 @@ class BrokerMetrics:
         try:
             self.registry = self.build_registry()
         except ImportError as exc:
-            raise RuntimeError("metricsExporterType=PROM needs the prometheus-client package "
-                               "(pip install 'mini-rocketmq[metrics]')") from exc
+            from broker.tools.cli_support import MissingDependency
+
+            raise MissingDependency("prometheus_client", "metrics") from exc
         cfg = self.c.config
         self._server = await asyncio.start_server(self._serve, cfg.metrics_prom_exporter_host,
                                                   cfg.metrics_prom_exporter_port, limit=16 * 1024)

@@ -2,6 +2,7 @@
 # Developer entry point: set up the virtualenv and run the broker or the whole test suite.
 #
 #   scripts/dev.sh broker [mqbroker args...]   run the broker on its embedded defaults (extra args passed through)
+#   scripts/dev.sh shell  [command...]         a shell (or one command) with mqbroker, mqadmin, mqbench on PATH
 #   scripts/dev.sh test   [pytest args...]     install test deps + the ali-ons client, run pytest over tests/
 #
 # Idempotent: pip runs only when pyproject.toml changed since the last install (a stamp in the venv records
@@ -91,14 +92,31 @@ ensure_grpc_client_venv() {
   printf '%s' "$want" >"$stamp"
 }
 
-cmd_broker() {
+ensure_base_install() {
   ensure_venv
   # The test stamp covers the base install too.
   if [[ "$(cat "$VENV/.dev-stamp-test" 2>/dev/null)" != "$(hash_of "$ROOT/pyproject.toml") test,bench,metrics" ]]; then
     pip_install base ""
   fi
+}
+
+cmd_broker() {
+  ensure_base_install
   cd "$ROOT"
   exec "$VENV/bin/mqbroker" "$@"
+}
+
+# The virtualenv's bin first on PATH, as `source .venv/bin/activate` would: an interactive shell, or the
+# command given (`scripts/dev.sh shell mqadmin clusterList -n 127.0.0.1:9876`).
+cmd_shell() {
+  ensure_base_install
+  export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
+  unset PYTHONHOME
+  if [[ $# -gt 0 ]]; then
+    exec "$@"
+  fi
+  log "mqbroker, mqadmin and mqbench are on PATH (from $VENV/bin); 'exit' leaves this shell"
+  exec "${SHELL:-bash}" -i
 }
 
 cmd_test() {
@@ -121,7 +139,7 @@ cmd_test() {
 }
 
 usage() {
-  sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -130,6 +148,7 @@ main() {
   [[ $# -gt 0 ]] && shift
   case "$cmd" in
     broker) cmd_broker "$@" ;;
+    shell) cmd_shell "$@" ;;
     test) cmd_test "$@" ;;
     -h | --help | help | "") usage ;;
     *) log "unknown command: $cmd"; usage ;;

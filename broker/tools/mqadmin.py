@@ -875,6 +875,12 @@ def _quiet_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from broker.tools.cli_support import run_cli
+
+    return run_cli("mqadmin", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _quiet_logging()

@@ -93,8 +93,51 @@ def test_report_renders_without_spark(tmp_path):
               "faults": [{"t": 0.5, "kind": "stall_append"}]}
     path = write_report(tmp_path, score, series)
     html = path.read_text()
-    assert "mqbench — demo" in html and "lost: 1" in html and "REJECTREQUEST=3" in html
+    assert "mqbench — demo" in html and "lost 1 (expected 0)" in html and "REJECTREQUEST=3" in html
     for name in ("latency", "throughput", "errors", "memory"):
         png = tmp_path / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"plots/{name}.png" in html
+
+
+def test_totals_are_a_consistent_cut_never_more_consumed_than_sent():
+    """A producer and a consumer reporting out of phase: summing their newest reports (the old way) showed
+    consumed=61 with sent=0; the cut takes both at one instant."""
+    from bench.progress import consistent_cut, merge
+
+    rate = 200 / 1000  # messages per ms
+    def producer(t):
+        return {"w": 0, "t": t, "phase": "load", "sent": int(rate * max(0, t - 1000)),
+                "acked": int(rate * max(0, t - 1000)), "consumed": 0}
+
+    def consumer(t):
+        return {"w": 1, "t": t, "phase": "load", "sent": 0, "acked": 0,
+                "consumed": int(rate * max(0, t - 1050))}  # 50 ms behind
+
+    naive_bad = cut_bad = 0
+    for now in range(1000, 4000, 50):
+        prod = [producer(t) for t in range(0, now + 1, 250)]  # every 250 ms from 0
+        cons = [consumer(t) for t in range(130, now + 1, 250)]  # every 250 ms, out of phase
+        naive = merge({0: prod[-1], 1: cons[-1]})
+        cut = merge(consistent_cut({0: prod[-16:], 1: cons[-16:]}))
+        naive_bad += naive.consumed > naive.sent
+        cut_bad += cut.consumed > cut.sent
+    assert naive_bad > 0  # the skew is real
+    assert cut_bad == 0
+
+
+def test_a_finished_worker_does_not_hold_the_cut_back():
+    from bench.progress import consistent_cut
+
+    hist = {0: [{"t": 100, "phase": "done", "sent": 5}], 1: [{"t": 100, "phase": "load", "consumed": 1},
+                                                              {"t": 900, "phase": "load", "consumed": 5}]}
+    cut = consistent_cut(hist)
+    assert cut[0]["sent"] == 5 and cut[1]["consumed"] == 5
+
+
+def test_first_reports_a_millisecond_apart_still_count():
+    from bench.progress import consistent_cut, merge
+
+    r = {"phase": "load", "sent": 10, "acked": 9, "failed": 1, "consumed": 8}
+    snap = merge(consistent_cut({0: [{**r, "w": 0, "t": 100}], 1: [{**r, "w": 1, "t": 101}]}))
+    assert (snap.sent, snap.consumed) == (20, 16)

@@ -191,5 +191,5 @@ def test_missing_prometheus_client_is_a_clear_error(rocketmq_broker_factory, mon
         raise ImportError("No module named 'prometheus_client'")
 
     monkeypatch.setattr(BrokerMetrics, "build_registry", no_client)
-    with pytest.raises(RuntimeError, match=r"needs the prometheus-client package"):
+    with pytest.raises(RuntimeError, match=r"dependency 'prometheus_client' \(extra \[metrics\]\); install it with: "):
         rocketmq_broker_factory(metricsExporterType="PROM")

@@ -110,12 +110,50 @@ def lost_cpp_startup_race(output: str, since: float) -> bool:
     return False
 
 
+GRPC_CLIENT_IMPORT = "from rocketmq import ClientConfiguration"
+
+
+@pytest.fixture(scope="module")
+def grpc_broker(tmp_path_factory):
+    """A broker subprocess with its 5.x endpoint in plaintext (the README's 5.x block says so)."""
+    from bench.broker_proc import BrokerProcess
+
+    broker = BrokerProcess(store_dir=tmp_path_factory.mktemp("docs-grpc-store"), fault_injection=False)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def run_grpc_block(code: str, tmp_path: Path, request: pytest.FixtureRequest) -> subprocess.CompletedProcess[str]:
+    """A 5.x client block runs in the 5.x client's own venv (it and the C++ wheel share the import name)."""
+    sys.path.insert(0, str(REPO / "tests" / "compat"))
+    try:
+        from grpc_support import ClientVenvError, ensure_client_venv
+    finally:
+        sys.path.pop(0)
+    try:
+        python = ensure_client_venv()
+    except ClientVenvError as exc:
+        pytest.fail(str(exc))
+    broker = request.getfixturevalue("grpc_broker")
+    code = code.replace("127.0.0.1:8081", broker.grpc_endpoint).replace("127.0.0.1:9876", broker.namesrv)
+    (tmp_path / "block.py").write_text(code)
+    return subprocess.run([str(python), str(tmp_path / "block.py")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
 def plugin_installed() -> bool:
     return any(ep.value == "broker.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.id)
-def test_block_runs(block: Block, broker: EmbeddedBroker, tmp_path: Path):
+def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path):
+    if GRPC_CLIENT_IMPORT in block.code:
+        proc = run_grpc_block(block.code, tmp_path, request)
+        assert proc.returncode == 0, f"{block.id} failed ({proc.returncode}):\n{block.code}\n--- stdout\n" \
+                                     f"{proc.stdout}\n--- stderr\n{proc.stderr}"
+        return
+    broker: EmbeddedBroker = request.getfixturevalue("broker")
     code = localize(block.code, broker)
     if "rocketmq.client" in code:
         pytest.importorskip("rocketmq.client")

@@ -6,13 +6,13 @@ says so (upstream dereferences a missing validator there).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import structlog
 
 from broker.acl.errors import AclError
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (
     CreateAccessConfigRequestHeader,
@@ -46,16 +46,6 @@ def java_split(text: str | None) -> list[str] | None:
 class AclAdminProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
-
-    def handlers(self) -> dict[int, Any]:
-        """The codes to register with ``admin_processor.register``."""
-        return {
-            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: self.update_and_create_access_config,
-            RequestCode.DELETE_ACL_CONFIG: self.delete_access_config,
-            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: self.get_broker_acl_config_version,
-            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: self.update_global_white_addrs_config,
-            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: self.get_broker_cluster_acl_config,
-        }
 
     def update_and_create_access_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(CreateAccessConfigRequestHeader, request.ext_fields)

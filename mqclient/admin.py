@@ -4,13 +4,13 @@ broker runtime info (28), queue offsets (30) and mini-rocketmq's FAULT_INJECT (5
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mqclient.errors import MQBrokerError, MQClientError, NameServerUnreachableError
-from mqclient.route import DEFAULT_TOPIC, RouteCache, TopicRoute, _UNQUOTED_KEY, split_namesrv
+from mqclient.fastjson import parse_fastjson
+from mqclient.route import DEFAULT_TOPIC, RouteCache, TopicRoute, split_namesrv
 from remoting.client import RemotingClient
 from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
@@ -40,11 +40,8 @@ def _explain(exc: BaseException) -> str:
 
 
 def _lenient_json(body: bytes | memoryview | None) -> dict:
-    text = bytes(body or b"{}").decode("utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
+    data = parse_fastjson(body)
+    return data if isinstance(data, dict) else {}
 
 
 class Admin:

@@ -18,8 +18,8 @@ from broker.tools.admin_client import (
     MessageQueue,
     create_offset_msg_id,
     decode_offset_msg_id,
-    parse_fastjson,
 )
+from mqclient.fastjson import parse_fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 

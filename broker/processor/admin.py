@@ -21,7 +21,7 @@ import structlog
 
 from broker import logging_setup
 from broker.config import ConfigError
-from broker.metrics import earliest_message_time, is_system_topic
+from broker.metrics import earliest_message_time
 from broker.topic import TopicConfig, check_topic_name, parse_topic_attributes
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -98,7 +98,7 @@ class AdminBrokerProcessor:
         reason = check_topic_name(hdr.topic)
         if reason is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, reason)
-        if is_system_topic(hdr.topic):
+        if self.c.topic_config_manager.is_system_topic(hdr.topic):
             return request.response(ResponseCode.SYSTEM_ERROR,
                                     f"The topic[{hdr.topic}] is conflict with system topic.")
         log.info("deleteTopic called", topic=hdr.topic, remote=getattr(channel, "remote_addr", None))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from mqclient.fastjson import parse_fastjson
+from mqclient.fault import fault_inject_request
 from mqclient.message import MessageExt, create_offset_msg_id  # noqa: F401 (re-exported for tools)
 from mqclient.message import decode_messages as _decode_records
 from mqclient.route import MessageQueue
@@ -26,7 +27,6 @@ from remoting.headers import (
     CreateTopicRequestHeader,
     DeleteAccessConfigRequestHeader,
     DeleteTopicRequestHeader,
-    FaultInjectRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     GetMaxOffsetRequestHeader,
@@ -328,8 +328,8 @@ class AdminClient:
     async def fault_inject(self, addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
                            value: str | None = None) -> None:
         """5001 FAULT_INJECT (mini-rocketmq's own; the broker needs faultInjectionEnable=true)."""
-        hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
-        await self.invoke(addr, RequestCode.FAULT_INJECT, encode_header(hdr))
+        request = fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value)
+        await self.invoke(addr, request.code, request.ext_fields)
 
     # -- ACL 1.0 (an admin account's credentials with aclEnable=true) -------------------------------
     async def update_acl_config(self, addr: str, hdr: CreateAccessConfigRequestHeader) -> None:

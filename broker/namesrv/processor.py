@@ -18,9 +18,10 @@ from broker.namesrv.route_info_manager import RouteInfoManager
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (DeleteKVConfigRequestHeader, DeleteTopicFromNamesrvRequestHeader,
-                              GetKVConfigRequestHeader, GetRouteInfoRequestHeader, GetTopicsByClusterRequestHeader,
-                              PutKVConfigRequestHeader, RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader,
-                              decode_header)
+                              GetKVConfigRequestHeader, GetKVConfigResponseHeader, GetRouteInfoRequestHeader,
+                              GetTopicsByClusterRequestHeader, PutKVConfigRequestHeader, RegisterBrokerRequestHeader,
+                              RegisterBrokerResponseHeader, UnRegisterBrokerRequestHeader, decode_header,
+                              encode_header)
 
 log = structlog.get_logger(__name__)
 
@@ -65,7 +66,8 @@ class NamesrvProcessor:
                 return request.response(ResponseCode.SYSTEM_ERROR, f"register broker body is not valid JSON: {exc}")
         self.routes.register_broker(hdr.cluster_name, hdr.broker_addr, hdr.broker_name, hdr.broker_id,
                                     hdr.ha_server_addr, topic_table, data_version)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"haServerAddr": "", "masterAddr": ""})
+        answer = RegisterBrokerResponseHeader(ha_server_addr="", master_addr="")
+        return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(answer))
 
     def unregister_broker(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(UnRegisterBrokerRequestHeader, request.ext_fields)
@@ -100,7 +102,7 @@ class NamesrvProcessor:
         if value is None:
             return request.response(ResponseCode.QUERY_NOT_FOUND,
                                     f"No config item, Namespace: {hdr.namespace} Key: {hdr.key}")
-        return request.response(ResponseCode.SUCCESS, ext_fields={"value": value})
+        return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(GetKVConfigResponseHeader(value=value)))
 
     def delete_kv_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteKVConfigRequestHeader, request.ext_fields)

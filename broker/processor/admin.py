@@ -30,13 +30,19 @@ from remoting.headers import (
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     FaultInjectRequestHeader,
+    GetBrokerConfigResponseHeader,
     GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
     GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
     GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
     SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
     decode_header,
+    encode_header,
 )
 
 if TYPE_CHECKING:
@@ -130,22 +136,26 @@ class AdminBrokerProcessor:
     def get_max_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetMaxOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetMaxOffsetResponseHeader(offset=offset)))
 
     def get_min_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetMinOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetMinOffsetResponseHeader(offset=offset)))
 
     def search_offset_by_timestamp(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(SearchOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_offset_in_queue_by_time(hdr.topic, hdr.queue_id, hdr.timestamp)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(SearchOffsetResponseHeader(offset=offset)))
 
     def get_earliest_msg_storetime(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetEarliestMsgStoretimeRequestHeader, request.ext_fields)
         ts = self.c.store.get_earliest_message_time(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetEarliestMsgStoretimeResponseHeader(timestamp=ts)))
 
     def get_all_consumer_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=self.c.consumer_offset_manager.snapshot())
@@ -218,7 +228,9 @@ class AdminBrokerProcessor:
         items[REQUEST_LOG_KEY] = str(logging_setup.request_logging_enabled()).lower()
         text = "\n".join(f"{k}={v}" for k, v in sorted(items.items())) + "\n"
         version = orjson.dumps(self.c.config_data_version.to_json()).decode()
-        return request.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode())
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetBrokerConfigResponseHeader(version=version)),
+                                body=text.encode())
 
     def update_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         if not request.body:

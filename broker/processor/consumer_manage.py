@@ -11,7 +11,8 @@ import orjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (GetConsumerListByGroupRequestHeader, QueryConsumerOffsetRequestHeader,
-                              UpdateConsumerOffsetRequestHeader, decode_header)
+                              QueryConsumerOffsetResponseHeader, UpdateConsumerOffsetRequestHeader, decode_header,
+                              encode_header)
 from remoting.server import not_supported
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ class ConsumerManageProcessor:
             return self.query_consumer_offset(request)
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
             hdr = decode_header(UpdateConsumerOffsetRequestHeader, request.ext_fields)
-            self.offsets.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr)
+            self.offsets.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset,
+                                       channel.remote_addr)
             return request.response(ResponseCode.SUCCESS)
         return not_supported(request)
 
@@ -63,13 +65,15 @@ class ConsumerManageProcessor:
         hdr = decode_header(QueryConsumerOffsetRequestHeader, request.ext_fields)
         offset = self.offsets.query_offset(hdr.consumer_group, hdr.topic, hdr.queue_id)
         if offset >= 0:
-            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+            return request.response(ResponseCode.SUCCESS,
+                                    ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=offset)))
         # A young queue (nothing ever removed from it) answers 0 so a new group reads from the start
         # even with CONSUME_FROM_LAST_OFFSET, as upstream does while offset 0 is still in memory.
         store = self.store
         min_offset = store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
         if min_offset <= 0 and not self._in_disk(hdr.topic, hdr.queue_id, 0):
-            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+            return request.response(ResponseCode.SUCCESS,
+                                    ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=0)))
         return request.response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
 
     def _in_disk(self, topic: str, queue_id: int, cq_offset: int) -> bool:

@@ -95,7 +95,7 @@ def broker_routes(c: BrokerController) -> list[Route]:
     client_manage = ClientManageProcessor(c)
     consumer_manage = ConsumerManageProcessor(c.store, c.consumer_manager, c.consumer_offset_manager)
     end_transaction = EndTransactionProcessor(c.store, c.config, c.transaction_service)
-    admin, consumer_admin, acl = AdminBrokerProcessor(c), ConsumerAdminProcessor(c), AclAdminProcessor(c)
+    admin, consumer_admin, acl = AdminBrokerProcessor(c), ConsumerAdminProcessor(c), AclAdminProcessor(c.acl, c.config)
     R = RequestCode
     routes = [
         Route(R.SEND_MESSAGE, send, SEND),

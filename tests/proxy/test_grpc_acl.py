@@ -196,3 +196,15 @@ async def test_a_4x_connection_cannot_claim_the_proxy_bypass(acl_endpoint):
                                       b"x")
     refusal = hook(FakeChannel(), request)
     assert refusal is not None and refusal.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_an_accounts_white_address_and_hot_reload_apply(acl_endpoint, tmp_path):
+    broker, stub = acl_endpoint
+    unsigned = signed(None, None)
+    assert (await stub.SendMessage(send_request(OWN), metadata=unsigned)).status.code == pb.UNAUTHORIZED
+    # an account whose white address is loopback: its calls need no signature (4.9.7 then checks nothing more)
+    acl = dict(ACL, accounts=[dict(ACL["accounts"][0], whiteRemoteAddress="127.0.0.1")])
+    (tmp_path / "home" / "conf" / "plain_acl.yml").write_text(yaml.safe_dump(acl, sort_keys=False))
+    assert broker.acl.reload_if_changed()
+    assert (await stub.SendMessage(send_request(OWN), metadata=signed(AK, "any"))).status.code == pb.OK
+    assert (await stub.SendMessage(send_request(OWN), metadata=unsigned)).status.code == pb.UNAUTHORIZED

@@ -38,7 +38,8 @@ def acl_grpc_broker(tmp_path_factory):
     (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({
         "globalWhiteRemoteAddresses": ["10.10.103.*"],  # not loopback: every client here must sign
         "accounts": [
-            {"accessKey": AK, "secretKey": SK, "admin": False, "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
+            {"accessKey": AK, "secretKey": SK, "admin": False, "defaultTopicPerm": "DENY",
+             "defaultGroupPerm": "SUB",
              "topicPerms": [f"{TOPIC_OK}=PUB|SUB", f"{TOPIC_READ_ONLY}=SUB"]},
             {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
         ]}, sort_keys=False))
@@ -54,7 +55,8 @@ def acl_grpc_broker(tmp_path_factory):
 
 def create_topic_as_admin(broker, topic: str) -> None:
     run = subprocess.run([sys.executable, "-m", "broker.tools.mqadmin", "updateTopic", "--ak", ADMIN_AK,
-                          "--sk", ADMIN_SK, "-n", broker.namesrv_addr, "-b", broker.broker_addr, "-t", topic, "-r", "4", "-w", "4",
+                          "--sk", ADMIN_SK, "-n", broker.namesrv_addr, "-b", broker.broker_addr, "-t", topic,
+                          "-r", "4", "-w", "4",
                           "-a", "+message.type=NORMAL"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30,
                          check=False)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -85,7 +87,7 @@ def test_without_the_right_secret_nothing_is_sent_or_received(acl_grpc_broker, e
 
 
 def test_a_topic_the_account_may_only_read_is_refused_to_its_producer(acl_grpc_broker):
-    broker, endpoint = acl_grpc_broker
+    _, endpoint = acl_grpc_broker
     sent = run_client(endpoint, "produce", {"topic": TOPIC_READ_ONLY, "count": 1}, env=creds(AK, SK))
     assert sent.of("sent") == [], sent.describe()
     (failure,) = sent.of("send_failed")

@@ -15,7 +15,7 @@ import yaml
 from google.protobuf.duration_pb2 import Duration
 
 from broker.acl.validator import PlainAccessValidator
-from proxy.auth import parse_authorization
+from proxy.auth import parse_authorization, signed_metadata
 from proxy.protocol import definition_pb2 as pb
 from proxy.protocol import service_pb2 as spb
 from proxy.protocol.service_pb2_grpc import MessagingServiceStub
@@ -40,8 +40,8 @@ def signed(ak: str | None, sk: str | None, client: str = "acl-client") -> tuple[
     meta = [("x-mq-client-id", client), ("x-mq-date-time", DATE)]
     if ak is not None:
         signature = hmac.new(sk.encode(), DATE.encode(), sha1).hexdigest()
-        meta.append(("authorization", f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
-                                      f"Signature={signature}"))
+        value = f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={signature}"
+        meta.append(("authorization", value))
     return tuple(meta)
 
 
@@ -112,6 +112,8 @@ async def test_right_secret_sends_receives_and_acks(acl_endpoint):
     (signed("", ""), "No accessKey is configured"),  # the Python client's empty Credentials
     (signed(AK, "wrong_secret"), f"Check signature failed for accessKey={AK}"),
     (signed("nobody", SK), "No acl config for nobody"),
+    ((("x-mq-client-id", "c"), ("authorization", "Bearer abc")), "is not MQv2-HMAC-SHA1"),
+    ((("x-mq-client-id", "c"), ("authorization", "MQv2-HMAC-SHA1 Credential=x")), "no Credential or no Signature"),
 ])
 async def test_calls_without_the_right_credentials_are_unauthorized(acl_endpoint, metadata, reason):
     broker, stub = acl_endpoint
@@ -208,3 +210,11 @@ async def test_an_accounts_white_address_and_hot_reload_apply(acl_endpoint, tmp_
     assert broker.acl.reload_if_changed()
     assert (await stub.SendMessage(send_request(OWN), metadata=signed(AK, "any"))).status.code == pb.OK
     assert (await stub.SendMessage(send_request(OWN), metadata=unsigned)).status.code == pb.UNAUTHORIZED
+
+
+async def test_our_tools_sign_as_the_clients_do(acl_endpoint):
+    _, stub = acl_endpoint
+    meta = (("x-mq-client-id", "tool"),) + signed_metadata(AK, SK)
+    assert (await stub.SendMessage(send_request(OWN), metadata=meta)).status.code == pb.OK
+    meta = (("x-mq-client-id", "tool"),) + signed_metadata(AK, "wrong_secret")
+    assert (await stub.SendMessage(send_request(OWN), metadata=meta)).status.code == pb.UNAUTHORIZED

@@ -25,6 +25,7 @@ import structlog
 from broker.message_const import MessageConst
 from broker.pop import InvalidReceiptHandle, PopRequest
 from broker.topic import MESSAGE_TYPE_ATTRIBUTE, TopicConfig, check_topic_name, is_readable, is_writeable
+from proxy.auth import GrpcAccessChecker
 from proxy.channel import ProxyChannel
 from proxy.convert import BadMessage, to_message, to_properties
 from proxy.protocol import definition_pb2 as pb
@@ -109,6 +110,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.config = controller.config
         self.clients: dict[str, ClientState] = {}
         self._round_robin = 0
+        # None when aclEnable is false: the calls then pay nothing for ACL
+        self.acl = GrpcAccessChecker(controller.acl) if getattr(controller, "acl", None) is not None else None
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _client(self, context: grpc.aio.ServicerContext) -> ClientState:
@@ -261,6 +264,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         outbox.put_nowait(spb.TelemetryCommand(status=status(
                             pb.BAD_REQUEST, f"the command is not a valid TelemetryCommand: {command.error}")))
                         continue
+                    if self.acl is not None:
+                        reason = self.acl.refusal(command, context.invocation_metadata(), state.channel.remote_addr)
+                        if reason is not None:
+                            outbox.put_nowait(spb.TelemetryCommand(status=status(pb.UNAUTHORIZED, reason)))
+                            continue
                     reply = await self._on_telemetry(state, command)
                     if reply is not None:
                         outbox.put_nowait(reply)
@@ -447,6 +455,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield response
 
     async def _receive(self, request: spb.ReceiveMessageRequest, context) -> list[spb.ReceiveMessageResponse]:
+        self._authorise(request, context)
         state = self._client(context)
         group = request.group.name
         if not group:
@@ -577,8 +586,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response.code == ResponseCode.SUCCESS
 
     # -- the guard every unary method runs under --------------------------------------------------------------
+    def _authorise(self, request, context) -> None:
+        """With ACL on, refuse (UNAUTHORIZED in the response's Status) a call its credentials do not allow."""
+        if self.acl is not None:
+            reason = self.acl.refusal(request, context.invocation_metadata(), _peer_addr(context.peer()))
+            if reason is not None:
+                raise BadMessage(pb.UNAUTHORIZED, reason)
+
     async def _guard(self, context, fn, request, response_type):
         try:
+            self._authorise(request, context)
             return await fn(request, context)
         except CallError as exc:
             log.warning("grpc call refused", method=fn.__name__.lstrip("_"), reason=str(exc), peer=context.peer())

@@ -43,6 +43,7 @@ from broker.processor.query import QueryMessageProcessor
 from broker.processor.send import SendMessageProcessor
 from broker.pop import PopService
 from broker.schedule import ScheduleMessageService
+from broker.timer import TIMER_TOPIC, TimerMessageService
 from broker.stats import BrokerStats
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, \
@@ -91,6 +92,8 @@ class BrokerController:
                                                            max_live_ms=config.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(store=self.store, delay_levels_ms=config.delay_levels_ms,
                                                        store_path_root_dir=config.store_path_root_dir, now_ms=now_ms)
+        self.timer_service = TimerMessageService(store=self.store, store_path_root_dir=config.store_path_root_dir,
+                                                 now_ms=now_ms)  # exact delivery times (TIMER_DELIVER_MS)
         self.transaction_service = TransactionalMessageService(store=self.store, store_host=self.store_host,
                                                                now_ms=now_ms)
         self.transaction_check_service = TransactionalMessageCheckService(
@@ -243,6 +246,7 @@ class BrokerController:
         for kind, count in self.stats.busy.items():
             info[f"busy{kind}"] = count
         info.update(self.schedule_service.runtime_info())
+        info.update(self.timer_service.runtime_info())
         checks = self.transaction_check_service.total
         info["transactionCheckedTotal"] = checks.checked
         info["transactionDiscardedTotal"] = checks.discarded
@@ -270,6 +274,9 @@ class BrokerController:
         """Called by the store after a message is dispatched; ``max_offset`` is the queue's new max."""
         if topic == SCHEDULE_TOPIC:
             self.schedule_service.on_message_arriving(queue_id)
+            return
+        if topic == TIMER_TOPIC:
+            self.timer_service.on_message_arriving()
             return
         self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code, properties)
         self.pop_service.notify_arrival(topic)
@@ -384,6 +391,7 @@ class BrokerController:
         self.consumer_offset_manager.load()
         self.subscription_group_manager.load()
         self.schedule_service.load()
+        self.timer_service.load()
         self.topic_config_manager.persist()
         await self.store.start()
         for executor in self.executors.values():
@@ -394,6 +402,7 @@ class BrokerController:
             await self.namesrv_server.start()
         await self.server.start()
         self.schedule_service.start()
+        self.timer_service.start()
         self.transaction_check_service.start()
         self.fast_failure.start()
         await self.metrics.start()
@@ -462,6 +471,7 @@ class BrokerController:
             await executor.stop(grace)
         await self.transaction_check_service.stop()
         await self.schedule_service.stop()
+        await self.timer_service.stop()
         if self.config.namesrv_addr_list:
             await self.unregister_broker_all()
         if self.namesrv_server is not None:

@@ -42,6 +42,7 @@ from broker.processor.pull import PullMessageProcessor, wake_in_loop
 from broker.processor.query import QueryMessageProcessor
 from broker.processor.send import SendMessageProcessor
 from broker.pop import PopService
+from broker.pop_checkpoint import PopCheckpointFile
 from broker.schedule import ScheduleMessageService
 from broker.timer import TIMER_TOPIC, TimerMessageService
 from broker.stats import BrokerStats
@@ -110,6 +111,7 @@ class BrokerController:
         self.store.message_arriving_listener = self._on_message_arriving
         self.pop_service = PopService(store=self.store, offsets=self.consumer_offset_manager,
                                       forward_to_dlq=self._pop_forward_to_dlq, now_ms=now_ms)  # 5.x consumers
+        self.pop_checkpoint = PopCheckpointFile(config.store_path_root_dir)
 
         self.server = RemotingServer(config.listen_host, config.listen_port, listener=self, now_ms=now_ms,
                                      frame_max=config.frame_max_length)
@@ -389,6 +391,8 @@ class BrokerController:
         await self.store.load()
         self.topic_config_manager.load()
         self.consumer_offset_manager.load()
+        if (pop_state := self.pop_checkpoint.read()) is not None:
+            self.pop_service.import_state(pop_state)
         self.subscription_group_manager.load()
         self.schedule_service.load()
         self.timer_service.load()
@@ -435,6 +439,9 @@ class BrokerController:
         snap = self.consumer_offset_manager.take_snapshot()
         if snap is not None:
             await asyncio.to_thread(self.consumer_offset_manager.write_snapshot, snap)
+        if self.pop_service.dirty:
+            pop_snap = self.pop_checkpoint.take(self.pop_service.export_state())
+            await asyncio.to_thread(self.pop_checkpoint.write, pop_snap)
 
     def _housekeeping(self) -> None:
         for channel in self.consumer_manager.scan_not_active_channel():
@@ -479,6 +486,7 @@ class BrokerController:
             await self.namesrv_executor.stop(1.0)
         await self.client.close()
         self.consumer_offset_manager.persist(force=True)
+        self.pop_checkpoint.write(self.pop_checkpoint.take(self.pop_service.export_state()))
         self.topic_config_manager.persist()
         self.subscription_group_manager.persist()
         await self.store.shutdown()

@@ -205,7 +205,7 @@ class TimerMessageService:
                         self._done.add(offset)
                         matched += 1
                         continue
-            except Exception as exc:  # a corrupt entry must not stall the others
+            except Exception as exc:  # noqa: BLE001 - a corrupt entry must not stall the others
                 log.warning("timer entry undecodable, skipped", offset=offset, error=str(exc))
                 self._done.add(offset)
                 continue
@@ -286,7 +286,7 @@ class TimerMessageService:
             return True
         try:
             inner = self.restore(decode_record(result.buffers[0]))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a corrupt entry must not stall the others
             log.warning("timer entry undecodable, skipped", offset=offset, error=str(exc))
             self._mark(offset)
             return True

@@ -10,8 +10,20 @@ import time
 import pytest
 
 import broker.timer as timer_module
-from broker.timer import TIMER_TOPIC, TimerMessageService, TimerPropertyError, deliver_ms_of, park
-from store import GetMessageStatus, MessageExtBrokerInner, MessageStore, MessageStoreConfig, decode_records
+from broker.timer import (
+    TIMER_TOPIC,
+    TimerMessageService,
+    TimerPropertyError,
+    deliver_ms_of,
+    park,
+)
+from store import (
+    GetMessageStatus,
+    MessageExtBrokerInner,
+    MessageStore,
+    MessageStoreConfig,
+    decode_records,
+)
 
 T0 = 1_700_000_000_000
 
@@ -176,3 +188,33 @@ async def test_a_crash_mid_burst_neither_loses_nor_repeats(rig, monkeypatch):
     assert sorted(got, key=int) == [str(i) for i in range(n)], len(got)
     # in due order: due = 1000 + (i * 7919) % n, all distinct
     assert [int(b) * 7919 % n for b in got] == list(range(n))
+
+
+async def test_a_remoting_send_with_timer_properties_is_parked_then_delivered(tmp_path):
+    """SEND_MESSAGE through the send processor: TIMER_DELAY_MS parks it, the broker's timer delivers it at
+    that time; a value that is not a number is MESSAGE_ILLEGAL with a clear remark."""
+    from remoting.codes import ResponseCode
+    from tests.broker.broker_helpers import FakeChannel, send_request, start_broker
+
+    class Channel(FakeChannel):
+        def __init__(self):
+            super().__init__()
+            self.attrs = {}
+
+    broker = await start_broker(tmp_path)
+    try:
+        sent = time.time()
+        response = await broker.send_processor.process_request(
+            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELAY_MS": "600"}))
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        assert broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 1
+        assert broker.store.get_max_offset_in_queue("TimedTopic", 0) == 0
+        deadline = time.monotonic() + 5
+        while broker.store.get_max_offset_in_queue("TimedTopic", 0) == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert 0.55 <= time.time() - sent < 1.5
+        bad = await broker.send_processor.process_request(
+            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELIVER_MS": "tomorrow"}))
+        assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "TIMER_DELIVER_MS must be an integer" in bad.remark
+    finally:
+        await broker.shutdown()

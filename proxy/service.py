@@ -27,7 +27,7 @@ from broker.pop import InvalidReceiptHandle, PopRequest
 from broker.topic import MESSAGE_TYPE_ATTRIBUTE, TopicConfig, check_topic_name, is_readable, is_writeable
 from proxy.auth import GrpcAccessChecker
 from proxy.channel import ProxyChannel
-from proxy.convert import BadMessage, to_message, to_properties
+from proxy.convert import PROPERTY_TIMER_DELIVER_MS, BadMessage, to_message, to_properties
 from proxy.protocol import definition_pb2 as pb
 from proxy.protocol import service_pb2 as spb
 from proxy.protocol import service_pb2_grpc
@@ -395,9 +395,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             props[MessageConst.PRODUCER_GROUP] = group
             sys_flag |= TRANSACTION_PREPARED_TYPE
         if sp.HasField("delivery_timestamp"):
-            delay = sp.delivery_timestamp.ToMilliseconds() - int(time.time() * 1000)
-            if delay > 0:
-                props[MessageConst.DELAY] = str(delay_level_for(delay, self.config.delay_levels_ms))
+            # exact, as 5.x brokers: the send processor parks it in the timer topic (broker/timer.py)
+            props[PROPERTY_TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
         if sp.HasField("message_group"):
             queue_id = zlib.crc32(sp.message_group.encode()) % max(tc.write_queue_nums, 1)
         else:
@@ -637,14 +636,6 @@ def parse_transaction_id(text: str) -> tuple[str, int]:
     if not sep or not msg_id or not offset.isdigit():
         raise ValueError(f"transaction id {text[:80]!r} was not issued by this broker")
     return msg_id, int(offset)
-
-
-def delay_level_for(delay_ms: int, levels_ms: list[int]) -> int:
-    """The smallest 4.x delay level that is at least ``delay_ms`` (the last level if none is)."""
-    for i, level in enumerate(levels_ms):
-        if level >= delay_ms:
-            return i + 1
-    return len(levels_ms)
 
 
 def tag_matcher(expression: pb.FilterExpression):

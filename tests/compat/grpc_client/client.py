@@ -60,7 +60,8 @@ def produce(endpoint, args):
                 msg.add_property(k, v)
             try:
                 receipt = producer.send(msg)
-                emit(event="sent", message_id=receipt.message_id, body=msg.body.decode())
+                emit(event="sent", message_id=receipt.message_id, body=msg.body.decode(), at=time.time(),
+                     due=msg.delivery_timestamp)
             except Exception as e:  # noqa: BLE001 - report it to the test
                 emit(event="send_failed", error=str(e))
     finally:

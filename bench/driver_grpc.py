@@ -30,14 +30,18 @@ def now_ms() -> int:
 class _Endpoint:
     """One channel and stub per task, with the metadata every call carries."""
 
-    def __init__(self, address: str, client_id: str) -> None:
+    def __init__(self, address: str, client_id: str, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         import grpc
 
+        from proxy.auth import signed_metadata
         from proxy.protocol.service_pb2_grpc import MessagingServiceStub
 
         self.channel = grpc.aio.insecure_channel(address)
         self.stub = MessagingServiceStub(self.channel)
         self.meta = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
+        if access_key:  # --ak/--sk against a broker with aclEnable=true, signed as the 5.x clients sign
+            self.meta += signed_metadata(access_key, secret_key or "")
 
 
 def _endpoint(load: _Load) -> _Endpoint:
@@ -45,7 +49,8 @@ def _endpoint(load: _Load) -> _Endpoint:
     if ep is None:
         if not load.spec.grpc_endpoint:
             raise RuntimeError("the grpc driver needs the broker's gRPC endpoint (mqbench --grpc-endpoint HOST:PORT)")
-        ep = _Endpoint(load.spec.grpc_endpoint, f"mqbench-{os.getpid()}-{load.spec.worker}-{uuid.uuid4().hex[:8]}")
+        ep = _Endpoint(load.spec.grpc_endpoint, f"mqbench-{os.getpid()}-{load.spec.worker}-{uuid.uuid4().hex[:8]}",
+                       load.spec.access_key, load.spec.secret_key)
         load._grpc_endpoint = ep  # type: ignore[attr-defined]
     return ep
 

@@ -33,10 +33,12 @@ from broker.metrics import BrokerMetrics
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
 from broker.pop import PopService
+from broker.pop_checkpoint import PopCheckpointFile
 from broker.processor.pull import PullMessageProcessor, wake_in_loop
 from broker.processor.send import SendMessageProcessor
 from broker.request_table import ADMIN, FAULT_INJECT, NotSupportedProcessor, broker_routes, namesrv_routes
 from broker.schedule import ScheduleMessageService
+from broker.timer import TIMER_TOPIC, TimerMessageService
 from broker.stats import BrokerStats
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, \
@@ -85,6 +87,8 @@ class BrokerController:
                                                            max_live_ms=config.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(store=self.store, delay_levels_ms=config.delay_levels_ms,
                                                        store_path_root_dir=config.store_path_root_dir, now_ms=now_ms)
+        self.timer_service = TimerMessageService(store=self.store, store_path_root_dir=config.store_path_root_dir,
+                                                 now_ms=now_ms)  # exact delivery times (TIMER_DELIVER_MS)
         self.transaction_service = TransactionalMessageService(store=self.store, store_host=self.store_host,
                                                                now_ms=now_ms)
         self.transaction_check_service = TransactionalMessageCheckService(
@@ -101,6 +105,7 @@ class BrokerController:
         self.store.message_arriving_listener = self._on_message_arriving
         self.pop_service = PopService(store=self.store, offsets=self.consumer_offset_manager,
                                       forward_to_dlq=self._pop_forward_to_dlq, now_ms=now_ms)  # 5.x consumers
+        self.pop_checkpoint = PopCheckpointFile(config.store_path_root_dir)
 
         self.server = RemotingServer(config.listen_host, config.listen_port, listener=self, now_ms=now_ms,
                                      frame_max=config.frame_max_length)
@@ -220,6 +225,7 @@ class BrokerController:
         for kind, count in self.stats.busy.items():
             info[f"busy{kind}"] = count
         info.update(self.schedule_service.runtime_info())
+        info.update(self.timer_service.runtime_info())
         checks = self.transaction_check_service.total
         info["transactionCheckedTotal"] = checks.checked
         info["transactionDiscardedTotal"] = checks.discarded
@@ -247,6 +253,9 @@ class BrokerController:
         """Called by the store after a message is dispatched; ``max_offset`` is the queue's new max."""
         if topic == SCHEDULE_TOPIC:
             self.schedule_service.on_message_arriving(queue_id)
+            return
+        if topic == TIMER_TOPIC:
+            self.timer_service.on_message_arriving()
             return
         self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code, properties)
         self.pop_service.notify_arrival(topic)
@@ -359,8 +368,11 @@ class BrokerController:
         await self.store.load()
         self.topic_config_manager.load()
         self.consumer_offset_manager.load()
+        if (pop_state := self.pop_checkpoint.read()) is not None:
+            self.pop_service.import_state(pop_state)
         self.subscription_group_manager.load()
         self.schedule_service.load()
+        self.timer_service.load()
         self.topic_config_manager.persist()
         await self.store.start()
         for executor in self.executors.values():
@@ -371,6 +383,7 @@ class BrokerController:
             await self.namesrv_server.start()
         await self.server.start()
         self.schedule_service.start()
+        self.timer_service.start()
         self.transaction_check_service.start()
         self.fast_failure.start()
         await self.metrics.start()
@@ -403,6 +416,9 @@ class BrokerController:
         snap = self.consumer_offset_manager.take_snapshot()
         if snap is not None:
             await asyncio.to_thread(self.consumer_offset_manager.write_snapshot, snap)
+        if self.pop_service.dirty:
+            pop_snap = self.pop_checkpoint.take(self.pop_service.export_state())
+            await asyncio.to_thread(self.pop_checkpoint.write, pop_snap)
 
     def _housekeeping(self) -> None:
         for channel in self.consumer_manager.scan_not_active_channel():
@@ -439,6 +455,7 @@ class BrokerController:
             await executor.stop(grace)
         await self.transaction_check_service.stop()
         await self.schedule_service.stop()
+        await self.timer_service.stop()
         if self.config.namesrv_addr_list:
             await self.unregister_broker_all()
         if self.namesrv_server is not None:
@@ -446,6 +463,7 @@ class BrokerController:
             await self.namesrv_executor.stop(1.0)
         await self.client.close()
         self.consumer_offset_manager.persist(force=True)
+        self.pop_checkpoint.write(self.pop_checkpoint.take(self.pop_service.export_state()))
         self.topic_config_manager.persist()
         self.subscription_group_manager.persist()
         await self.store.shutdown()

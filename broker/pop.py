@@ -10,8 +10,12 @@ are consumed in queue order (every message of one message group lands in one que
 
 What this keeps in memory, per (group, topic, queue): the first offset never popped and the popped
 offsets that are not acknowledged yet (with deadline, attempt and a token that changes with each
-delivery). The consumer offset committed for the queue is the lowest offset not yet acknowledged, so
-a restart redelivers exactly what was in flight (at least once; the attempt counts start again).
+delivery). The consumer offset committed for the queue is the lowest offset not yet acknowledged.
+That state is also written to ``config/popCheckpoint.json`` (``export_state``, with the consumer
+offsets, periodically and at shutdown) and read back at start (``import_state``): after a restart an
+acknowledged message is not redelivered, an unacknowledged one stays invisible until its deadline and
+comes back with its attempt count, and receipt handles issued before the restart still work. A crash
+loses what changed since the last write (at least once: the consumer offset still bounds it).
 Upstream persists its checkpoints in the CommitLog instead (CK/ACK messages and a revive topic).
 """
 
@@ -119,6 +123,37 @@ class PopService:
         self._arrival: dict[str, asyncio.Event] = {}
         self.revived = 0
         self.dead_lettered = 0
+        self.dirty = False  # changed since the last export_state
+
+    # -- checkpoint -------------------------------------------------------------------------------
+    def export_state(self) -> dict:
+        """Every queue's pop state, for popCheckpoint.json (taken on the event loop, which owns it)."""
+        self.dirty = False
+        queues = [{"group": g, "topic": t, "queueId": q, "nextOffset": s.next_offset,
+                   "inFlight": [[f.offset, f.deadline_ms, f.attempt, f.token] for f in s.inflight.values()]}
+                  for (g, t, q), s in self._queues.items()]
+        return {"queues": queues}
+
+    def import_state(self, data: dict) -> None:
+        """The state ``export_state`` wrote; what the consumer offsets (possibly written later) count as
+        acknowledged is dropped. Tokens go on above the highest one seen, so old handles stay valid."""
+        top = 0
+        for item in data.get("queues") or ():
+            try:
+                group, topic, queue_id = str(item["group"]), str(item["topic"]), int(item["queueId"])
+                committed = self.offsets.query_offset(group, topic, queue_id)
+                state = PopQueue(next_offset=max(int(item["nextOffset"]), committed))
+                for offset, deadline, attempt, token in item.get("inFlight") or ():
+                    if int(offset) >= committed:
+                        state.inflight[int(offset)] = InFlight(int(offset), int(deadline), int(attempt), int(token))
+                        top = max(top, int(token))
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("pop checkpoint entry unreadable, skipped", entry=str(item)[:200], error=str(exc))
+                continue
+            self._queues[(group, topic, queue_id)] = state
+        self._tokens = itertools.count(top + 1)
+        log.info("pop checkpoint loaded", queues=len(self._queues),
+                 in_flight=sum(len(s.inflight) for s in self._queues.values()))
 
     # -- state ------------------------------------------------------------------------------------
     def _queue(self, group: str, topic: str, queue_id: int) -> PopQueue:
@@ -131,6 +166,7 @@ class PopService:
         return state
 
     def _commit(self, group: str, topic: str, queue_id: int, state: PopQueue) -> None:
+        self.dirty = True
         self.offsets.commit_offset(group, topic, queue_id, state.commit_offset())
 
     def in_flight(self, group: str, topic: str) -> int:
@@ -167,6 +203,7 @@ class PopService:
                 if await self.forward_to_dlq(req.group, msg):
                     self.dead_lettered += 1
                     state.inflight.pop(offset, None)
+                    self.dirty = True
                     log.info("message moved to the dead letter queue", group=req.group, topic=req.topic,
                              queue_id=queue_id, offset=offset, attempts=entry.attempt)
                 continue
@@ -208,6 +245,7 @@ class PopService:
         token = next(self._tokens)
         deadline = self.now_ms() + invisible_ms
         state.inflight[offset] = InFlight(offset, deadline, attempt, token)
+        self.dirty = True
         handle = ReceiptHandle(queue_id, offset, token, deadline).encode()
         return PoppedMessage(msg, handle, attempt, invisible_ms)
 
@@ -234,6 +272,7 @@ class PopService:
         state, rh, entry = self._entry(group, topic, handle)
         entry.token = next(self._tokens)
         entry.deadline_ms = self.now_ms() + invisible_ms
+        self.dirty = True
         return ReceiptHandle(rh.queue_id, rh.offset, entry.token, entry.deadline_ms).encode()
 
     def message_of(self, group: str, topic: str, handle: str) -> tuple[MessageExt | None, int]:

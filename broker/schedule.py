@@ -79,6 +79,32 @@ def _wire_size(msg: MessageExtBrokerInner) -> int:
     return 22 + len(msg.body or b"") + 3 * len(msg.properties_string)
 
 
+def scan_delivered_copies(store, below: int, is_copy: Callable[[MessageExt], bool]) -> tuple[dict[tuple, int], int]:
+    """The CommitLog records from `below` to its end that `is_copy` calls delivered copies, counted by
+    ``_copy_key`` (what a restored parked entry is matched with after a crash), and how many records were read.
+    Shared by the delay-level and the timer services."""
+    end = store.commit_log.get_max_offset()
+    copies: dict[tuple, int] = {}
+    scanned = 0
+    phy = below
+    while phy < end:
+        view = store.select_one_message_by_offset(phy)
+        if view is None:  # the end-of-file filler (or a hole): go on in the next file
+            phy = store.commit_log.roll_next_file(phy)
+            continue
+        try:
+            msg = decode_record(view, read_body=False)
+        except Exception:
+            phy = store.commit_log.roll_next_file(phy)
+            continue
+        phy += msg.store_size
+        scanned += 1
+        if is_copy(msg):
+            key = _copy_key(msg.topic, msg.queue_id, msg)
+            copies[key] = copies.get(key, 0) + 1
+    return copies, scanned
+
+
 @dataclass(slots=True)
 class DeliveryStats:
     delivered: int = 0
@@ -214,26 +240,9 @@ class ScheduleMessageService:
         end = self.store.commit_log.get_max_offset()
         if below >= end:
             return
-        copies: dict[tuple, int] = {}
-        unmatched = 0
-        scanned = 0
-        phy = below
-        while phy < end:
-            view = self.store.select_one_message_by_offset(phy)
-            if view is None:  # the end-of-file filler (or a hole): go on in the next file
-                phy = self.store.commit_log.roll_next_file(phy)
-                continue
-            try:
-                msg = decode_record(view, read_body=False)
-            except Exception:
-                phy = self.store.commit_log.roll_next_file(phy)
-                continue
-            phy += msg.store_size
-            scanned += 1
-            if msg.topic != SCHEDULE_TOPIC and MessageConst.REAL_TOPIC in msg.properties:
-                key = _copy_key(msg.topic, msg.queue_id, msg)
-                copies[key] = copies.get(key, 0) + 1
-                unmatched += 1
+        copies, scanned = scan_delivered_copies(
+            self.store, below, lambda m: m.topic != SCHEDULE_TOPIC and MessageConst.REAL_TOPIC in m.properties)
+        unmatched = sum(copies.values())
         skipped: dict[int, int] = {}
         for level in range(1, self.max_level + 1):
             start = self.offset_table.get(level, 0)

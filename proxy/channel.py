@@ -21,6 +21,9 @@ from remoting.command import FLAG_RESPONSE, RemotingCommand
 class ProxyChannel:
     """One per 5.x client id; duck-types ``remoting.channel.Channel`` for processors and managers."""
 
+    #: every request on this channel comes from a 5.x call the service has put through ACL (proxy/auth.py)
+    acl_checked_by_proxy = True
+
     def __init__(self, client_id: str, remote_addr: str, local_addr: str, dispatch: Callable[[Any, RemotingCommand],
                                                                                             None]) -> None:
         self.id = f"grpc:{client_id}"

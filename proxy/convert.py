@@ -15,6 +15,7 @@ from store.message import MessageExt
 # 5.x names of the properties that have no 4.x spelling (upstream MessageConst, 5.x).
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # the message group of a FIFO message
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"  # the due time the broker's timer delivered a message at
 PROPERTY_TRANSACTION_ID = "__transactionId__"
 PROPERTY_MESSAGE_TYPE = "__MESSAGE_TYPE"  # ours: how a 5.x producer labelled the message
 
@@ -26,7 +27,7 @@ SYSTEM_PROPERTY_NAMES = frozenset({
     MessageConst.TRACE_SWITCH, MessageConst.MAX_RECONSUME_TIMES, MessageConst.CLUSTER,
     MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET, MessageConst.TRANSACTION_CHECK_TIMES,
     MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS, MessageConst.CONSUME_START_TIMESTAMP,
-    PROPERTY_SHARDING_KEY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_ID, PROPERTY_MESSAGE_TYPE,
+    PROPERTY_SHARDING_KEY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OUT_MS, PROPERTY_TRANSACTION_ID, PROPERTY_MESSAGE_TYPE,
 })
 
 
@@ -100,6 +101,9 @@ def to_message(msg: MessageExt, topic: str, *, receipt_handle: str, attempt: int
         sp.message_type = pb.DELAY
     else:
         sp.message_type = pb.NORMAL
+    due = props.get(PROPERTY_TIMER_OUT_MS) or props.get(PROPERTY_TIMER_DELIVER_MS)
+    if due and due.isdigit():
+        sp.delivery_timestamp.FromMilliseconds(int(due))
     sp.born_timestamp.FromMilliseconds(msg.born_timestamp)
     sp.born_host = f"{msg.born_host[0]}:{msg.born_host[1]}"
     sp.store_timestamp.FromMilliseconds(msg.store_timestamp)

@@ -25,8 +25,9 @@ import structlog
 from broker.message_const import MessageConst
 from broker.pop import InvalidReceiptHandle, PopRequest
 from broker.topic import MESSAGE_TYPE_ATTRIBUTE, TopicConfig, check_topic_name, is_readable, is_writeable
+from proxy.auth import GrpcAccessChecker
 from proxy.channel import ProxyChannel
-from proxy.convert import BadMessage, to_message, to_properties
+from proxy.convert import PROPERTY_TIMER_DELIVER_MS, BadMessage, to_message, to_properties
 from proxy.protocol import definition_pb2 as pb
 from proxy.protocol import service_pb2 as spb
 from proxy.protocol import service_pb2_grpc
@@ -109,6 +110,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.config = controller.config
         self.clients: dict[str, ClientState] = {}
         self._round_robin = 0
+        # None when aclEnable is false: the calls then pay nothing for ACL
+        self.acl = GrpcAccessChecker(controller.acl) if getattr(controller, "acl", None) is not None else None
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _client(self, context: grpc.aio.ServicerContext) -> ClientState:
@@ -261,6 +264,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         outbox.put_nowait(spb.TelemetryCommand(status=status(
                             pb.BAD_REQUEST, f"the command is not a valid TelemetryCommand: {command.error}")))
                         continue
+                    if self.acl is not None:
+                        reason = self.acl.refusal(command, context.invocation_metadata(), state.channel.remote_addr)
+                        if reason is not None:
+                            outbox.put_nowait(spb.TelemetryCommand(status=status(pb.UNAUTHORIZED, reason)))
+                            continue
                     reply = await self._on_telemetry(state, command)
                     if reply is not None:
                         outbox.put_nowait(reply)
@@ -387,9 +395,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             props[MessageConst.PRODUCER_GROUP] = group
             sys_flag |= TRANSACTION_PREPARED_TYPE
         if sp.HasField("delivery_timestamp"):
-            delay = sp.delivery_timestamp.ToMilliseconds() - int(time.time() * 1000)
-            if delay > 0:
-                props[MessageConst.DELAY] = str(delay_level_for(delay, self.config.delay_levels_ms))
+            # exact, as 5.x brokers: the send processor parks it in the timer topic (broker/timer.py)
+            props[PROPERTY_TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
         if sp.HasField("message_group"):
             queue_id = zlib.crc32(sp.message_group.encode()) % max(tc.write_queue_nums, 1)
         else:
@@ -447,6 +454,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield response
 
     async def _receive(self, request: spb.ReceiveMessageRequest, context) -> list[spb.ReceiveMessageResponse]:
+        self._authorise(request, context)
         state = self._client(context)
         group = request.group.name
         if not group:
@@ -577,8 +585,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response.code == ResponseCode.SUCCESS
 
     # -- the guard every unary method runs under --------------------------------------------------------------
+    def _authorise(self, request, context) -> None:
+        """With ACL on, refuse (UNAUTHORIZED in the response's Status) a call its credentials do not allow."""
+        if self.acl is not None:
+            reason = self.acl.refusal(request, context.invocation_metadata(), _peer_addr(context.peer()))
+            if reason is not None:
+                raise BadMessage(pb.UNAUTHORIZED, reason)
+
     async def _guard(self, context, fn, request, response_type):
         try:
+            self._authorise(request, context)
             return await fn(request, context)
         except CallError as exc:
             log.warning("grpc call refused", method=fn.__name__.lstrip("_"), reason=str(exc), peer=context.peer())
@@ -620,14 +636,6 @@ def parse_transaction_id(text: str) -> tuple[str, int]:
     if not sep or not msg_id or not offset.isdigit():
         raise ValueError(f"transaction id {text[:80]!r} was not issued by this broker")
     return msg_id, int(offset)
-
-
-def delay_level_for(delay_ms: int, levels_ms: list[int]) -> int:
-    """The smallest 4.x delay level that is at least ``delay_ms`` (the last level if none is)."""
-    for i, level in enumerate(levels_ms):
-        if level >= delay_ms:
-            return i + 1
-    return len(levels_ms)
 
 
 def tag_matcher(expression: pb.FilterExpression):

@@ -113,6 +113,10 @@ class PlainAccessValidator:
 
     def __call__(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
         """None to let the request through, else the refusal to answer with."""
+        if getattr(channel, "acl_checked_by_proxy", False):
+            # The 5.x endpoint checked the gRPC call this request was made from (proxy/auth.py) with the
+            # caller's account; only the proxy makes such channels, no 4.x connection can claim to be one.
+            return None
         remote = getattr(channel, "remote_addr", None)
         try:
             self.manager.validate(parse_access(request, remote))

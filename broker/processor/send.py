@@ -25,6 +25,7 @@ from remoting.command import RemotingCommand
 from remoting.headers import (ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader,
                               SendMessageRequestHeaderV2, decode_header)
 from broker.message_const import MessageConst
+from broker.timer import TimerPropertyError, park
 from store.message import (COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExtBrokerInner,
                            decode_properties, encode_properties, tags_hash)
 from store.results import PutMessageStatus
@@ -260,6 +261,11 @@ class SendMessageProcessor:
         else:
             # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
             check_delay_level(props)
+            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic
+            try:
+                topic, queue_id = park(props, topic, queue_id, self.c.now_ms())
+            except TimerPropertyError as exc:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
         stall_ms = await self._fault_sleep(props)
         result = await self.store.put_message(msg, stall_append_ms=stall_ms)

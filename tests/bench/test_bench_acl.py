@@ -1,4 +1,4 @@
-"""mqbench against a broker with aclEnable=true: --ak/--sk reach every client of a run (asyncio driver here)."""
+"""mqbench against a broker with aclEnable=true: --ak/--sk reach every client of a run (asyncio and grpc drivers)."""
 
 from __future__ import annotations
 
@@ -48,11 +48,13 @@ def test_a_run_without_credentials_cannot_create_its_topics(acl_broker):
         asyncio.run(prepare_topics(acl_broker.namesrv, ["T_bench_acl_refused"], 4))
 
 
-def test_a_signed_run_sends_and_consumes_everything(acl_broker):
-    scen = parse_scenario({"name": "acl", "send_mode": "sync", "producer_rate": 100, "duration_s": 1.0,
-                           "message_size": 64, "drain_timeout_s": 15, "client": {"suspend_timeout_ms": 1000}})
-    plan = plan_run(scen, run_id="acl1", namesrv=acl_broker.namesrv, tasks=2, progress_addr=None,
-                    access_key=AK, secret_key=SK)
+@pytest.mark.parametrize("driver", ["asyncio", "grpc"])
+def test_a_signed_run_sends_and_consumes_everything(acl_broker, driver):
+    scen = parse_scenario({"name": "acl", "driver": driver, "send_mode": "sync", "producer_rate": 100,
+                           "duration_s": 1.0, "message_size": 64, "drain_timeout_s": 15,
+                           "client": {"suspend_timeout_ms": 1000}})
+    plan = plan_run(scen, run_id=f"acl-{driver}", namesrv=acl_broker.namesrv, tasks=2, progress_addr=None,
+                    access_key=AK, secret_key=SK, grpc_endpoint=acl_broker.grpc_endpoint)
     asyncio.run(prepare_topics(acl_broker.namesrv, plan.topics, scen.queues_per_topic, SessionCredentials(AK, SK)))
     barrier = LocalBarrier(len(plan.specs))
     results: list = [None] * len(plan.specs)

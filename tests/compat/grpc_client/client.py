@@ -27,7 +27,9 @@ def emit(**event):
 
 
 def config(endpoint):
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    # ACL accounts by environment (empty: the client's "no credentials", which still sends an authorization)
+    credentials = Credentials(os.environ.get("GRPC_CLIENT_AK", ""), os.environ.get("GRPC_CLIENT_SK", ""))
+    return ClientConfiguration(endpoint, credentials, request_timeout=10)
 
 
 def tls():
@@ -58,7 +60,8 @@ def produce(endpoint, args):
                 msg.add_property(k, v)
             try:
                 receipt = producer.send(msg)
-                emit(event="sent", message_id=receipt.message_id, body=msg.body.decode())
+                emit(event="sent", message_id=receipt.message_id, body=msg.body.decode(), at=time.time(),
+                     due=msg.delivery_timestamp)
             except Exception as e:  # noqa: BLE001 - report it to the test
                 emit(event="send_failed", error=str(e))
     finally:
@@ -105,7 +108,11 @@ def consume(endpoint, args):
         expression = FilterExpression(args.get("tag", "*"))
     consumer = SimpleConsumer(config(endpoint), args["group"], {args["topic"]: expression},
                               await_duration=args.get("await_s", 2), tls_enable=tls())
-    consumer.startup()
+    try:
+        consumer.startup()
+    except Exception as e:  # noqa: BLE001 - e.g. refused by ACL
+        emit(event="startup_failed", error=str(e))
+        return
     acked = 0
     deadline = time.time() + args.get("timeout_s", 20)
     skip_ack = args.get("skip_ack", 0)  # the first N deliveries are not acked (redelivery tests)

@@ -1,0 +1,220 @@
+"""Exact delivery times through rmq_sys_wheel_timer against the real store, with an injected clock:
+due time, order, the send-side rewrite, restarts and a crash in the middle of a delivery burst."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+import broker.timer as timer_module
+from broker.timer import (
+    TIMER_TOPIC,
+    TimerMessageService,
+    TimerPropertyError,
+    deliver_ms_of,
+    park,
+)
+from store import (
+    GetMessageStatus,
+    MessageExtBrokerInner,
+    MessageStore,
+    MessageStoreConfig,
+    decode_records,
+)
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def _timed(topic: str, body: bytes, deliver_ms: int, now_ms: int, queue_id: int = 0) -> MessageExtBrokerInner:
+    """A message as the send processor stores it: rewritten by ``park``."""
+    props = {"KEYS": body.decode(), "TAGS": "TagA", "TIMER_DELIVER_MS": str(deliver_ms)}
+    parked_topic, parked_qid = park(props, topic, queue_id, now_ms)
+    return MessageExtBrokerInner.create(parked_topic, body, queue_id=parked_qid, properties=props,
+                                        born_host=("10.0.0.9", 5000), store_host=("127.0.0.1", 10911))
+
+
+class Rig:
+    def __init__(self, root) -> None:
+        self.root = root
+        self.clock = Clock()
+        self.store: MessageStore | None = None
+        self.service: TimerMessageService | None = None
+
+    async def open(self) -> Rig:
+        self.store = MessageStore(MessageStoreConfig(
+            store_path_root_dir=str(self.root), mapped_file_size_commit_log=256 * 1024,
+            mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=64, max_index_num=256))
+        assert await self.store.load()
+        await self.store.start()
+        self.service = TimerMessageService(store=self.store, store_path_root_dir=str(self.root), now_ms=self.clock)
+        self.store.message_arriving_listener = self._arrived
+        self.service.load()
+        self.service.start()
+        return self
+
+    def _arrived(self, topic, *_):
+        if topic == TIMER_TOPIC:
+            self.service.on_message_arriving()
+
+    async def close(self) -> None:
+        await self.service.stop()
+        await self.store.shutdown()
+
+    async def tick(self, to_ms: int) -> None:
+        """Moves the clock and lets the service look (a real broker's clock moves on its own)."""
+        self.clock.ms = to_ms
+        self.service.on_message_arriving()
+        await asyncio.sleep(0.05)
+
+    def bodies(self, topic: str, queue_id: int = 0) -> list[str]:
+        out, offset = [], 0
+        while True:
+            r = self.store.get_message("g", topic, queue_id, offset, 32, None)
+            if r.status != GetMessageStatus.FOUND:
+                return [m.body.decode() for m in out]
+            out += decode_records(b"".join(r.buffers))
+            offset = r.next_begin_offset
+
+    async def wait_for(self, topic: str, n: int, timeout_s: float = 10.0) -> list[str]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = self.bodies(topic)
+            if len(got) >= n:
+                return got
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{topic} has {len(self.bodies(topic))} messages, expected {n}")
+
+
+@pytest.fixture
+async def rig(tmp_path):
+    r = await Rig(tmp_path / "store").open()
+    yield r
+    if r.store is not None and r.store._running:
+        await r.close()
+
+
+def test_park_rewrites_only_a_future_delivery_time():
+    props = {"TIMER_DELAY_SEC": "3"}
+    assert park(props, "T", 2, T0) == (TIMER_TOPIC, 0)
+    assert props["TIMER_OUT_MS"] == str(T0 + 3000) and props["REAL_TOPIC"] == "T" and props["REAL_QID"] == "2"
+    assert deliver_ms_of({"TIMER_DELAY_MS": "1500"}, T0) == T0 + 1500
+    assert deliver_ms_of({"TIMER_DELIVER_MS": str(T0 + 7), "TIMER_DELAY_SEC": "9"}, T0) == T0 + 7
+    past = {"TIMER_DELIVER_MS": str(T0 - 1)}
+    assert park(past, "T", 1, T0) == ("T", 1) and "REAL_TOPIC" not in past
+    leveled = {"DELAY": "2", "TIMER_DELAY_SEC": "3"}
+    assert park(leveled, "T", 1, T0) == ("T", 1) and "TIMER_DELAY_SEC" not in leveled  # a level wins
+    with pytest.raises(TimerPropertyError, match="integer"):
+        park({"TIMER_DELIVER_MS": "soon"}, "T", 0, T0)
+    with pytest.raises(TimerPropertyError, match="timerMaxDelaySec"):
+        park({"TIMER_DELAY_SEC": str(4 * 24 * 3600)}, "T", 0, T0)
+
+
+async def test_each_message_is_delivered_at_its_own_time_in_time_order(rig):
+    now = rig.clock.ms
+    # sent in one order, due in another; 3 s is not a delay level's time
+    for body, at in (("c", 3000), ("a", 1000), ("b", 2500), ("d", 3001)):
+        put = await rig.store.put_message(_timed("T", body.encode(), now + at, now, queue_id=1))
+        assert put.status.name == "PUT_OK"
+    await rig.tick(now + 999)
+    assert rig.bodies("T", 1) == []
+    await rig.tick(now + 1000)
+    assert rig.bodies("T", 1) == ["a"]
+    await rig.tick(now + 2999)
+    assert rig.bodies("T", 1) == ["a", "b"]
+    await rig.tick(now + 3000)
+    assert rig.bodies("T", 1) == ["a", "b", "c"]
+    await rig.tick(now + 10_000)
+    assert rig.bodies("T", 1) == ["a", "b", "c", "d"]
+    delivered = decode_records(b"".join(rig.store.get_message("g", "T", 1, 0, 32, None).buffers))
+    assert delivered[0].properties["TIMER_OUT_MS"] == str(now + 1000) and delivered[0].queue_id == 1
+    assert rig.service.delivered == 4 and rig.service.delivered_below == 4
+
+
+async def test_a_restart_neither_loses_nor_repeats(rig):
+    now = rig.clock.ms
+    for i in range(10):
+        await rig.store.put_message(_timed("T", f"m{i}".encode(), now + 100 + (i % 2) * 5000 + i, now))
+    await rig.tick(now + 1000)  # the even ones are due
+    assert sorted(rig.bodies("T")) == [f"m{i}" for i in range(0, 10, 2)]
+    await rig.close()
+    saved = json.loads((rig.root / "config" / "timerOffset.json").read_text())
+    assert saved["deliveredBelow"] == 1 and saved["deliveredAhead"] == [[2, 3], [4, 5], [6, 7], [8, 9]]
+    await rig.open()
+    await asyncio.sleep(0.05)
+    assert len(rig.bodies("T")) == 5  # nothing repeated, the odd ones still parked
+    await rig.tick(now + 4999)
+    assert len(rig.bodies("T")) == 5
+    await rig.tick(now + 6000)
+    got = rig.bodies("T")
+    assert got[:5] == [f"m{i}" for i in range(0, 10, 2)] and got[5:] == [f"m{i}" for i in range(1, 10, 2)]
+
+
+async def test_a_crash_mid_burst_neither_loses_nor_repeats(rig, monkeypatch):
+    """timerOffset.json stays as start() wrote it while a burst is delivered; the broker dies part way:
+    on start the copies already in the CommitLog are found and only the rest delivered."""
+    def disk_gone(*_args, **_kw):
+        raise OSError("no space left on device")
+
+    now = rig.clock.ms
+    n = 1500
+    for i in range(n):
+        await rig.store.put_message(_timed("T", f"{i}".encode(), now + 1000 + (i * 7919) % n, now))
+    monkeypatch.setattr(timer_module, "write_atomically", disk_gone)
+    rig.clock.ms = now + 10_000
+    rig.service.on_message_arriving()
+    await rig.wait_for("T", n // 4)
+    for task in (rig.service._task, rig.service._persister):
+        task.cancel()
+    await asyncio.gather(rig.service._task, rig.service._persister, return_exceptions=True)
+    before = len(rig.bodies("T"))
+    assert n // 4 <= before < n, before
+    await rig.store.shutdown()
+    monkeypatch.undo()
+    await rig.open()
+    got = await rig.wait_for("T", n)
+    await asyncio.sleep(0.3)  # room for a duplicate to show up
+    got = rig.bodies("T")
+    assert sorted(got, key=int) == [str(i) for i in range(n)], len(got)
+    # in due order: due = 1000 + (i * 7919) % n, all distinct
+    assert [int(b) * 7919 % n for b in got] == list(range(n))
+
+
+async def test_a_remoting_send_with_timer_properties_is_parked_then_delivered(tmp_path):
+    """SEND_MESSAGE through the send processor: TIMER_DELAY_MS parks it, the broker's timer delivers it at
+    that time; a value that is not a number is MESSAGE_ILLEGAL with a clear remark."""
+    from remoting.codes import ResponseCode
+    from tests.broker.broker_helpers import FakeChannel, send_request, start_broker
+
+    class Channel(FakeChannel):
+        def __init__(self):
+            super().__init__()
+            self.attrs = {}
+
+    broker = await start_broker(tmp_path)
+    try:
+        sent = time.time()
+        response = await broker.send_processor.process_request(
+            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELAY_MS": "600"}))
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        assert broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 1
+        assert broker.store.get_max_offset_in_queue("TimedTopic", 0) == 0
+        deadline = time.monotonic() + 5
+        while broker.store.get_max_offset_in_queue("TimedTopic", 0) == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert 0.55 <= time.time() - sent < 1.5
+        bad = await broker.send_processor.process_request(
+            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELIVER_MS": "tomorrow"}))
+        assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "TIMER_DELIVER_MS must be an integer" in bad.remark
+    finally:
+        await broker.shutdown()

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from broker.tools.embedded import free_port  # noqa: F401 - re-exported: bench scripts take it from here
 
 # For tests and CI: the default commit-log file is preallocated at 1 GiB; 64 MiB keeps disks alive.
 SMALL_STORE = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
@@ -38,12 +39,6 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_bytes(pid: int) -> int | None:

@@ -36,7 +36,7 @@ import structlog
 
 from bench.broker_proc import BrokerProcess
 from broker.fast_failure import BrokerFastFailure, SweptQueue
-from broker.fault_injection import inject_fault_async
+from mqclient.fault import inject_fault_async
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand

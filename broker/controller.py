@@ -1,8 +1,8 @@
-"""BrokerController: builds the store, managers and services, and wires every request code to its
-processor and executor in one table (``_register_processors``), as upstream's BrokerController.
+"""BrokerController: builds the store, managers and services, and registers every request code with its
+processor and executor, as upstream's BrokerController.
 
-Reading ``_register_processors`` tells a newcomer every request the broker serves and which queue it
-waits in. The controller also owns the periodic chores (offset persistence, channel expiry, name
+The table itself (every code the broker and its name server serve, and which queue it waits in) is
+broker/request_table.py; ``_register_processors`` registers it. The controller also owns the periodic chores (offset persistence, channel expiry, name
 server registration) and the order of start-up and graceful shutdown.
 """
 
@@ -32,17 +32,11 @@ from broker.long_polling import PullRequestHoldService
 from broker.metrics import BrokerMetrics
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
-from broker.processor.acl_admin import AclAdminProcessor
-from broker.processor.admin import AdminBrokerProcessor
-from broker.processor.client_manage import ClientManageProcessor
-from broker.processor.consumer_admin import ConsumerAdminProcessor
-from broker.processor.consumer_manage import ConsumerManageProcessor
-from broker.processor.end_transaction import EndTransactionProcessor
-from broker.processor.pull import PullMessageProcessor, wake_in_loop
-from broker.processor.query import QueryMessageProcessor
-from broker.processor.send import SendMessageProcessor
 from broker.pop import PopService
 from broker.pop_checkpoint import PopCheckpointFile
+from broker.processor.pull import PullMessageProcessor, wake_in_loop
+from broker.processor.send import SendMessageProcessor
+from broker.request_table import ADMIN, FAULT_INJECT, NotSupportedProcessor, broker_routes, namesrv_routes
 from broker.schedule import ScheduleMessageService
 from broker.timer import TIMER_TOPIC, TimerMessageService
 from broker.stats import BrokerStats
@@ -118,16 +112,11 @@ class BrokerController:
         self.executors = self._build_executors()
         self.fault_executor = RequestExecutor("fault_inject", 1, 1000, now_ms=now_ms)
         self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
-        self.admin_processor = AdminBrokerProcessor(self)
-        for code, handler in ConsumerAdminProcessor(self).handlers().items():
-            self.admin_processor.register(code, handler)
         # ACL 1.0: checked in the worker before every broker processor (never on the name server's port).
         self.acl: PlainPermissionManager | None = None
         if config.acl_enable:
             self.acl = PlainPermissionManager(config.rocketmq_home or config.store_path_root_dir, now_ms=now_ms)
             self.server.set_request_hook(PlainAccessValidator(self.acl))
-        for code, handler in AclAdminProcessor(self).handlers().items():
-            self.admin_processor.register(code, handler)
         self._register_processors()
 
         self.fault_injector = FaultInjector(executors=lambda: self.executors, store=self.store, now_ms=now_ms)
@@ -151,7 +140,8 @@ class BrokerController:
             self.namesrv_server = RemotingServer(config.namesrv_listen_host, config.namesrv_listen_port,
                                                  now_ms=now_ms, frame_max=config.frame_max_length)
             self.namesrv_executor = RequestExecutor("namesrv", 8, 100_000, now_ms=now_ms)
-            self.namesrv_server.register_default_processor(self.namesrv_processor, self.namesrv_executor)
+            for route in namesrv_routes(self.namesrv_processor):
+                self.namesrv_server.register_processor(route.code, route.processor, self.namesrv_executor)
 
         self.client = RemotingClient()
         self._tasks: list[asyncio.Task[None]] = []
@@ -181,28 +171,15 @@ class BrokerController:
         }
 
     def _register_processors(self) -> None:
-        e, reg = self.executors, self.metrics.instrumented(self.server.register_processor)
-        send = self.send_processor
-        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-                     RequestCode.CONSUMER_SEND_MSG_BACK):
-            reg(code, send, e["send"])
-        reg(RequestCode.PULL_MESSAGE, self.pull_processor, e["pull"])
-        query = QueryMessageProcessor(self)
-        reg(RequestCode.QUERY_MESSAGE, query, e["query"])
-        reg(RequestCode.VIEW_MESSAGE_BY_ID, query, e["query"])
-        client_manage = ClientManageProcessor(self)
-        reg(RequestCode.HEART_BEAT, client_manage, e["heartbeat"])
-        reg(RequestCode.UNREGISTER_CLIENT, client_manage, e["client_manage"])
-        reg(RequestCode.CHECK_CLIENT_CONFIG, client_manage, e["client_manage"])
-        consumer_manage = ConsumerManageProcessor(self)
-        reg(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumer_manage, e["consumer_manage"])
-        reg(RequestCode.UPDATE_CONSUMER_OFFSET, consumer_manage, e["consumer_manage"])
-        reg(RequestCode.QUERY_CONSUMER_OFFSET, consumer_manage, e["consumer_manage"])
-        reg(RequestCode.END_TRANSACTION, EndTransactionProcessor(self), e["end_transaction"])
-        self.server.register_default_processor(self.metrics.wrap(self.admin_processor, "admin"), e["admin"])
-        # Fault injection has a queue of its own, outside the table the injector can stall, so that a
-        # stalled admin queue can still be cleared.
-        reg(RequestCode.FAULT_INJECT, self.admin_processor, self.fault_executor)
+        """broker/request_table.py's routes, each on its queue and timed by the metrics."""
+        queues = {**self.executors, FAULT_INJECT: self.fault_executor}
+        reg = self.metrics.instrumented(self.server.register_processor)
+        for route in broker_routes(self):
+            reg(route.code, route.processor, queues[route.queue])
+        # A code absent from the table is answered "not supported" after the ACL hook, in the admin queue
+        # (upstream's AdminBrokerProcessor default branch).
+        self.server.register_default_processor(self.metrics.wrap(NotSupportedProcessor(), ADMIN),
+                                               self.executors[ADMIN])
 
     # -- helpers used by processors --------------------------------------------------------------
     def born_host(self, channel) -> tuple[str, int]:

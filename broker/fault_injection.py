@@ -16,8 +16,7 @@ Broker side, ``FaultInjector`` serves the FAULT_INJECT (5001) admin request. Kin
 The per-message switches are the user properties ``brokerSleepMs`` / ``brokerStallAppendMs`` (read by
 the send processor). With injection off, FAULT_INJECT is answered NO_PERMISSION by the admin processor.
 
-Client side, ``inject_fault`` / ``inject_fault_async`` send FAULT_INJECT to a broker (for ``mqadmin`` and
-tests) and raise ``FaultInjectionError`` with the broker's remark when it refuses.
+The client side (the one FAULT_INJECT request every tool sends) is ``mqclient.fault``.
 """
 
 from __future__ import annotations
@@ -28,24 +27,12 @@ from typing import Any
 
 import structlog
 
-from remoting.client import RemotingClient
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers import FaultInjectRequestHeader, encode_header
 
 log = structlog.get_logger(__name__)
 
 KINDS = ("stall_send_workers", "stall_queue", "stall_append", "drain_transient_pool", "slow_fsync", "clear")
 DEFAULT_SLOW_FSYNC_MS = 100
 MAX_DURATION_MS = 3_600_000  # an hour: longer is a typo, not an experiment
-
-
-class FaultInjectionError(Exception):
-    """A FAULT_INJECT the broker refused (bad kind/target/duration, injection disabled) or could not reach."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class FaultInjector:
@@ -128,40 +115,3 @@ def _parse_ms(value: str | None, default: int, what: str) -> int:
     if ms < 0:
         raise ValueError(f"{what} must not be negative, got {ms}")
     return ms
-
-
-# ---------------------------------------------------------------------------------------- client side
-def fault_inject_request(kind: str, *, target: str | None = None, duration_ms: int = 0,
-                         value: str | None = None) -> RemotingCommand:
-    """The FAULT_INJECT (5001) request for one fault."""
-    hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
-    return RemotingCommand.request(RequestCode.FAULT_INJECT, encode_header(hdr))
-
-
-async def inject_fault_async(addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
-                             value: str | None = None, client: RemotingClient | None = None,
-                             timeout_s: float = 5.0) -> None:
-    """Arm ``kind`` on the broker at ``addr`` ("host:port"); FaultInjectionError if it refuses or is unreachable.
-
-    ``client``: reuse a connected ``RemotingClient``; otherwise one is opened and closed for this call.
-    """
-    own = client is None
-    rc = RemotingClient() if client is None else client
-    try:
-        resp = await rc.invoke(addr, fault_inject_request(kind, target=target, duration_ms=duration_ms,
-                                                          value=value), timeout_s)
-    except Exception as exc:
-        raise FaultInjectionError(f"FAULT_INJECT to {addr} failed: {exc}") from exc
-    finally:
-        if own:
-            await rc.close()
-    if resp.code != ResponseCode.SUCCESS:
-        raise FaultInjectionError(f"broker {addr} refused FAULT_INJECT {kind}: {resp.remark} (code {resp.code})",
-                                  resp.code)
-
-
-def inject_fault(addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
-                 value: str | None = None, timeout_s: float = 5.0) -> None:
-    """Blocking ``inject_fault_async`` for command-line tools (must not be called from a running loop)."""
-    asyncio.run(inject_fault_async(addr, kind, duration_ms=duration_ms, target=target, value=value,
-                                   timeout_s=timeout_s))

@@ -1,17 +1,16 @@
-"""Message property names (upstream MessageConst) that the broker reads or writes."""
+"""Message property names (upstream MessageConst) that the broker reads or writes.
+
+One class: the names the store itself reads (KEYS, TAGS, DELAY, REAL_TOPIC, ...) are declared in the
+store's ``MessageConst`` (store never imports broker); this one adds the broker's.
+"""
 
 from __future__ import annotations
 
+from store import MessageConst as StoreMessageConst
 
-class MessageConst:
-    KEYS = "KEYS"
-    TAGS = "TAGS"
-    WAIT = "WAIT"
-    DELAY = "DELAY"
+
+class MessageConst(StoreMessageConst):
     RETRY_TOPIC = "RETRY_TOPIC"
-    REAL_TOPIC = "REAL_TOPIC"
-    REAL_QID = "REAL_QID"
-    TRAN_MSG = "TRAN_MSG"
     PRODUCER_GROUP = "PGROUP"
     MIN_OFFSET = "MIN_OFFSET"
     MAX_OFFSET = "MAX_OFFSET"
@@ -23,7 +22,7 @@ class MessageConst:
     RECONSUME_TIME = "RECONSUME_TIME"
     MSG_REGION = "MSG_REGION"
     TRACE_SWITCH = "TRACE_ON"
-    UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+    UNIQ_CLIENT_MESSAGE_ID_KEYIDX = StoreMessageConst.UNIQ_KEY  # upstream's name for it
     MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
     CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
     TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"

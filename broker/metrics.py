@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import structlog
 
 from broker.logging_setup import REQUEST_LOGGER
+from broker.topic import is_system_topic
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
 
@@ -50,20 +51,11 @@ PROCESSOR_LABELS = {
     "admin": "admin",
 }
 
-#: Upstream TopicValidator's system topics (4.9.x) plus its ``rmq_sys_`` prefix.
-SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
 SYSTEM_GROUPS = frozenset({
     "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER",
     "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS", "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER",
     "CLIENT_INNER_PRODUCER", "PRODUCER_DEFAULT", "TOOLS_PRODUCER",
 })
-
-
-def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
 
 
 def is_system(topic: str, group: str = "") -> bool:

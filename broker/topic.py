@@ -19,6 +19,8 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
@@ -74,9 +76,18 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
+#: Upstream TopicValidator.SYSTEM_TOPIC_SET as it is before a broker starts (4.9.7).
+SYSTEM_TOPICS = frozenset((DEFAULT_TOPIC, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, TRACE_TOPIC,
+                           TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT))
+
+
 def is_system_topic(topic: str) -> bool:
-    return topic in (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
-                     SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, DEFAULT_TOPIC) or topic.startswith("rmq_sys_")
+    """Upstream ``TopicValidator.isSystemTopic`` without a broker: the fixed set or the ``rmq_sys_`` prefix.
+
+    A running broker also counts the topics it creates at start (cluster, broker name, reply, trace
+    topics): ``TopicConfigManager.is_system_topic`` (upstream's ``addSystemTopic``).
+    """
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def is_writeable(perm: int) -> bool:

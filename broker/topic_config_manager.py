@@ -17,7 +17,7 @@ from broker.config_file import dumps, read_config, write_atomically
 from broker.data_version import DataVersion
 from broker.topic import (BENCHMARK_TOPIC, DEFAULT_TOPIC, OFFSET_MOVED_EVENT, PERM_INHERIT, PERM_READ,
                           PERM_WRITE, REPLY_TOPIC_POSTFIX, SCHEDULE_TOPIC, SELF_TEST_TOPIC, TRANS_HALF_TOPIC,
-                          TRANS_OP_HALF_TOPIC, TopicConfig, check_topic_name)
+                          TRANS_OP_HALF_TOPIC, TopicConfig, check_topic_name, is_system_topic)
 
 log = structlog.get_logger(__name__)
 
@@ -88,7 +88,9 @@ class TopicConfigManager:
         return self.table.get(topic)
 
     def is_system_topic(self, topic: str) -> bool:
-        return topic in self._system_topics
+        """Upstream's ``TopicValidator.isSystemTopic`` on a running broker: the fixed set and ``rmq_sys_``
+        prefix (``broker.topic.is_system_topic``) plus every topic this broker created at start."""
+        return topic in self._system_topics or is_system_topic(topic)
 
     # -- changes -----------------------------------------------------------------------
     def _changed(self, tc: TopicConfig | None) -> None:

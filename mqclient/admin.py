@@ -4,19 +4,20 @@ broker runtime info (28), queue offsets (30) and mini-rocketmq's FAULT_INJECT (5
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mqclient.errors import MQBrokerError, MQClientError, NameServerUnreachableError
-from mqclient.route import DEFAULT_TOPIC, RouteCache, TopicRoute, _UNQUOTED_KEY, split_namesrv
+from mqclient.fastjson import parse_fastjson
+from mqclient.fault import fault_inject_request
+from mqclient.route import DEFAULT_TOPIC, RouteCache, TopicRoute, split_namesrv
 from remoting.client import RemotingClient
 from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
-from remoting.headers import (CreateTopicRequestHeader, FaultInjectRequestHeader, GetMaxOffsetRequestHeader,
+from remoting.headers import (CreateTopicRequestHeader, GetMaxOffsetRequestHeader,
                               QueryConsumerOffsetRequestHeader, encode_header)
 
 
@@ -40,11 +41,8 @@ def _explain(exc: BaseException) -> str:
 
 
 def _lenient_json(body: bytes | memoryview | None) -> dict:
-    text = bytes(body or b"{}").decode("utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
+    data = parse_fastjson(body)
+    return data if isinstance(data, dict) else {}
 
 
 class Admin:
@@ -164,6 +162,5 @@ class Admin:
     async def fault_inject(self, broker_addr: str, kind: str, *, duration_ms: int = 0, value: str | None = None,
                            target: str | None = None) -> RemotingCommand:
         """Send FAULT_INJECT (5001); returns the raw answer (code 0 = armed)."""
-        hdr = encode_header(FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms,
-                                                     value=value))
-        return await self._invoke(broker_addr, RequestCode.FAULT_INJECT, hdr)
+        request = fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value)
+        return await self.client.invoke(broker_addr, request, self.timeout_s)

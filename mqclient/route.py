@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mqclient.errors import NameServerUnreachableError, TopicRouteError
+from mqclient.fastjson import parse_fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -25,14 +25,18 @@ PERM_WRITE = 0x2
 PERM_READ = 0x4
 MASTER_ID = "0"
 
-_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)\s*:')
-
 
 @dataclass(frozen=True, slots=True, order=True)
 class MessageQueue:
     topic: str
     broker_name: str
     queue_id: int
+
+    @classmethod
+    def from_key(cls, key: str) -> MessageQueue:
+        """A MessageQueue written as a map key (fastjson: its JSON text, see ``mqclient.fastjson``)."""
+        data = json.loads(key)
+        return cls(str(data["topic"]), str(data["brokerName"]), int(data["queueId"]))
 
     def to_json(self) -> dict[str, object]:
         return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
@@ -95,8 +99,8 @@ def parse_route(topic: str, body: bytes | memoryview, fetched_at: float = 0.0) -
         data = json.loads(text)
     except json.JSONDecodeError:
         try:
-            data = json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
-        except json.JSONDecodeError as exc:
+            data = parse_fastjson(text)  # unquoted numeric brokerAddrs keys (name servers before 4.9.4)
+        except ValueError as exc:
             raise TopicRouteError(f"route of {topic} is not JSON: {exc}") from None
     try:
         brokers = tuple(BrokerData(broker_name=b["brokerName"], cluster=b.get("cluster", ""),

@@ -50,6 +50,11 @@ def not_supported_remark(code: int) -> str:
     return f" request type {code} not supported"  # the leading space is J's
 
 
+def not_supported(request: RemotingCommand) -> RemotingCommand:
+    """J ``getUnknownCmdResponse``: 3 and its remark."""
+    return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, not_supported_remark(request.code))
+
+
 class RequestProcessor(Protocol):
     async def process_request(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None: ...
     def reject_request(self) -> bool: ...

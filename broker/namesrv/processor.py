@@ -1,5 +1,7 @@
 """NamesrvProcessor: the name server's requests (routes, registrations, cluster info, KV config).
 
+One method per code; ``broker.request_table.namesrv_routes`` maps the codes to them.
+
 With ``autoCreateTopicEnable`` the embedded name server invents a route for a topic nobody created,
 by asking its in-process broker to create it: the Node client throws on TOPIC_NOT_EXIST instead of
 falling back to TBW102 (protocol.md §8), and the C++ push consumer never retries a missing route.
@@ -13,12 +15,13 @@ import orjson
 import structlog
 
 from broker.namesrv.route_info_manager import RouteInfoManager
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (DeleteKVConfigRequestHeader, DeleteTopicFromNamesrvRequestHeader,
-                              GetKVConfigRequestHeader, GetRouteInfoRequestHeader, GetTopicsByClusterRequestHeader,
-                              PutKVConfigRequestHeader, RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader,
-                              decode_header)
+                              GetKVConfigRequestHeader, GetKVConfigResponseHeader, GetRouteInfoRequestHeader,
+                              GetTopicsByClusterRequestHeader, PutKVConfigRequestHeader, RegisterBrokerRequestHeader,
+                              RegisterBrokerResponseHeader, UnRegisterBrokerRequestHeader, decode_header,
+                              encode_header)
 
 log = structlog.get_logger(__name__)
 
@@ -34,19 +37,8 @@ class NamesrvProcessor:
         self.kv_config: dict[str, dict[str, str]] = {}
         self.topic_creator = topic_creator
 
-    def reject_request(self) -> bool:
-        return False
-
-    async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        code = request.code
-        handler = self._handlers.get(code)
-        if handler is None:
-            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f" request type {code} not supported")
-        return handler(self, request)
-
     # -- routes ---------------------------------------------------------------------------
-    def get_route_info_by_topic(self, request: RemotingCommand) -> RemotingCommand:
+    def get_route_info_by_topic(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetRouteInfoRequestHeader, request.ext_fields)
         route = self.routes.pickup_topic_route_data(hdr.topic)
         if route is None and self.topic_creator is not None and self.topic_creator(hdr.topic):
@@ -58,7 +50,7 @@ class NamesrvProcessor:
         # Compact separators and quoted keys: Go parses brokerAddrs by hand (protocol.md §4.1).
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(route, option=_COMPACT_ROUTE_KEYS))
 
-    def register_broker(self, request: RemotingCommand) -> RemotingCommand:
+    def register_broker(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(RegisterBrokerRequestHeader, request.ext_fields)
         if hdr.compressed:
             return request.response(ResponseCode.SYSTEM_ERROR,
@@ -74,57 +66,45 @@ class NamesrvProcessor:
                 return request.response(ResponseCode.SYSTEM_ERROR, f"register broker body is not valid JSON: {exc}")
         self.routes.register_broker(hdr.cluster_name, hdr.broker_addr, hdr.broker_name, hdr.broker_id,
                                     hdr.ha_server_addr, topic_table, data_version)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"haServerAddr": "", "masterAddr": ""})
+        answer = RegisterBrokerResponseHeader(ha_server_addr="", master_addr="")
+        return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(answer))
 
-    def unregister_broker(self, request: RemotingCommand) -> RemotingCommand:
+    def unregister_broker(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(UnRegisterBrokerRequestHeader, request.ext_fields)
         self.routes.unregister_broker(hdr.cluster_name, hdr.broker_addr, hdr.broker_name, hdr.broker_id)
         return request.response(ResponseCode.SUCCESS)
 
-    def get_broker_cluster_info(self, request: RemotingCommand) -> RemotingCommand:
+    def get_broker_cluster_info(self, channel, request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.routes.cluster_info()))
 
-    def get_all_topic_list(self, request: RemotingCommand) -> RemotingCommand:
+    def get_all_topic_list(self, channel, request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": self.routes.all_topics()}))
 
-    def get_topics_by_cluster(self, request: RemotingCommand) -> RemotingCommand:
+    def get_topics_by_cluster(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetTopicsByClusterRequestHeader, request.ext_fields)
         return request.response(ResponseCode.SUCCESS,
                                 body=orjson.dumps({"topicList": self.routes.topics_by_cluster(hdr.cluster)}))
 
-    def delete_topic_in_namesrv(self, request: RemotingCommand) -> RemotingCommand:
+    def delete_topic_in_namesrv(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteTopicFromNamesrvRequestHeader, request.ext_fields)
         self.routes.delete_topic(hdr.topic, getattr(hdr, "cluster_name", None))
         return request.response(ResponseCode.SUCCESS)
 
     # -- KV config ------------------------------------------------------------------------
-    def put_kv_config(self, request: RemotingCommand) -> RemotingCommand:
+    def put_kv_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(PutKVConfigRequestHeader, request.ext_fields)
         self.kv_config.setdefault(hdr.namespace, {})[hdr.key] = hdr.value
         return request.response(ResponseCode.SUCCESS)
 
-    def get_kv_config(self, request: RemotingCommand) -> RemotingCommand:
+    def get_kv_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetKVConfigRequestHeader, request.ext_fields)
         value = self.kv_config.get(hdr.namespace, {}).get(hdr.key)
         if value is None:
             return request.response(ResponseCode.QUERY_NOT_FOUND,
                                     f"No config item, Namespace: {hdr.namespace} Key: {hdr.key}")
-        return request.response(ResponseCode.SUCCESS, ext_fields={"value": value})
+        return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(GetKVConfigResponseHeader(value=value)))
 
-    def delete_kv_config(self, request: RemotingCommand) -> RemotingCommand:
+    def delete_kv_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteKVConfigRequestHeader, request.ext_fields)
         self.kv_config.get(hdr.namespace, {}).pop(hdr.key, None)
         return request.response(ResponseCode.SUCCESS)
-
-    _handlers = {
-        RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route_info_by_topic,
-        RequestCode.REGISTER_BROKER: register_broker,
-        RequestCode.UNREGISTER_BROKER: unregister_broker,
-        RequestCode.GET_BROKER_CLUSTER_INFO: get_broker_cluster_info,
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: get_all_topic_list,
-        RequestCode.GET_TOPICS_BY_CLUSTER: get_topics_by_cluster,
-        RequestCode.DELETE_TOPIC_IN_NAMESRV: delete_topic_in_namesrv,
-        RequestCode.PUT_KV_CONFIG: put_kv_config,
-        RequestCode.GET_KV_CONFIG: get_kv_config,
-        RequestCode.DELETE_KV_CONFIG: delete_kv_config,
-    }

@@ -6,13 +6,13 @@ says so (upstream dereferences a missing validator there).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import structlog
 
 from broker.acl.errors import AclError
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (
     CreateAccessConfigRequestHeader,
@@ -24,7 +24,8 @@ from remoting.headers import (
 )
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.acl.permission_manager import PlainPermissionManager
+    from broker.config import BrokerConfig
 
 log = structlog.get_logger(__name__)
 
@@ -44,30 +45,21 @@ def java_split(text: str | None) -> list[str] | None:
 
 
 class AclAdminProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
-
-    def handlers(self) -> dict[int, Any]:
-        """The codes to register with ``admin_processor.register``."""
-        return {
-            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: self.update_and_create_access_config,
-            RequestCode.DELETE_ACL_CONFIG: self.delete_access_config,
-            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: self.get_broker_acl_config_version,
-            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: self.update_global_white_addrs_config,
-            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: self.get_broker_cluster_acl_config,
-        }
+    def __init__(self, acl: PlainPermissionManager | None, config: BrokerConfig) -> None:
+        self.acl = acl  # None with aclEnable=false
+        self.config = config
 
     def update_and_create_access_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(CreateAccessConfigRequestHeader, request.ext_fields)
         failed = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
-        if self.c.acl is None:
+        if self.acl is None:
             return request.response(failed, ACL_DISABLED)
         config = {"accessKey": hdr.access_key, "secretKey": hdr.secret_key,
                   "whiteRemoteAddress": hdr.white_remote_address, "admin": hdr.admin,
                   "defaultTopicPerm": hdr.default_topic_perm, "defaultGroupPerm": hdr.default_group_perm,
                   "topicPerms": java_split(hdr.topic_perms), "groupPerms": java_split(hdr.group_perms)}
         try:
-            if self.c.acl.update_access_config(config):
+            if self.acl.update_access_config(config):
                 log.info("acl account updated", access_key=hdr.access_key, remote=channel.remote_addr)
                 return request.response(ResponseCode.SUCCESS)
         except (AclError, OSError) as exc:
@@ -79,10 +71,10 @@ class AclAdminProcessor:
     def delete_access_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteAccessConfigRequestHeader, request.ext_fields)
         failed = ResponseCode.DELETE_ACL_CONFIG_FAILED
-        if self.c.acl is None:
+        if self.acl is None:
             return request.response(failed, ACL_DISABLED)
         try:
-            if self.c.acl.delete_access_config(hdr.access_key):
+            if self.acl.delete_access_config(hdr.access_key):
                 log.info("acl account deleted", access_key=hdr.access_key, remote=channel.remote_addr)
                 return request.response(ResponseCode.SUCCESS)
         except (AclError, OSError) as exc:
@@ -94,10 +86,10 @@ class AclAdminProcessor:
 
     def update_global_white_addrs_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(UpdateGlobalWhiteAddrsConfigRequestHeader, request.ext_fields)
-        if self.c.acl is None:
+        if self.acl is None:
             return request.response(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, ACL_DISABLED)
         try:
-            if self.c.acl.update_global_white_addrs(java_split(hdr.global_white_addrs), hdr.acl_file_full_path):
+            if self.acl.update_global_white_addrs(java_split(hdr.global_white_addrs), hdr.acl_file_full_path):
                 log.info("acl global white list updated", remote=channel.remote_addr)
                 return request.response(ResponseCode.SUCCESS)
         except (AclError, OSError) as exc:
@@ -106,16 +98,16 @@ class AclAdminProcessor:
                                 f"The globalWhiteAddresses[{hdr.global_white_addrs}] has been updated failed.")
 
     def get_broker_acl_config_version(self, channel, request: RemotingCommand) -> RemotingCommand:
-        if self.c.acl is None:
+        if self.acl is None:
             return request.response(ResponseCode.SYSTEM_ERROR, ACL_DISABLED)
-        version, all_versions = self.c.acl.version_info()
-        cfg = self.c.config
+        version, all_versions = self.acl.version_info()
+        cfg = self.config
         hdr = GetBrokerAclConfigResponseHeader(
             version=orjson.dumps(version).decode(), broker_name=cfg.broker_name, broker_addr=cfg.broker_addr,
             cluster_name=cfg.broker_cluster_name, all_acl_file_version=orjson.dumps(all_versions).decode())
         return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(hdr))
 
     def get_broker_cluster_acl_config(self, channel, request: RemotingCommand) -> RemotingCommand:
-        if self.c.acl is None:
+        if self.acl is None:
             return request.response(ResponseCode.SYSTEM_ERROR, ACL_DISABLED)
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.c.acl.all_config()))
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.acl.all_config()))

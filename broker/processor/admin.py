@@ -1,7 +1,6 @@
-"""AdminBrokerProcessor: the default processor — topic admin, offsets, locks, runtime info, config, stats.
+"""AdminBrokerProcessor: topic admin, offsets, locks, runtime info, config, stats.
 
-As upstream, every code without a processor of its own lands here; a code this processor does not
-know is answered REQUEST_CODE_NOT_SUPPORTED with upstream's remark. The answers are shaped for
+One method per admin code; broker/request_table.py maps each code to its method and queue. The answers are shaped for
 upstream's ``mqadmin`` (clusterList, brokerStatus, topicStatus, statsAll, …): the same keys, the same
 fastjson quirks for MessageQueue-keyed maps (protocol.md §4.5), the same refusals.
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,22 +21,28 @@ import structlog
 
 from broker import logging_setup
 from broker.config import ConfigError
-from broker.metrics import earliest_message_time, is_system_topic
+from broker.metrics import earliest_message_time
 from broker.topic import TopicConfig, check_topic_name, parse_topic_attributes
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     FaultInjectRequestHeader,
+    GetBrokerConfigResponseHeader,
     GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
     GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
     GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
     SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
     decode_header,
+    encode_header,
 )
 
 if TYPE_CHECKING:
@@ -71,44 +75,6 @@ def fastjson_mq_map(entries: dict[str, Any]) -> str:
 class AdminBrokerProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
-        self._handlers: dict[int, Callable[[Any, RemotingCommand], RemotingCommand]] = {
-            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
-            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
-            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
-            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
-            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
-            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
-            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
-            RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
-            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
-            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
-            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
-            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
-            RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
-            RequestCode.FAULT_INJECT: self.fault_inject,
-        }
-
-    def reject_request(self) -> bool:
-        return False
-
-    def register(self, code: int, handler: Callable[[Any, RemotingCommand], RemotingCommand]) -> None:
-        """Other components (transactions, consumer management) add their admin codes here."""
-        self._handlers[code] = handler
-
-    async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        handler = self._handlers.get(request.code)
-        if handler is None:
-            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f" request type {request.code} not supported")
-        result = handler(channel, request)
-        if hasattr(result, "__await__"):
-            result = await result
-        return result
 
     # -- topics ----------------------------------------------------------------------------
     def update_and_create_topic(self, channel, request: RemotingCommand) -> RemotingCommand:
@@ -138,7 +104,7 @@ class AdminBrokerProcessor:
         reason = check_topic_name(hdr.topic)
         if reason is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, reason)
-        if is_system_topic(hdr.topic):
+        if self.c.topic_config_manager.is_system_topic(hdr.topic):
             return request.response(ResponseCode.SYSTEM_ERROR,
                                     f"The topic[{hdr.topic}] is conflict with system topic.")
         log.info("deleteTopic called", topic=hdr.topic, remote=getattr(channel, "remote_addr", None))
@@ -170,22 +136,26 @@ class AdminBrokerProcessor:
     def get_max_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetMaxOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetMaxOffsetResponseHeader(offset=offset)))
 
     def get_min_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetMinOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetMinOffsetResponseHeader(offset=offset)))
 
     def search_offset_by_timestamp(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(SearchOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_offset_in_queue_by_time(hdr.topic, hdr.queue_id, hdr.timestamp)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(SearchOffsetResponseHeader(offset=offset)))
 
     def get_earliest_msg_storetime(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetEarliestMsgStoretimeRequestHeader, request.ext_fields)
         ts = self.c.store.get_earliest_message_time(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetEarliestMsgStoretimeResponseHeader(timestamp=ts)))
 
     def get_all_consumer_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=self.c.consumer_offset_manager.snapshot())
@@ -258,7 +228,9 @@ class AdminBrokerProcessor:
         items[REQUEST_LOG_KEY] = str(logging_setup.request_logging_enabled()).lower()
         text = "\n".join(f"{k}={v}" for k, v in sorted(items.items())) + "\n"
         version = orjson.dumps(self.c.config_data_version.to_json()).decode()
-        return request.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode())
+        return request.response(ResponseCode.SUCCESS,
+                                ext_fields=encode_header(GetBrokerConfigResponseHeader(version=version)),
+                                body=text.encode())
 
     def update_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         if not request.body:

@@ -17,7 +17,6 @@ itself, so consume stats show them at once and a consumer that reconnects starts
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -49,18 +48,6 @@ class ConsumerAdminProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
 
-    def handlers(self) -> dict[int, Callable[[Any, RemotingCommand], Any]]:
-        """The codes to register with ``admin_processor.register``."""
-        return {
-            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: self.call_consumer,
-            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.call_consumer,
-        }
-
-    # -- stats and connections ---------------------------------------------------------------
     def get_consume_stats(self, channel, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats: per queue the broker's max offset, the group's offset and the store time of the
         last consumed message; topics the group has offsets for, minus those its online members no

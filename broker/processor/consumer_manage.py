@@ -11,10 +11,14 @@ import orjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (GetConsumerListByGroupRequestHeader, QueryConsumerOffsetRequestHeader,
-                              UpdateConsumerOffsetRequestHeader, decode_header)
+                              QueryConsumerOffsetResponseHeader, UpdateConsumerOffsetRequestHeader, decode_header,
+                              encode_header)
+from remoting.server import not_supported
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.client.consumer_manager import ConsumerManager
+    from broker.consumer_offset_manager import ConsumerOffsetManager
+    from store.message_store import MessageStore
 
 NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
 # upstream accessMessageInMemoryMaxRatio: data further than 40% of RAM behind the head counts as "on disk"
@@ -30,8 +34,10 @@ def _memory_budget() -> int:
 
 
 class ConsumerManageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
+    def __init__(self, store: MessageStore, consumers: ConsumerManager, offsets: ConsumerOffsetManager) -> None:
+        self.store = store
+        self.consumers = consumers
+        self.offsets = offsets
         self._memory_budget = _memory_budget()
 
     def reject_request(self) -> bool:
@@ -41,7 +47,7 @@ class ConsumerManageProcessor:
         code = request.code
         if code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             hdr = decode_header(GetConsumerListByGroupRequestHeader, request.ext_fields)
-            info = self.c.consumer_manager.get(hdr.consumer_group)
+            info = self.consumers.get(hdr.consumer_group)
             ids = info.client_ids() if info else []
             if not ids:
                 return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {hdr.consumer_group}")
@@ -50,27 +56,29 @@ class ConsumerManageProcessor:
             return self.query_consumer_offset(request)
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
             hdr = decode_header(UpdateConsumerOffsetRequestHeader, request.ext_fields)
-            self.c.consumer_offset_manager.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id,
-                                                         hdr.commit_offset, channel.remote_addr)
+            self.offsets.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset,
+                                       channel.remote_addr)
             return request.response(ResponseCode.SUCCESS)
-        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
+        return not_supported(request)
 
     def query_consumer_offset(self, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(QueryConsumerOffsetRequestHeader, request.ext_fields)
-        offset = self.c.consumer_offset_manager.query_offset(hdr.consumer_group, hdr.topic, hdr.queue_id)
+        offset = self.offsets.query_offset(hdr.consumer_group, hdr.topic, hdr.queue_id)
         if offset >= 0:
-            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+            return request.response(ResponseCode.SUCCESS,
+                                    ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=offset)))
         # A young queue (nothing ever removed from it) answers 0 so a new group reads from the start
         # even with CONSUME_FROM_LAST_OFFSET, as upstream does while offset 0 is still in memory.
-        store = self.c.store
+        store = self.store
         min_offset = store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
         if min_offset <= 0 and not self._in_disk(hdr.topic, hdr.queue_id, 0):
-            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+            return request.response(ResponseCode.SUCCESS,
+                                    ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=0)))
         return request.response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
 
     def _in_disk(self, topic: str, queue_id: int, cq_offset: int) -> bool:
         """Upstream checkInDiskByConsumeOffset: is that entry's message beyond the in-memory window?"""
-        store = self.c.store
+        store = self.store
         if store.get_max_offset_in_queue(topic, queue_id) <= cq_offset:
             return False
         phy = store.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)

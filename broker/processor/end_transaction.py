@@ -24,7 +24,9 @@ from store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from store.results import PutMessageStatus
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.config import BrokerConfig
+    from broker.transaction.service import TransactionalMessageService
+    from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -41,8 +43,10 @@ class EndTransactionStats:
 
 
 class EndTransactionProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
+    def __init__(self, store: MessageStore, config: BrokerConfig, transactions: TransactionalMessageService) -> None:
+        self.store = store
+        self.config = config
+        self.transactions = transactions
         self.stats = EndTransactionStats()
 
     def reject_request(self) -> bool:
@@ -50,7 +54,7 @@ class EndTransactionProcessor:
 
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
         hdr = decode_header(EndTransactionRequestHeader, request.ext_fields)
-        if self.c.config.broker_role == "SLAVE":
+        if self.config.broker_role == "SLAVE":
             return request.response(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave")
         tx = hdr.commit_or_rollback
         if hdr.from_transaction_check:
@@ -64,16 +68,16 @@ class EndTransactionProcessor:
             return None
         if tx not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             return self._refuse(request, hdr, f"commitOrRollback {tx} is not 0, 8 or 12")
-        half = self.c.store.look_message_by_offset(hdr.commit_log_offset)
+        half = self.store.look_message_by_offset(hdr.commit_log_offset)
         if half is None:
             return self._refuse(request, hdr, "Find prepared transaction message failed")
         problem = self._check_prepare_message(half, hdr)
         if problem is not None:
             return self._refuse(request, hdr, problem)
-        service = self.c.transaction_service
+        service = self.transactions
         if tx == TRANSACTION_COMMIT_TYPE:
             inner = service.end_message_transaction(half, hdr.commit_log_offset, TRANSACTION_COMMIT_TYPE)
-            result = await self.c.store.put_message(inner)
+            result = await self.store.put_message(inner)
             if result.status != PutMessageStatus.PUT_OK:
                 return self._refuse(request, hdr, f"commit put failed: {result.status.name}")
             self.stats.committed += 1

@@ -7,14 +7,17 @@ from typing import TYPE_CHECKING
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import QueryMessageRequestHeader, ViewMessageRequestHeader, decode_header
+from remoting.server import not_supported
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.config import BrokerConfig
+    from store.message_store import MessageStore
 
 
 class QueryMessageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
+    def __init__(self, store: MessageStore, config: BrokerConfig) -> None:
+        self.store = store
+        self.config = config  # live: updateBrokerConfig changes default_query_max_num in place
 
     def reject_request(self) -> bool:
         return False
@@ -24,14 +27,14 @@ class QueryMessageProcessor:
             return self.query_message(request)
         if request.code == RequestCode.VIEW_MESSAGE_BY_ID:
             return self.view_message_by_id(request)
-        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+        return not_supported(request)
 
     def query_message(self, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(QueryMessageRequestHeader, request.ext_fields)
         max_num = hdr.max_num
         if request.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
-            max_num = self.c.config.default_query_max_num
-        result = self.c.store.query_message(hdr.topic, hdr.key, max_num, hdr.begin_timestamp, hdr.end_timestamp)
+            max_num = self.config.default_query_max_num
+        result = self.store.query_message(hdr.topic, hdr.key, max_num, hdr.begin_timestamp, hdr.end_timestamp)
         ext = {"indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
                "indexLastUpdatePhyoffset": str(result.index_last_update_phyoffset)}
         if not result.buffers:
@@ -41,7 +44,7 @@ class QueryMessageProcessor:
 
     def view_message_by_id(self, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(ViewMessageRequestHeader, request.ext_fields)
-        raw = self.c.store.select_one_message_by_offset(hdr.offset)
+        raw = self.store.select_one_message_by_offset(hdr.offset)
         if raw is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {hdr.offset}")
         return request.response(ResponseCode.SUCCESS, body=bytes(raw))

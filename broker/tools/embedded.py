@@ -272,8 +272,11 @@ class EmbeddedBroker:
                      value: str | int | None = None) -> None:
         """FAULT_INJECT: ``stall_queue`` (target = send/pull/…), ``stall_append``, ``drain_transient_pool``,
         ``slow_fsync`` (value = ms per fsync) or ``clear``; see broker.fault_injection."""
-        ext = {"kind": kind, "durationMs": duration_ms, "target": target, "value": value}
-        self._expect_ok(f"fault {kind}", self.request(RequestCode.FAULT_INJECT, ext))
+        from mqclient.fault import fault_inject_request
+
+        request = fault_inject_request(kind, target=target, duration_ms=duration_ms,
+                                       value=None if value is None else str(value))
+        self._expect_ok(f"fault {kind}", self.request(request.code, request.ext_fields))
 
     def clear_faults(self) -> None:
         self.inject_fault("clear")

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass, field
 
 from broker.config import build_config
 from broker.controller import BrokerController
+from broker.tools.embedded import free_port
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader, encode_header
 from store.message import encode_properties
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def start_broker(tmp_path, **overrides) -> BrokerController:
-    items = {"listenPort": str(free_port()), "namesrvListenPort": str(free_port()), "brokerIP1": "127.0.0.1",
+    port = free_port()
+    items = {"listenPort": str(port), "namesrvListenPort": str(free_port(avoid=[port])), "brokerIP1": "127.0.0.1",
              "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1", "brokerName": "broker-a",
              "storePathRootDir": str(tmp_path / "store"), "mappedFileSizeCommitLog": str(1024 * 1024),
              "mappedFileSizeConsumeQueue": str(20 * 1000), "maxIndexNum": "10000", "maxHashSlotNum": "1000"}

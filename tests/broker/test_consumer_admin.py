@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 
 import orjson
 import pytest
+from broker_helpers import start_broker
 
-from broker.config import build_config
 from broker.controller import BrokerController
 from broker.processor import consumer_admin
 from remoting.client import RemotingClient
@@ -23,20 +22,9 @@ from remoting.command import RemotingCommand
 from store import MessageExtBrokerInner
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 async def controller(tmp_path):
-    items = {"listenPort": str(_free_port()), "namesrvListenPort": "-1", "storePathRootDir": str(tmp_path / "s"),
-             "brokerIP1": "127.0.0.1", "brokerName": "broker-a", "listenHost": "127.0.0.1",
-             "mappedFileSizeCommitLog": str(1024 * 1024)}
-    config, _ = build_config(items.items())
-    c = BrokerController(config)
-    await c.start()
+    c = await start_broker(tmp_path, namesrvListenPort=-1)
     yield c
     await c.shutdown()
 

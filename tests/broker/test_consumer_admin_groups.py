@@ -9,28 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import orjson
 import pytest
+from broker_helpers import start_broker
 
-from broker.config import build_config
 from broker.controller import BrokerController
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import PullMessageRequestHeader, SendMessageRequestHeaderV2, encode_header
+from remoting.headers import (
+    PullMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    encode_header,
+)
 from store import GetMessageStatus, MessageExtBrokerInner, decode_records
 from store.message import encode_properties
 
 LOCK_LIVE_MS = 400
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _start(root, groups: dict | None = None, **overrides: str) -> BrokerController:
@@ -38,14 +36,8 @@ async def _start(root, groups: dict | None = None, **overrides: str) -> BrokerCo
         (root / "config").mkdir(parents=True, exist_ok=True)
         table = {g: {"groupName": g, **cfg} for g, cfg in groups.items()}
         (root / "config" / "subscriptionGroup.json").write_text(json.dumps({"subscriptionGroupTable": table}))
-    items = {"listenPort": str(_free_port()), "namesrvListenPort": "-1", "storePathRootDir": str(root),
-             "brokerIP1": "127.0.0.1", "brokerName": "broker-a", "listenHost": "127.0.0.1",
-             "mappedFileSizeCommitLog": str(1024 * 1024), "rebalanceLockMaxLiveTime": str(LOCK_LIVE_MS),
-             "messageDelayLevel": "1s 1s 1s 1s 1s", **overrides}
-    config, _ = build_config(items.items())
-    c = BrokerController(config)
-    await c.start()
-    return c
+    return await start_broker(root, storePathRootDir=root, namesrvListenPort=-1,
+                              rebalanceLockMaxLiveTime=LOCK_LIVE_MS, messageDelayLevel="1s 1s 1s 1s 1s", **overrides)
 
 
 @pytest.fixture

@@ -8,13 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from broker.fault_injection import (
-    KINDS,
-    FaultInjectionError,
-    FaultInjector,
-    inject_fault,
-    inject_fault_async,
-)
+from broker.fault_injection import KINDS, FaultInjector
+from mqclient.fault import FaultInjectionError, inject_fault, inject_fault_async
 from remoting.codes import RequestCode, ResponseCode
 from remoting.executor import RequestExecutor
 from remoting.server import RemotingServer

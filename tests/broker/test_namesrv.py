@@ -7,8 +7,10 @@ import pytest
 
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
+from broker.request_table import namesrv_routes
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.server import not_supported
 
 
 class Clock:
@@ -26,7 +28,12 @@ def registered(clock=None):
 
 
 async def call(proc, code, ext=None, body=None):
-    return await proc.process_request(None, RemotingCommand.request(code, ext or {}, body, opaque=7))
+    """Through the name server's request table, as the server dispatches it."""
+    table = {route.code: route.processor for route in namesrv_routes(proc)}
+    request = RemotingCommand.request(code, ext or {}, body, opaque=7)
+    if code not in table:
+        return not_supported(request)  # what RemotingServer answers for a code with no route
+    return await table[code].process_request(None, request)
 
 
 async def test_route_body_is_compact_json_with_quoted_keys():

@@ -8,14 +8,18 @@ immunity times, and state that survives a broker restart.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 
 from broker.config import build_config
 from broker.controller import BrokerController
-from broker.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from broker.tools.embedded import free_port
+from broker.topic import (
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
 from broker.transaction.check import CHECK_GROUP
 from mqclient.message import Message
 from mqclient.producer import ProducerConfig
@@ -31,16 +35,11 @@ COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransacti
 TIMEOUT_MS = 400
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Broker:
     def __init__(self, root, **overrides: str) -> None:
         self.root = root
-        self.port, self.ns_port = _free_port(), _free_port()
+        self.port, self.ns_port = free_port(), free_port()
         items = {"listenPort": str(self.port), "namesrvListenPort": str(self.ns_port),
                  "storePathRootDir": str(root), "brokerIP1": "127.0.0.1", "brokerName": "broker-a",
                  "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1",

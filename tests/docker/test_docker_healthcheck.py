@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.tools.embedded import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "docker" / "healthcheck.py"
 
@@ -218,17 +220,12 @@ def test_find_broker_in_proc(tmp_path: Path) -> None:
 # -- the real broker --------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_real_broker_is_healthy(tmp_path: Path) -> None:
     pytest.importorskip("broker.main")
-    port, ns_port = _free_port(), _free_port()
+    port, ns_port = free_port(), free_port()
     while ns_port == port:
-        ns_port = _free_port()
+        ns_port = free_port()
     log = (tmp_path / "broker.log").open("w+")
     broker = subprocess.Popen(
         [sys.executable, "-m", "broker.main", "--set", f"listenPort={port}", "--set", f"namesrvListenPort={ns_port}",

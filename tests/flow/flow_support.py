@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 
 from compat_support import BrokerProcess, free_port, stop_brokers  # noqa: F401 - re-exported for conftest
 
+from mqclient.fault import fault_inject_request
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -186,12 +187,8 @@ class RawConnection:
 async def fault(client: RemotingClient, addr: str, kind: str, duration_ms: int = 0, *, target: str | None = None,
                 value: str | None = None) -> RemotingCommand:
     """Send FAULT_INJECT and return the raw answer."""
-    ext = {"kind": kind, "durationMs": str(duration_ms)}
-    if target is not None:
-        ext["target"] = target
-    if value is not None:
-        ext["value"] = value
-    return await client.invoke(addr, RemotingCommand.request(RequestCode.FAULT_INJECT, ext), 5.0)
+    return await client.invoke(addr, fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value),
+                               5.0)
 
 
 def spawn(coro) -> asyncio.Task:

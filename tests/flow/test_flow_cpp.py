@@ -26,7 +26,7 @@ from flow_support import (
     wait_sweeper_started,
 )
 
-from broker.fault_injection import inject_fault
+from mqclient.fault import inject_fault
 
 pytestmark = pytest.mark.compat
 

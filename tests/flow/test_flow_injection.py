@@ -25,7 +25,7 @@ from flow_support import (
     warm_topic,
 )
 
-from broker.fault_injection import FaultInjectionError, inject_fault_async
+from mqclient.fault import FaultInjectionError, inject_fault_async
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from flow_support import TIMEOUT_RE, unique, wait_sweeper_started
 
-from broker.fault_injection import inject_fault
+from mqclient.fault import inject_fault
 
 pytestmark = pytest.mark.compat
 

@@ -13,13 +13,13 @@ import pytest
 import structlog.testing
 from tools_helpers import producer_heartbeat, pull, send_messages
 
-from broker.tools.admin_client import (
+from mqclient.admin_client import (
     AdminError,
     MessageQueue,
     create_offset_msg_id,
     decode_offset_msg_id,
-    parse_fastjson,
 )
+from mqclient.fastjson import parse_fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 
@@ -93,6 +93,20 @@ async def test_delete_topic_215_refuses_system_and_bad_names(rocketmq_broker, ad
     assert (err.value.code, err.value.remark) == (ResponseCode.SYSTEM_ERROR, remark)
     if name == "TBW102":  # and nothing was deleted
         assert "TBW102" in await admin.topic_list()
+
+
+async def test_create_17_and_delete_215_share_upstreams_system_topic_set(rocketmq_broker, admin):
+    """TopicValidator.isSystemTopic for both: the fixed set, the rmq_sys_ prefix and the topics made at start."""
+    addr = rocketmq_broker.broker_addr
+    for name in ("rmq_sys_anything", "RMQ_SYS_TRACE_TOPIC", "SCHEDULE_TOPIC_XXXX"):
+        with pytest.raises(AdminError) as err:
+            await admin.create_topic(addr, name, read_queues=1, write_queues=1, perm=6)
+        assert (err.value.code, err.value.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                      f"The topic[{name}] is conflict with system topic.")
+    reply = f"{rocketmq_broker.cluster_name}_REPLY_TOPIC"  # created at start, so a system topic of this broker
+    with pytest.raises(AdminError) as err:
+        await admin.delete_topic_in_broker(addr, reply)
+    assert err.value.remark == f"The topic[{reply}] is conflict with system topic."
 
 
 async def test_topic_stats_202_uses_fastjson_mq_keys(rocketmq_broker, admin, topic):

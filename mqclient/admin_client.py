@@ -8,14 +8,15 @@ parsed here — including fastjson's non-standard bodies whose map keys are Mess
 from __future__ import annotations
 
 import asyncio
-import json
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Self
 
+from mqclient.fastjson import parse_fastjson
+from mqclient.fault import fault_inject_request
 from mqclient.message import MessageExt, create_offset_msg_id  # noqa: F401 (re-exported for tools)
 from mqclient.message import decode_messages as _decode_records
+from mqclient.route import MessageQueue
 from remoting.client import RemotingClient
 from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
@@ -26,7 +27,6 @@ from remoting.headers import (
     CreateTopicRequestHeader,
     DeleteAccessConfigRequestHeader,
     DeleteTopicRequestHeader,
-    FaultInjectRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     GetMaxOffsetRequestHeader,
@@ -56,115 +56,6 @@ class AdminError(Exception):
         self.code = code
         self.remark = remark
         self.addr = addr
-
-
-# ------------------------------------------------------------------------------------------------
-# fastjson-tolerant JSON
-
-
-class _LenientParser:
-    """JSON where an object's keys may be any value (fastjson writes ``{0:"a"}`` and ``{{..mq..}:{..}}``).
-
-    Non-string keys come back as their compact, key-sorted JSON text, so a MessageQueue key reads
-    ``{"brokerName":"b","queueId":0,"topic":"t"}`` whichever order the server wrote.
-    """
-
-    _decoder = json.JSONDecoder()
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-
-    def _ws(self) -> None:
-        text, pos = self.text, self.pos
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        self.pos = pos
-
-    def value(self) -> Any:
-        self._ws()
-        if self.pos >= len(self.text):
-            raise ValueError("unexpected end of JSON")
-        ch = self.text[self.pos]
-        if ch == "{":
-            return self._object()
-        if ch == "[":
-            return self._array()
-        value, self.pos = self._decoder.raw_decode(self.text, self.pos)
-        return value
-
-    def _expect(self, ch: str) -> None:
-        self._ws()
-        if self.pos >= len(self.text) or self.text[self.pos] != ch:
-            got = self.text[self.pos:self.pos + 10] or "end of input"
-            raise ValueError(f"expected {ch!r} at offset {self.pos}, got {got!r}")
-        self.pos += 1
-
-    def _object(self) -> dict[str, Any]:
-        self._expect("{")
-        out: dict[str, Any] = {}
-        self._ws()
-        if self.text.startswith("}", self.pos):
-            self.pos += 1
-            return out
-        while True:
-            key = self.value()
-            if not isinstance(key, str):
-                key = json.dumps(key, sort_keys=True, separators=(",", ":"))
-            self._expect(":")
-            out[key] = self.value()
-            self._ws()
-            if self.text.startswith(",", self.pos):
-                self.pos += 1
-                continue
-            self._expect("}")
-            return out
-
-    def _array(self) -> list[Any]:
-        self._expect("[")
-        out: list[Any] = []
-        self._ws()
-        if self.text.startswith("]", self.pos):
-            self.pos += 1
-            return out
-        while True:
-            out.append(self.value())
-            self._ws()
-            if self.text.startswith(",", self.pos):
-                self.pos += 1
-                continue
-            self._expect("]")
-            return out
-
-
-def parse_fastjson(body: bytes | memoryview | str | None) -> Any:
-    """Parse a body that may use fastjson's non-string map keys; ValueError with the position if broken."""
-    if body is None:
-        return None
-    text = body if isinstance(body, str) else bytes(body).decode("utf-8")
-    if not text.strip():
-        return None
-    parser = _LenientParser(text)
-    value = parser.value()
-    parser._ws()
-    if parser.pos != len(text):
-        raise ValueError(f"trailing data at offset {parser.pos}")
-    return value
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    @classmethod
-    def from_key(cls, key: str) -> MessageQueue:
-        data = json.loads(key)
-        return cls(str(data["topic"]), str(data["brokerName"]), int(data["queueId"]))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -437,8 +328,8 @@ class AdminClient:
     async def fault_inject(self, addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
                            value: str | None = None) -> None:
         """5001 FAULT_INJECT (mini-rocketmq's own; the broker needs faultInjectionEnable=true)."""
-        hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
-        await self.invoke(addr, RequestCode.FAULT_INJECT, encode_header(hdr))
+        request = fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value)
+        await self.invoke(addr, request.code, request.ext_fields)
 
     # -- ACL 1.0 (an admin account's credentials with aclEnable=true) -------------------------------
     async def update_acl_config(self, addr: str, hdr: CreateAccessConfigRequestHeader) -> None:

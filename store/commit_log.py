@@ -26,6 +26,7 @@ import structlog
 
 from store.config import OS_PAGE_SIZE, MessageStoreConfig
 from store.fault import StoreFault
+from store.java_hash import JavaHasher, abs_hashes, combine, java_string_hash
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, RunBlocking
 from store.message import (
@@ -44,7 +45,6 @@ from store.message import (
     RecordEncoder,
     crc32,
     decode_properties,
-    java_string_hash,
     join_offset_msg_ids,
     offset_msg_id_prefix,
     tags_hash,
@@ -675,7 +675,7 @@ class CommitLog:
         tags_code = np.zeros(n, dtype=np.int64)
         who, a, b = found[0]
         if len(who):
-            h, exact = _segment_hashes(u8, a, b)
+            h, exact = _HASHER.segment_hashes(u8, a, b)
             tags_code[who[exact]] = h[exact]
             for r, x, y in zip(who[~exact].tolist(), a[~exact].tolist(), b[~exact].tolist()):
                 tags_code[r] = self.tags_code_of(view[x:y].tobytes().decode("utf-8", errors="replace"))
@@ -914,13 +914,8 @@ class CommitLog:
         self.mapped_file_queue.destroy()
 
 
-_M32 = np.uint64(0xFFFFFFFF)
-# 31**k mod 2**32 for every k a property value or topic can need (uint64 products wrap mod 2**64)
-_POW31 = np.concatenate(
-    [np.ones(1, dtype=np.uint64), np.cumprod(np.full(MAX_PROPERTIES_LENGTH + 256, 31, dtype=np.uint64))]
-) & _M32
 _SPACE = ord(" ")
-_HORNER_MAX = 128  # segments up to this long are hashed column by column (see _segment_hashes)
+_HASHER = JavaHasher()  # (keeps its power tables between parses)
 
 
 def _consistent(u8: np.ndarray, positions: list[int]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -1010,82 +1005,6 @@ def _find_properties(
     return out
 
 
-def _segment_hashes(
-    u8: np.ndarray, a: np.ndarray, b: np.ndarray, unless: int = -1
-) -> tuple[np.ndarray, np.ndarray]:
-    """Signed String.hashCode of the byte segments [a, b) read as text, and whether that is exact
-    (all-ASCII segments, where UTF-8 bytes are the UTF-16 units; with `unless`, also: not holding that
-    byte). Segments must not be empty.
-
-    Segments up to 128 bytes go in a few groups of similar length: each group's segments are gathered
-    right-aligned into one matrix (zeros before a segment do not change a Horner hash), and one pass
-    over its columns computes `h = 31 * h + byte` in uint32 (wrapping modulo 2**32, as Java's int) and
-    ORs the bytes for the ASCII test. Longer segments take one matrix product with the powers of 31 per
-    length (uint64 wraps modulo 2**64, so the result is right modulo 2**32)."""
-    lens = b - a
-    n = len(a)
-    h = np.empty(n, dtype=np.int64)
-    exact = np.empty(n, dtype=bool)
-    short = (lens <= _HORNER_MAX) & (b >= _HORNER_MAX)  # (room for a full-width row before b)
-    if short.any():
-        # groups: lengths up to 16, 32, 64, 128 (one group, and no zeroing, when all are equal)
-        first = int(lens[0])
-        if short.all() and (lens == first).all():
-            groups = [(np.arange(n), first)]
-        else:
-            bucket = np.where(short, np.maximum(lens - 1, 15) >> 4, -1)  # 0, 1, 2-3, 4-7 → 16 .. 128
-            bucket = np.where(bucket >= 4, 3, np.where(bucket >= 2, 2, bucket))
-            groups = []
-            for k in np.unique(bucket[short]).tolist():
-                sel = np.flatnonzero(bucket == k)
-                groups.append((sel, int(lens[sel].max())))
-        for sel, width in groups:
-            rows = _windows(u8, width)[b[sel] - width]  # a copy: the bytes before each segment are zeroed
-            pad = width - lens[sel]
-            if pad.any():
-                rows[np.arange(width) < pad[:, None]] = 0
-            acc = np.zeros(len(sel), dtype=np.uint32)
-            seen = np.zeros(len(sel), dtype=np.uint8)
-            hit = np.zeros(len(sel), dtype=bool) if unless >= 0 else None
-            for j in range(width):
-                col = rows[:, j]
-                acc *= np.uint32(31)
-                acc += col
-                seen |= col
-                if hit is not None:
-                    hit |= col == unless
-            h[sel] = acc.view(np.int32)
-            exact[sel] = seen < 0x80 if hit is None else (seen < 0x80) & ~hit
-    rest = np.flatnonzero(~short)
-    for width in np.unique(lens[rest]).tolist():
-        sel = rest[lens[rest] == width]
-        rows = _windows(u8, width)[a[sel]]
-        ok = rows.max(axis=1) < 0x80
-        if unless >= 0:
-            ok &= ~(rows == unless).any(axis=1)
-        exact[sel] = ok
-        with np.errstate(over="ignore"):
-            full = (rows.astype(np.uint64) @ _POW31[width - 1 :: -1]) & _M32
-        h[sel] = full.astype(np.uint32).view(np.int32)
-    return h, exact
-
-
-def _combine(prefix_hash: np.ndarray, value_hash: np.ndarray, value_len: np.ndarray) -> np.ndarray:
-    """hashCode(prefix + value) from hashCode(prefix), hashCode(value) and len(value), signed."""
-    with np.errstate(over="ignore"):
-        h = ((prefix_hash.astype(np.uint64) & _M32) * _POW31[value_len] + (value_hash.astype(np.uint64) & _M32)) & _M32
-    signed = h.astype(np.int64)
-    signed[signed >= 0x80000000] -= 0x100000000
-    return signed
-
-
-def _abs_hash(h: np.ndarray) -> np.ndarray:
-    """IndexFile.indexKeyHashMethod: Math.abs, 0 for Integer.MIN_VALUE."""
-    out = np.abs(h)
-    out[out == 0x80000000] = 0
-    return out
-
-
 def _topics_of(u8: np.ndarray, starts: np.ndarray, lens: np.ndarray, view: memoryview) -> tuple[list[str], np.ndarray]:
     """(distinct topics, topic index of each record): records come in runs of one topic, so only the
     first record of each run is decoded."""
@@ -1136,11 +1055,11 @@ def _index_key_hashes(
         if not len(who):
             continue
         # several keys in one KEYS value (a space between them) take the scalar path too
-        h, exact = _segment_hashes(u8, a, b, _SPACE if sub == 1 else -1)
-        full = _combine(prefix[topic_ids[who]], h, b - a)
+        h, exact = _HASHER.segment_hashes(u8, a, b, _SPACE if sub == 1 else -1)
+        full = combine(prefix[topic_ids[who]], h, b - a)
         recs.append(who[exact])
         subs.append(np.full(int(exact.sum()), sub, dtype=np.int64))
-        hashes.append(_abs_hash(full[exact]))
+        hashes.append(abs_hashes(full[exact]))
         slow_r, slow_h, slow_s = [], [], []
         for r, x, y in zip(who[~exact].tolist(), a[~exact].tolist(), b[~exact].tolist()):
             text = view[x:y].tobytes().decode("utf-8", errors="replace")

@@ -14,6 +14,8 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from store.java_hash import java_string_hash
+
 try:  # ISA-L's CRC32 is the same IEEE CRC as zlib's, ~4x faster (the CRC is most of a 4 KiB append)
     from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - optional speed-up
@@ -119,19 +121,6 @@ def decode_properties(properties: str | None) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------- hashing
-def java_string_hash(s: str) -> int:
-    """J `String.hashCode()`: h = 31h + c over UTF-16 code units, as a signed int32."""
-    h = 0
-    if s.isascii():
-        for c in s.encode("ascii"):
-            h = (31 * h + c) & 0xFFFFFFFF
-    else:
-        data = s.encode("utf-16-be", "surrogatepass")  # (a lone surrogate is one code unit, as in Java)
-        for (c,) in struct.iter_unpack(">H", data):
-            h = (31 * h + c) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
 def tags_hash(tags: str | None) -> int:
     """Tags code stored in the consume queue: `String.hashCode()` of the whole TAGS value, 0 if none."""
     if not tags:

@@ -28,8 +28,6 @@ from store.commit_log import (
     AppendRequest,
     CommitLog,
     DispatchBatch,
-    DispatchRequest,
-    ParsedRecords,
     RecoveryReport,
 )
 from store.config import (
@@ -70,6 +68,7 @@ from store.message import (
 from store.path_guard import UnsafeStorePath, unsafe_dir_name_reason
 from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
+from store.record_parser import DispatchRequest, ParsedRecords
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,
@@ -169,7 +168,7 @@ class MessageStore:
         self.commit_log.post_append = self._after_append
         self.reput.with_keys = config.message_index_enable
         self.commit_log.inline_dispatch = self._dispatch_appended
-        self.commit_log.want_raw_props = lambda: self.message_arriving_listener is not None and self._running
+        self.commit_log.parser.want_raw_props = lambda: self.message_arriving_listener is not None and self._running
         self.stats = StoreStats(now_ms)
         self._total_memory = _total_physical_memory()
         self._flusher: CommitLogFlusher | None = None
@@ -687,7 +686,7 @@ class MessageStore:
         level = msg.delay_time_level
         if level <= 0:
             return
-        level = min(level, self.commit_log.max_delay_level)
+        level = min(level, self.commit_log.parser.max_delay_level)
         props = dict(msg.properties)
         props[MessageConst.DELAY] = str(level)
         props[MessageConst.REAL_TOPIC] = msg.topic
@@ -1012,7 +1011,7 @@ class MessageStore:
             listener = None
         cl = self.commit_log
         scheduled = topic == RMQ_SYS_SCHEDULE_TOPIC
-        tags_codes = cl.tags_cache  # TAGS → hash (the common case, inlined)
+        tags_codes = cl.parser.tags_cache  # TAGS → hash (the common case, inlined)
         index_keys_, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
         checkpoint = self.checkpoint
         sizes = req.sizes
@@ -1024,7 +1023,7 @@ class MessageStore:
             props = m.properties
             tags = props.get(MessageConst.TAGS)
             if scheduled or (tags_code := tags_codes.get(tags)) is None:
-                tags_code = cl.dispatch_tags_code(topic, props, store_ts)
+                tags_code = cl.parser.dispatch_tags_code(topic, props, store_ts)
             if cq is not None:
                 if not cq.try_append(phy, size, tags_code, qo):
                     if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
@@ -1078,9 +1077,9 @@ class MessageStore:
         cl = self.commit_log
         props = [m.properties for m in req.msgs]
         tags = MessageConst.TAGS
-        codes = [cl.tags_cache.get(p.get(tags)) for p in props]
+        codes = [cl.parser.tags_cache.get(p.get(tags)) for p in props]
         if None in codes:
-            codes = [cl.tags_code_of(p.get(tags)) for p in props]
+            codes = [cl.parser.tags_code_of(p.get(tags)) for p in props]
         cq = self._queue_for_dispatch(topic, req.queue_id)
         if cq is None or not cq.try_append_many(phys, req.sizes, codes, queue_offset):
             return False

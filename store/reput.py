@@ -18,13 +18,8 @@ from typing import Any
 import numpy as np
 import structlog
 
-from store.commit_log import (
-    BULK_RECORDS,
-    CommitLog,
-    DispatchBatch,
-    DispatchRequest,
-    ParsedRecords,
-)
+from store.commit_log import CommitLog, DispatchBatch
+from store.record_parser import BULK_RECORDS, DispatchRequest, ParsedRecords
 
 log = structlog.get_logger(__name__)
 
@@ -201,7 +196,7 @@ class ReputMessageService:
                 if isinstance(req, DispatchBatch):
                     dq.popleft()
                     if self._dispatch_batch is None or not self._dispatch_batch(req):
-                        dq.extendleft(reversed(cl.expand(req)))  # record by record (files to create, ...)
+                        dq.extendleft(reversed(cl.parser.expand(req)))  # record by record (files to create, ...)
                         continue
                     done += len(req.request.msgs)
                     if done >= _YIELD_EVERY:
@@ -244,7 +239,7 @@ class ReputMessageService:
         while pos < len(view):
             if dq and dq[0].commit_log_offset == self.reput_from_offset:
                 return True  # the fast path continues from here
-            size, req = cl.parse_dispatch(view, pos, False)
+            size, req = cl.parser.parse_dispatch(view, pos, False)
             if size > 0 and req is not None:
                 pending = self._prepare(req)
                 if pending is not None:
@@ -296,13 +291,13 @@ class ReputMessageService:
         parse is mostly numpy, which runs without the GIL (1.7x faster on two cores)."""
         cl = self.commit_log
         if self._run_blocking is None or len(positions) < _PARALLEL_PARSE_MIN:
-            parsed, n = cl.parse_many(view, positions, self.with_keys)
+            parsed, n = cl.parser.parse_many(view, positions, self.with_keys)
             return [(parsed, n, n == len(positions))]
         half = len(positions) // 2
         first, second = positions[:half], positions[half:]
         a, b = await asyncio.gather(
-            self._run_blocking(cl.parse_many, view, first, self.with_keys),
-            self._run_blocking(cl.parse_many, view, second, self.with_keys),
+            self._run_blocking(cl.parser.parse_many, view, first, self.with_keys),
+            self._run_blocking(cl.parser.parse_many, view, second, self.with_keys),
         )
         return [(a[0], a[1], a[1] == half), (b[0], b[1], b[1] == len(second))]
 
@@ -322,7 +317,7 @@ class ReputMessageService:
             stop = dq[0].commit_log_offset - start if dq and dq[0].commit_log_offset >= start else -1
             positions, after, reason = self._known_positions(start, pos, stop, len(view))
             if not positions:
-                positions, after, reason = cl.walk(view, pos, stop, BULK_RECORDS)
+                positions, after, reason = cl.parser.walk(view, pos, stop, BULK_RECORDS)
             if positions:
                 n = 0
                 for parsed, k, whole in await self._parse(view, positions):

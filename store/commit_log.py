@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,7 @@ from store.record_parser import BULK_RECORDS, DispatchRequest, RecordParser, con
 from store.results import AppendMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
+    from store.dispatcher import CommitLogDispatcher
     from store.prefault import PrefaultService
 
 log = structlog.get_logger(__name__)
@@ -87,11 +88,6 @@ class DispatchBatch:
     msg_size: int
     consume_queue_offset: int
     store_timestamp: int
-
-
-# Dispatches records the writer just appended, while the reput is caught up: (request, first CommitLog
-# offset, first queue offset, store timestamp) → how many records it dispatched (the rest go to the reput)
-InlineDispatch = Callable[[AppendRequest, int, int, int], int]
 
 
 @dataclass(slots=True)
@@ -138,8 +134,8 @@ class CommitLog:
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.begin_time_in_lock = 0
         self.dispatch_queue: deque[DispatchRequest | DispatchBatch] = deque()
-        self.post_append: Callable[[], Awaitable[None]] | None = None
-        self.inline_dispatch: InlineDispatch | None = None
+        # the consume queues, index and listeners behind the log (bound by the store; None: appends only)
+        self.dispatcher: CommitLogDispatcher | None = None
         # the recovery scan calls this with each run of records it accepted: (file offset, view, positions)
         self.on_verified: Callable[[int, memoryview, list[int]], None] | None = None
         self._stage = memoryview(bytearray(1024 * 1024))
@@ -159,6 +155,11 @@ class CommitLog:
         self.put_message_times_total = 0
         self.put_message_size_total = 0
         self.lock_time_max_ms = 0
+
+    def bind_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:
+        """The writer dispatches what it appends through `dispatcher` while the reput is caught up, and
+        has it dispatch what became readable after each section."""
+        self.dispatcher = dispatcher
 
     # ------------------------------------------------------------------------------------- properties
     def get_max_offset(self) -> int:
@@ -272,9 +273,9 @@ class CommitLog:
                     done.append((req, result))
             finally:
                 self.begin_time_in_lock = 0
-            if self.post_append is not None:
+            if self.dispatcher is not None:
                 try:
-                    await self.post_append()
+                    await self.dispatcher.after_append_section()
                 except Exception:
                     log.exception("dispatch after append failed")
             self._in_section = False
@@ -388,8 +389,8 @@ class CommitLog:
         # the consume queue entries, index keys and arrival notices: inline when the reput is caught up
         # and the bytes are readable (no pool buffer), else described for the reput
         done = 0
-        if self.inline_dispatch is not None and mf.write_buffer is None:
-            done = self.inline_dispatch(req, wrote_offset, queue_offset, store_ts)
+        if self.dispatcher is not None and mf.write_buffer is None:
+            done = self.dispatcher.dispatch_appended(req, wrote_offset, queue_offset, store_ts)
         if done < n:
             if done == 0 and n > 1 and counts:
                 # one descriptor for the whole batch: the reput dispatches it in one pass once committed

@@ -87,11 +87,12 @@ class JavaHasher:
         running = units.astype(np.uint32)
         running *= pinv[:n]
         np.cumsum(running, dtype=np.uint32, out=running)
-        last = ends - 1
-        sums = running[np.maximum(last, 0)]
-        sums[1:] -= running[np.maximum(last[:-1], 0)]
-        sums[last < 0] = 0  # an empty first segment
-        sums *= p31[np.maximum(last, 0)]
+        zero = np.uint32(0)
+        last = np.maximum(ends - 1, 0)
+        sums = np.where(ends > 0, running[last], zero)  # the running sum through each segment's end
+        before = np.concatenate(([0], ends[:-1])) - 1  # ... and through the end of the one before it
+        sums -= np.where(before >= 0, running[np.maximum(before, 0)], zero)
+        sums *= p31[last]
         return sums.view(np.int32).astype(np.int64)
 
     def hashes(self, keys: list[str]) -> np.ndarray:

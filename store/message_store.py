@@ -14,7 +14,7 @@ import json
 import mmap
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,7 +27,6 @@ from store.commit_log import (
     AppendFailure,
     AppendRequest,
     CommitLog,
-    DispatchBatch,
     RecoveryReport,
 )
 from store.config import (
@@ -47,7 +46,7 @@ from store.flush import (
     GroupCommitService,
     WrittenPageReleaser,
 )
-from store.index_service import IndexService, index_keys
+from store.index_service import IndexService
 from store.mapped_file import MappedFile
 from store.message import (
     MAX_TOPIC_LENGTH,
@@ -60,15 +59,14 @@ from store.message import (
     MessageExt,
     MessageExtBrokerInner,
     RecordError,
-    decode_properties,
     decode_record,
     encode_properties,
     transaction_value,
 )
-from store.path_guard import UnsafeStorePath, unsafe_dir_name_reason
+from store.path_guard import unsafe_dir_name_reason
 from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
-from store.record_parser import DispatchRequest, ParsedRecords
+from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,
@@ -84,15 +82,8 @@ from store.transient_store_pool import TransientStorePool
 
 log = structlog.get_logger(__name__)
 
-MessageArrivingListener = Callable[[str, int, int, int, int, dict | None], None]
-
 _INT_MAX = 0x7FFFFFFF
 _YIELD_EVERY_INLINE = 64  # appends done on the caller's stack in a row before a put yields to the loop
-# keys of inline appends are indexed in one vectorised pass (hashing costs ~0.8 us a key in passes of 32,
-# ~0.2 us in passes of 1000): at most this long after the put, or at once when this many are waiting.
-# Upstream's reput indexes behind the writer too; a QUERY_MESSAGE builds what is waiting first.
-_INDEX_BUILD_DELAY_S = 0.005
-_INDEX_BUILD_BATCH = 4096
 
 
 def _default_now_ms() -> int:
@@ -126,7 +117,6 @@ class MessageStore:
         self.clock = clock
         self.store_host = store_host
         self.fault = StoreFault(now_ms)
-        self.message_arriving_listener: MessageArrivingListener | None = None
         self._io_threads = io_threads
         self._executor: ThreadPoolExecutor | None = None
         self.pool: TransientStorePool | None = None
@@ -142,33 +132,24 @@ class MessageStore:
             on_new_file=self._on_new_commit_log_file,
             unlink=self.unlink_later,
         )
-        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
-        self._dispatch_failures: set[tuple[str, int]] = set()  # queues already reported by _dispatch_failed
-        self._unwritable_queues: set[tuple[str, int]] = set()  # whose next file could not be created
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
-        self.checkpoint: StoreCheckpoint | None = None
         self._encoder = self.commit_log.encoder
-        self._index_enabled = config.message_index_enable
-        # index keys dispatched but not yet written: built in one vectorised pass per dispatch round
-        self._index_keys: list[str] = []
-        self._index_phys: list[int] = []
-        self._index_times: list[int] = []
-        # the pending bulk index build of inline appends' keys (None: none scheduled)
-        self._index_build_handle: asyncio.TimerHandle | None = None
-        self._inline_appends = 0
-        self.reput = ReputMessageService(
+        self.dispatcher = CommitLogDispatcher(
+            config,
             self.commit_log,
-            self._dispatch,
-            self._prepare_dispatch,
-            self._end_dispatch_round,
-            self._dispatch_many,
-            self._dispatch_described_batch,
-            self._run_blocking,
+            self.index_service,
+            run_blocking=self._run_blocking,
+            unlink=self.unlink_later,
+            queue_created=self._queue_created,
         )
-        self.commit_log.post_append = self._after_append
+        self._inline_appends = 0
+        self.reput = ReputMessageService(self.commit_log, self.dispatcher, self._run_blocking)
         self.reput.with_keys = config.message_index_enable
-        self.commit_log.inline_dispatch = self._dispatch_appended
-        self.commit_log.parser.want_raw_props = lambda: self.message_arriving_listener is not None and self._running
+        self.dispatcher.bind_reput(self.reput)
+        self.commit_log.bind_dispatcher(self.dispatcher)
+        self.commit_log.parser.want_raw_props = lambda: (
+            self.dispatcher.message_arriving_listener is not None and self.dispatcher.running
+        )
         self.stats = StoreStats(now_ms)
         self._total_memory = _total_physical_memory()
         self._flusher: CommitLogFlusher | None = None
@@ -224,9 +205,9 @@ class MessageStore:
             pre = PreDispatch(
                 self.commit_log,
                 self._get_executor(),
-                self._dispatch_many,
+                self.dispatcher.dispatch_many,
                 self._pre_dispatched,
-                self._end_dispatch_round,
+                self.dispatcher.end_round,
                 with_keys=self.config.message_index_enable,
             )
             try:
@@ -289,7 +270,7 @@ class MessageStore:
                         continue
                     cq = None
                     try:
-                        cq = self._new_consume_queue(topic, int(qid))
+                        cq = self.dispatcher.new_consume_queue(topic, int(qid))
                         cq.load()
                     except (OSError, ValueError) as exc:
                         self._set_aside(os.path.join(tdir, qid), cq, exc)
@@ -337,15 +318,52 @@ class MessageStore:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
-    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(
-            topic,
-            queue_id,
-            self.config.store_path_consume_queue,
-            self.config.mapped_file_size_consume_queue,
-            run_blocking=self._run_blocking,
-            unlink=self.unlink_later,
-        )
+    def _queue_created(self, topic: str, queue_id: int) -> None:
+        """A consume queue created on first use: the manifest lists it (written in the background)."""
+        if (topic, queue_id) not in self._manifest:
+            self._manifest.add((topic, queue_id))
+            self._manifest_dirty = True
+            if self._running:
+                asyncio.get_running_loop().create_task(self._save_manifest())
+
+    # --------------------------------------------------------------------- the dispatcher's table and state
+    @property
+    def consume_queue_table(self) -> dict[str, dict[int, ConsumeQueue]]:
+        return self.dispatcher.consume_queue_table
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, created on first use (CommitLogDispatcher.find_consume_queue)."""
+        return self.dispatcher.find_consume_queue(topic, queue_id)
+
+    def _get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.dispatcher.get_consume_queue(topic, queue_id)
+
+    def _all_consume_queues(self) -> Iterable[ConsumeQueue]:
+        return self.dispatcher.all_consume_queues()
+
+    @property
+    def message_arriving_listener(self) -> MessageArrivingListener | None:
+        return self.dispatcher.message_arriving_listener
+
+    @message_arriving_listener.setter
+    def message_arriving_listener(self, listener: MessageArrivingListener | None) -> None:
+        self.dispatcher.message_arriving_listener = listener
+
+    @property
+    def checkpoint(self) -> StoreCheckpoint | None:
+        return self.dispatcher.checkpoint
+
+    @checkpoint.setter
+    def checkpoint(self, checkpoint: StoreCheckpoint | None) -> None:
+        self.dispatcher.checkpoint = checkpoint
+
+    @property
+    def _running(self) -> bool:
+        return self.dispatcher.running
+
+    @_running.setter
+    def _running(self, running: bool) -> None:
+        self.dispatcher.running = running
 
     def _recover_scan(self, last_exit_ok: bool, pre: PreDispatch) -> tuple[RecoveryReport, int, float]:
         """Recover the consume queues, then verify the CommitLog (all of it that may be torn) while `pre`
@@ -492,7 +510,7 @@ class MessageStore:
             )
         self._flush_cq_service = FlushConsumeQueueService(
             cfg,
-            self._consume_queue_files,
+            self.dispatcher.consume_queue_files,
             self.checkpoint,
             self._run_blocking,
             self.now_ms,
@@ -585,8 +603,8 @@ class MessageStore:
             await self._flusher.flush(0)
         if self._flush_cq_service is not None:
             await self._flush_cq_service.stop()
-        self._cancel_index_build()
-        pending = self._end_dispatch_round()  # the keys of the last inline appends (a new file if full)
+        self.dispatcher.cancel_index_build()
+        pending = self.dispatcher.end_round()  # the keys of the last inline appends (a new file if full)
         if pending is not None:
             await pending
         await self.index_service.flush_all()
@@ -819,17 +837,10 @@ class MessageStore:
                 # records in a pool buffer: readable, so dispatched, once the commit service wrote them
                 # (it wakes the reput); a put does not wait for that, as upstream's does not
                 pass
-            elif cl.dispatch_queue or (self._index_keys and self.index_service.room() < len(self._index_keys)):
+            elif self.dispatcher.after_inline_put():
                 # records the inline dispatch left to the reput, or keys that need the next index
                 # file: a round of the reput does both (awaiting the file) before the put returns
                 await self.reput.wait_dispatched(result.wrote_offset + result.wrote_bytes)
-            elif self._index_keys:
-                if len(self._index_keys) >= _INDEX_BUILD_BATCH:
-                    self._deferred_index_build()
-                elif self._index_build_handle is None:
-                    self._index_build_handle = asyncio.get_running_loop().call_later(
-                        _INDEX_BUILD_DELAY_S, self._deferred_index_build
-                    )
             self._inline_appends += 1
             if self._inline_appends >= _YIELD_EVERY_INLINE:
                 # a caller putting in a loop would otherwise never let the event loop run
@@ -872,338 +883,13 @@ class MessageStore:
         self.stats.put_done(self.now_ms() - begin)
         return PutMessageResult(status, result)
 
-    async def _after_append(self) -> None:
-        """After each writer section: dispatch what became readable, so that (without a transient pool,
-        where bytes become readable only once committed) a put returns after its consume queue entry
-        exists and its arrival was announced."""
-        await self.reput.wait_dispatched(self.commit_log.get_max_offset())
-
     def _on_committed(self) -> None:
         self.reput.wakeup()
         if self._flush_service is not None:
             self._flush_service.wakeup()
 
-    # --------------------------------------------------------------------------------------- dispatch
-    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue, created on first use; UnsafeStorePath (nothing created) for a topic that cannot be a
-        folder inside the store."""
-        queues = self.consume_queue_table.get(topic)
-        cq = None if queues is None else queues.get(queue_id)
-        if cq is None:
-            cq = self._new_consume_queue(topic, queue_id)
-            if queues is None:
-                queues = self.consume_queue_table[topic] = {}
-            queues[queue_id] = cq
-            if (topic, queue_id) not in self._manifest:
-                self._manifest.add((topic, queue_id))
-                self._manifest_dirty = True
-                if self._running:
-                    asyncio.get_running_loop().create_task(self._save_manifest())
-        return cq
-
-    def _dispatch_failed(self, what: str, topic: str, queue_id: int, exc: BaseException) -> None:
-        """One record (or queue) that cannot be dispatched costs its consume queue entry, never the writer
-        or the reput: one error line per queue (a bad queue could otherwise log once per record)."""
-        key = (topic, queue_id)
-        if key in self._dispatch_failures:
-            return
-        if len(self._dispatch_failures) < 1024:
-            self._dispatch_failures.add(key)
-        log.error("dispatch failed, the record stays in the CommitLog without a consume queue entry", step=what,
-                  topic=topic[:200], queue_id=queue_id, error=f"{type(exc).__name__}: {exc}",
-                  exc_info=not isinstance(exc, UnsafeStorePath))
-
-    def _queue_for_dispatch(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        try:
-            return self.find_consume_queue(topic, queue_id)
-        except UnsafeStorePath as exc:
-            self._dispatch_failed("queue", topic, queue_id, exc)
-            return None
-
-    def _get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        queues = self.consume_queue_table.get(topic)
-        return None if queues is None else queues.get(queue_id)
-
-    def _prepare_dispatch(self, req: DispatchRequest) -> Any:
-        tran = transaction_value(req.sys_flag)
-        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
-            cq = self._queue_for_dispatch(req.topic, req.queue_id)
-            if (cq is not None and cq.needs_file_for(req.consume_queue_offset)
-                    and req.commit_log_offset + req.msg_size > cq.max_physic_offset
-                    and (req.topic, req.queue_id) not in self._unwritable_queues):
-                return self._guarded(cq.ensure_file_for(req.consume_queue_offset), req.topic, req.queue_id)
-        if self._index_enabled and self.index_service.needs_file():
-            return self.index_service.ensure_file()
-        return None
-
-    async def _guarded(self, pending: Awaitable[Any], topic: str, queue_id: int) -> None:
-        """A consume queue file that cannot be created: logged, and the dispatch of the record fails alone."""
-        try:
-            await pending
-        except Exception as exc:  # noqa: BLE001 - e.g. EACCES, ENAMETOOLONG: one queue, not the reput
-            # from now on its records go straight to _dispatch (which tries, fails alone): no retry loop here
-            self._unwritable_queues.add((topic, queue_id))
-            self._dispatch_failed("create file", topic, queue_id, exc)
-
-    def _dispatch(self, req: DispatchRequest) -> None:
-        try:
-            self._dispatch_one(req)
-        except Exception as exc:  # noqa: BLE001 - never stop the reput for the records after this one
-            self._dispatch_failed("record", req.topic, req.queue_id, exc)
-
-    def _dispatch_one(self, req: DispatchRequest) -> None:
-        tran = transaction_value(req.sys_flag)
-        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
-            cq = self._queue_for_dispatch(req.topic, req.queue_id)
-            if cq is None:
-                pass
-            elif cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
-                                              req.consume_queue_offset):
-                if self.checkpoint is not None:
-                    self.checkpoint.logics_msg_timestamp = req.store_timestamp
-            else:
-                log.error("[BUG] put commit log position info failed", topic=req.topic, queue_id=req.queue_id)
-        if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-            self._queue_index_keys(req.topic, req.uniq_key, req.keys, req.commit_log_offset, req.store_timestamp)
-        listener = self.message_arriving_listener
-        if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
-            try:
-                listener(
-                    req.topic,
-                    req.queue_id,
-                    req.consume_queue_offset + 1,
-                    req.tags_code,
-                    req.store_timestamp,
-                    req.properties,
-                )
-            except Exception:
-                log.exception("message arriving listener failed", topic=req.topic)
-
-    def _dispatch_appended(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
-        """`_dispatch_appended_inline`, and 0 (the reput dispatches these records, replaying what was done)
-        if it failed: the writer must go on whatever one record does."""
-        try:
-            return self._dispatch_appended_inline(req, phy, queue_offset, store_ts)
-        except Exception as exc:  # noqa: BLE001
-            self._dispatch_failed("inline", req.topic, req.queue_id, exc)
-            return 0
-
-    def _dispatch_appended_inline(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
-        """The writer's inline dispatch (same effects as `_dispatch` per record, without building
-        DispatchRequests): only while the reput is caught up to this request and every file the records
-        need exists. Returns how many records were dispatched; the reput takes the rest."""
-        reput = self.reput
-        if reput.reput_from_offset != phy or reput.running or self.commit_log.dispatch_queue:
-            return 0
-        index = self._index_enabled
-        if index and self.index_service.needs_file():
-            return 0
-        if req.phys is not None and self._dispatch_batch(req, queue_offset, store_ts):
-            return len(req.msgs)
-        topic = req.topic
-        queue_id = req.queue_id
-        tran = transaction_value(req.sys_flag)
-        counts = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
-        cq = self._queue_for_dispatch(topic, queue_id) if counts else None
-        index = index and tran != TRANSACTION_ROLLBACK_TYPE
-        listener = self.message_arriving_listener
-        if self.config.broker_role == BrokerRole.SLAVE:
-            listener = None
-        cl = self.commit_log
-        scheduled = topic == RMQ_SYS_SCHEDULE_TOPIC
-        tags_codes = cl.parser.tags_cache  # TAGS → hash (the common case, inlined)
-        index_keys_, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
-        checkpoint = self.checkpoint
-        sizes = req.sizes
-        qo = queue_offset
-        done = 0
-        sep = MessageConst.KEY_SEPARATOR
-        for m in req.msgs:
-            size = sizes[done]
-            props = m.properties
-            tags = props.get(MessageConst.TAGS)
-            if scheduled or (tags_code := tags_codes.get(tags)) is None:
-                tags_code = cl.parser.dispatch_tags_code(topic, props, store_ts)
-            if cq is not None:
-                if not cq.try_append(phy, size, tags_code, qo):
-                    if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
-                        break  # the file is created in a worker thread: the reput continues from here
-                    if not cq.put_message_position_info(phy, size, tags_code, qo):
-                        log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id)
-                if checkpoint is not None:
-                    checkpoint.logics_msg_timestamp = store_ts
-            if index:
-                uniq = props.get(MessageConst.UNIQ_KEY)
-                keys = props.get(MessageConst.KEYS)
-                if keys and sep in keys:
-                    self._queue_index_keys(topic, uniq, keys, phy, store_ts)
-                else:  # (index_keys inlined for at most one key each)
-                    if uniq:
-                        index_keys_.append(f"{topic}#{uniq}")
-                        index_phys.append(phy)
-                        index_times.append(store_ts)
-                    if keys:
-                        index_keys_.append(f"{topic}#{keys}")
-                        index_phys.append(phy)
-                        index_times.append(store_ts)
-            if listener is not None:
-                try:
-                    listener(topic, queue_id, qo + 1, tags_code, store_ts, props)
-                except Exception:
-                    log.exception("message arriving listener failed", topic=topic)
-            phy += size
-            if counts:
-                qo += 1
-            done += 1
-        reput.reput_from_offset = phy
-        reput.dispatched_total += done
-        return done
-
-    def _dispatch_described_batch(self, batch: DispatchBatch) -> bool:
-        """The reput's path for a batch descriptor (a batch in a pool buffer, now committed)."""
-        if self._index_enabled and self.index_service.needs_file():
-            return False
-        return self._dispatch_batch(batch.request, batch.consume_queue_offset, batch.store_timestamp)
-
-    def _dispatch_batch(self, req: AppendRequest, queue_offset: int, store_ts: int) -> bool:
-        """`_dispatch_appended` for a batch the writer just appended (one topic and queue, no
-        transaction, no delay) in list passes instead of a loop over records: every consume queue entry
-        in one `try_append_many`, the index keys extended at once. False (nothing done) when that does
-        not apply: the record-by-record loop then handles it."""
-        topic = req.topic
-        phys = req.phys
-        if topic == RMQ_SYS_SCHEDULE_TOPIC or req.sys_flag & TRANSACTION_ROLLBACK_TYPE or phys is None:
-            return False
-        cl = self.commit_log
-        props = [m.properties for m in req.msgs]
-        tags = MessageConst.TAGS
-        codes = [cl.parser.tags_cache.get(p.get(tags)) for p in props]
-        if None in codes:
-            codes = [cl.parser.tags_code_of(p.get(tags)) for p in props]
-        cq = self._queue_for_dispatch(topic, req.queue_id)
-        if cq is None or not cq.try_append_many(phys, req.sizes, codes, queue_offset):
-            return False
-        if self.checkpoint is not None:
-            self.checkpoint.logics_msg_timestamp = store_ts
-        n = len(phys)
-        if self._index_enabled:
-            uniq = MessageConst.UNIQ_KEY
-            uniqs = [p.get(uniq) for p in props]
-            if all(uniqs) and not any(MessageConst.KEYS in p for p in props):
-                prefix = topic + "#"
-                self._index_keys.extend([prefix + u for u in uniqs])
-                self._index_phys.extend(phys)
-                self._index_times.extend([store_ts] * n)
-            else:
-                for p, phy in zip(props, phys):
-                    self._queue_index_keys(topic, p.get(uniq), p.get(MessageConst.KEYS), phy, store_ts)
-        listener = self.message_arriving_listener
-        if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
-            queue_id = req.queue_id
-            for i in range(n):
-                try:
-                    listener(topic, queue_id, queue_offset + i + 1, codes[i], store_ts, props[i])
-                except Exception:
-                    log.exception("message arriving listener failed", topic=topic)
-        self.reput.reput_from_offset = phys[-1] + req.sizes[-1]
-        self.reput.dispatched_total += n
-        return True
-
-    async def _dispatch_many(self, recs: ParsedRecords) -> None:
-        """`_dispatch` for records parsed in bulk (recovery, rebuilds): the entries of each queue in one
-        vectorised write, the index keys into the round's batch, arrival notices only once the store
-        runs (before that nobody can be waiting)."""
-        tran = recs.sys_flag & TRANSACTION_ROLLBACK_TYPE
-        to_cq = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
-        if to_cq.any():
-            qkey = (recs.topic_id << 32) | (recs.queue_id & 0xFFFFFFFF)
-            qkey = np.where(to_cq, qkey, -1)
-            _, first = np.unique(qkey, return_index=True)
-            for k in qkey[np.sort(first)].tolist():
-                if k < 0:
-                    continue
-                idx = np.flatnonzero(qkey == k)
-                topic = recs.topics[k >> 32]
-                queue_id = int(recs.queue_id[idx[0]])
-                try:
-                    cq = self.find_consume_queue(topic, queue_id)
-                    failed = await cq.put_entries(
-                        recs.phy[idx], recs.size[idx], recs.tags_code[idx], recs.queue_offset[idx]
-                    )
-                except Exception as exc:  # noqa: BLE001 - this queue's entries only
-                    self._dispatch_failed("bulk", topic, queue_id, exc)
-                    continue
-                if failed:
-                    log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id, entries=failed)
-            if self.checkpoint is not None:
-                self.checkpoint.logics_msg_timestamp = int(recs.store_ts[np.flatnonzero(to_cq)[-1]])
-        if self._index_enabled and len(recs.key_record):
-            self._build_index_keys()  # the round's earlier keys go first (CommitLog order)
-            if self.index_service.needs_file():
-                await self.index_service.ensure_file()
-            keep = (tran != TRANSACTION_ROLLBACK_TYPE)[recs.key_record]  # no keys of rolled-back messages
-            rec = recs.key_record[keep]
-            self.index_service.build_hashed(recs.key_hash[keep], recs.phy[rec], recs.store_ts[rec])
-        listener = self.message_arriving_listener
-        if listener is not None and self._running and self.config.broker_role != BrokerRole.SLAVE:
-            props = recs.props or [b""] * len(recs)
-            for i in range(len(recs)):
-                topic = recs.topics[int(recs.topic_id[i])]
-                try:
-                    listener(
-                        topic,
-                        int(recs.queue_id[i]),
-                        int(recs.queue_offset[i]) + 1,
-                        int(recs.tags_code[i]),
-                        int(recs.store_ts[i]),
-                        decode_properties(props[i].decode("utf-8", errors="replace")),
-                    )
-                except Exception:
-                    log.exception("message arriving listener failed", topic=topic)
-
-    def _deferred_index_build(self) -> None:
-        """Index the keys of the puts appended inline since the last build, in one pass (at most
-        _INDEX_BUILD_DELAY_S after the first of them, or at once once _INDEX_BUILD_BATCH wait)."""
-        self._cancel_index_build()
-        self._build_index_keys()
-        if self._index_enabled and self.index_service.has_pending():
-            self.reput.wakeup()  # its round ends with creating the next index file
-
-    def _cancel_index_build(self) -> None:
-        handle, self._index_build_handle = self._index_build_handle, None
-        if handle is not None:
-            handle.cancel()
-
-    def _queue_index_keys(self, topic: str, uniq: str | None, keys: str | None, phy: int, store_ts: int) -> None:
-        """Queue a record's index keys (UNIQ_KEY, each of KEYS) for the next bulk build."""
-        for key in index_keys(topic, uniq, keys):
-            self._index_keys.append(key)
-            self._index_phys.append(phy)
-            self._index_times.append(store_ts)
-
-    def _build_index_keys(self) -> None:
-        if self._index_keys:
-            keys, phys, times = self._index_keys, self._index_phys, self._index_times
-            self._index_keys, self._index_phys, self._index_times = [], [], []
-            self.index_service.build_keys(keys, phys, times)
-
-    def _end_dispatch_round(self) -> Any:
-        """Index what the round dispatched (one vectorised pass); an awaitable if an index file is needed."""
-        self._build_index_keys()
-        if self._index_enabled and self.index_service.has_pending():
-            return self.index_service.ensure_file()
-        return None
-
-    def _all_consume_queues(self) -> Iterable[ConsumeQueue]:
-        for queues in list(self.consume_queue_table.values()):
-            yield from list(queues.values())
-
-    def _consume_queue_files(self):
-        for cq in self._all_consume_queues():
-            yield cq.mapped_file_queue
-
     async def _flush_index(self) -> None:
-        self._build_index_keys()
+        self.dispatcher.build_index_keys()
         await self.index_service.flush(self.checkpoint)
 
     # -------------------------------------------------------------------------------------------- get
@@ -1442,7 +1128,7 @@ class MessageStore:
         out = QueryMessageResult()
         if not self.config.message_index_enable:
             return out
-        self._build_index_keys()  # keys of puts that already returned
+        self.dispatcher.build_index_keys()  # keys of puts that already returned
         last_query_time = end_ms
         seen: set[int] = set()
         for _ in range(3):

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
 
 from store.commit_log import CommitLog, DispatchBatch
-from store.record_parser import BULK_RECORDS, DispatchRequest, ParsedRecords
+from store.record_parser import BULK_RECORDS, ParsedRecords
+
+if TYPE_CHECKING:
+    from store.dispatcher import CommitLogDispatcher
 
 log = structlog.get_logger(__name__)
 
@@ -41,26 +44,23 @@ class ReputMessageService:
     def __init__(
         self,
         commit_log: CommitLog,
-        dispatch: Callable[[DispatchRequest], None],
-        prepare: Callable[[DispatchRequest], object],
-        end_round: Callable[[], object] = lambda: None,
-        dispatch_many: Callable[[ParsedRecords], Awaitable[None]] | None = None,
-        dispatch_batch: Callable[[DispatchBatch], bool] | None = None,
+        dispatcher: CommitLogDispatcher,
         run_blocking: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
-        """`dispatch` writes one request synchronously; `prepare` returns None when the files it needs
-        exist, else an awaitable creating them (in a worker thread); `end_round` finishes batched work
-        (the index) before any await and at the end, and may return an awaitable too; `dispatch_many`,
-        when given, dispatches records parsed in bulk from the CommitLog (same effects as `dispatch`
-        for each, files created as needed); `dispatch_batch`, when given, dispatches a batch descriptor
-        at once (and moves `reput_from_offset` past it), or returns False to have it dispatched record by
-        record; `run_blocking` runs a function in a worker thread (bulk parsing, two chunks at once)."""
+        """The dispatcher's `dispatch` writes one request synchronously; `prepare` returns None when the
+        files it needs exist, else an awaitable creating them (in a worker thread); `end_round` finishes
+        batched work (the index) before any await and at the end, and may return an awaitable too;
+        `dispatch_many` dispatches records parsed in bulk from the CommitLog (same effects as `dispatch`
+        for each, files created as needed; set `_dispatch_many` to None to go record by record);
+        `dispatch_described_batch` dispatches a batch descriptor at once (and moves
+        `reput_from_offset` past it), or returns False to have it dispatched record by record.
+        `run_blocking` runs a function in a worker thread (bulk parsing, two chunks at once)."""
         self.commit_log = commit_log
-        self._dispatch = dispatch
-        self._prepare = prepare
-        self._end_round = end_round
-        self._dispatch_many = dispatch_many
-        self._dispatch_batch = dispatch_batch
+        self._dispatch = dispatcher.dispatch
+        self._prepare = dispatcher.prepare
+        self._end_round = dispatcher.end_round
+        self._dispatch_many: Callable[[ParsedRecords], Awaitable[None]] | None = dispatcher.dispatch_many
+        self._dispatch_batch: Callable[[DispatchBatch], bool] | None = dispatcher.dispatch_described_batch
         self._run_blocking = run_blocking
         self.with_keys = True  # the bulk parser also extracts index keys (off when the index is)
         self.reput_from_offset = 0

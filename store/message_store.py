@@ -22,12 +22,7 @@ import structlog
 
 from store.checkpoint import StoreCheckpoint
 from store.clean import CleanService, disk_used_ratio
-from store.commit_log import (
-    AppendFailure,
-    AppendRequest,
-    CommitLog,
-    RecoveryReport,
-)
+from store.commit_log import AppendFailure, AppendRequest, CommitLog
 from store.config import (
     BrokerRole,
     FlushDiskType,
@@ -64,6 +59,7 @@ from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
 from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.message_reader import MessageReader, StoreNotReadableError
+from store.recovery import RecoveryReport
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,
@@ -200,11 +196,11 @@ class MessageStore:
             try:
                 scanned = await self._run_blocking(self._load_blocking, last_exit_ok, pre)
             finally:
-                self.commit_log.on_verified = None
+                self.commit_log.recovery.on_verified = None
                 await pre.finish()
             await self._run_blocking(self._recover_finish, last_exit_ok, *scanned, pre.dispatched)
             await self.reput.catch_up()
-            self.commit_log.recovered_positions.clear()
+            self.commit_log.recovery.recovered_positions.clear()
             self._recover_topic_queue_table()
         except (OSError, ValueError) as exc:
             log.error("message store load failed", error=str(exc))
@@ -369,23 +365,23 @@ class MessageStore:
         # (the parses run on the other worker threads: with one, they would wait behind this scan)
         if self.commit_log.mapped_file_queue.mapped_files and self._io_threads >= 2:
             pre.arm(self._dispatch_start(quiet=True))
-            self.commit_log.on_verified = pre.on_verified
+            self.commit_log.recovery.on_verified = pre.on_verified
         try:
             return self._scan_commit_log(last_exit_ok), max_phy_of_cq, begin
         finally:
-            self.commit_log.on_verified = None
+            self.commit_log.recovery.on_verified = None
 
     def _scan_commit_log(self, last_exit_ok: bool) -> RecoveryReport:
         assert self.checkpoint is not None
         if last_exit_ok:
-            report = self.commit_log.recover_normally(self.checkpoint.clean_max_offset)
+            report = self.commit_log.recovery.recover_normally(self.checkpoint.clean_max_offset)
         else:
             min_ts = (
                 self.checkpoint.min_timestamp_index()
                 if self.config.message_index_enable and self.config.message_index_safe
                 else self.checkpoint.min_timestamp()
             )
-            report = self.commit_log.recover_abnormally(min_ts)
+            report = self.commit_log.recovery.recover_abnormally(min_ts)
         return report
 
     def _dispatch_start(self, quiet: bool = False) -> int:

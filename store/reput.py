@@ -268,7 +268,7 @@ class ReputMessageService:
         """Record positions the recovery scan found from `pos` on (in the file of CommitLog offset
         `start`), as `walk` would return them; none if the scan did not cover `pos`."""
         file_start = start - start % self.commit_log.mapped_file_size
-        known = self.commit_log.recovered_positions.get(file_start)
+        known = self.commit_log.recovery.recovered_positions.get(file_start)
         if known is None:
             return [], pos, 1
         base = start - file_start  # the view starts here in the file

@@ -10,7 +10,6 @@ into files, recovery scans) runs in the store's own worker threads.
 from __future__ import annotations
 
 import asyncio
-import json
 import mmap
 import os
 import time
@@ -59,7 +58,8 @@ from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
 from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.message_reader import MessageReader, StoreNotReadableError
-from store.recovery import RecoveryReport
+from store.recovery import RecoveryReport, StoreRecovery
+from store.queue_manifest import QueueManifest
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,
@@ -146,10 +146,10 @@ class MessageStore:
         self._shutdown = True
         self._disk_full = False
         self._lock_fd: int | None = None
-        self._manifest: set[tuple[str, int]] = set()
-        self._manifest_dirty = False
-        self._manifest_lock = asyncio.Lock()
-        self.last_recovery: dict[str, Any] = {}
+        self.manifest = QueueManifest(config.queue_manifest_file, self._run_blocking)
+        self.recovery = StoreRecovery(
+            config, self.commit_log, self.dispatcher, self.index_service, self.reput, self.manifest, io_threads
+        )
 
     # ------------------------------------------------------------------------------------ threading
     def _get_executor(self) -> ThreadPoolExecutor:
@@ -198,10 +198,10 @@ class MessageStore:
             finally:
                 self.commit_log.recovery.on_verified = None
                 await pre.finish()
-            await self._run_blocking(self._recover_finish, last_exit_ok, *scanned, pre.dispatched)
+            await self._run_blocking(self.recovery.recover_finish, last_exit_ok, *scanned, pre.dispatched)
             await self.reput.catch_up()
             self.commit_log.recovery.recovered_positions.clear()
-            self._recover_topic_queue_table()
+            self.recovery.recover_topic_queue_table()
         except (OSError, ValueError) as exc:
             log.error("message store load failed", error=str(exc))
             return False
@@ -212,10 +212,10 @@ class MessageStore:
         os.makedirs(self.config.store_path_root_dir, exist_ok=True)
         self._acquire_lock_file()
         self.commit_log.load()
-        self._load_consume_queues()
+        self.recovery.load_consume_queues()
         self.checkpoint = StoreCheckpoint(self.config.store_checkpoint)
         self.index_service.load(last_exit_ok, self.checkpoint)
-        return self._recover_scan(last_exit_ok, pre)
+        return self.recovery.recover_scan(last_exit_ok, pre)
 
     def _pre_dispatched(self, end: int, n: int) -> None:
         self.reput.reput_from_offset = end
@@ -236,78 +236,15 @@ class MessageStore:
         os.write(fd, b"lock")
         self._lock_fd = fd
 
-    def _load_consume_queues(self) -> None:
-        root = self.config.store_path_consume_queue
-        if os.path.isdir(root):
-            for topic in sorted(os.listdir(root)):
-                tdir = os.path.join(root, topic)
-                if not os.path.isdir(tdir):
-                    continue
-                try:
-                    qids = sorted(os.listdir(tdir))
-                except OSError as exc:  # an unreadable topic folder: set it aside like a bad queue
-                    self._set_aside(tdir, None, exc)
-                    continue
-                for qid in qids:
-                    if not qid.lstrip("-").isdigit():
-                        continue
-                    cq = None
-                    try:
-                        cq = self.dispatcher.new_consume_queue(topic, int(qid))
-                        cq.load()
-                    except (OSError, ValueError) as exc:
-                        self._set_aside(os.path.join(tdir, qid), cq, exc)
-                        continue
-                    self.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
-        self._manifest = self._read_manifest()
-
-    def _set_aside(self, qdir: str, cq: ConsumeQueue | None, exc: BaseException) -> None:
-        """A queue folder that cannot be loaded or recovered must not stop the boot: close what was mapped and
-        move the folder to ``consumequeue-set-aside/`` (inside the store). The manifest still lists the queue,
-        so the reput rebuilds it from the CommitLog."""
-        if cq is not None:
-            try:
-                cq.shutdown()
-            except Exception:  # noqa: BLE001 - half-loaded: closing is best effort
-                pass
-        aside_root = os.path.join(self.config.store_path_root_dir, "consumequeue-set-aside")
-        queue = os.path.relpath(qdir, self.config.store_path_consume_queue)
-        target = os.path.join(aside_root, f"{queue.replace(os.sep, '.')}.{int(time.time() * 1000)}")
-        try:
-            os.makedirs(aside_root, exist_ok=True)
-            os.rename(qdir, target)
-        except OSError as move_error:
-            target = f"not moved ({move_error})"
-        log.error("consume queue folder set aside, it will be rebuilt from the CommitLog", queue=queue,
-                  error=f"{type(exc).__name__}: {exc}", moved_to=target)
-
-    def _read_manifest(self) -> set[tuple[str, int]]:
-        try:
-            with open(self.config.queue_manifest_file, "rb") as f:
-                data = json.load(f)
-            return {(t, int(q)) for t, qs in data.get("queues", {}).items() for q in qs}
-        except (OSError, ValueError, AttributeError, TypeError):
-            return set()
-
-    def _write_manifest_blocking(self, queues: set[tuple[str, int]]) -> None:
-        table: dict[str, list[int]] = {}
-        for t, q in sorted(queues):
-            table.setdefault(t, []).append(q)
-        path = self.config.queue_manifest_file
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"queues": table}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-
     def _queue_created(self, topic: str, queue_id: int) -> None:
         """A consume queue created on first use: the manifest lists it (written in the background)."""
-        if (topic, queue_id) not in self._manifest:
-            self._manifest.add((topic, queue_id))
-            self._manifest_dirty = True
-            if self._running:
-                asyncio.get_running_loop().create_task(self._save_manifest())
+        if self.manifest.add(topic, queue_id) and self._running:
+            asyncio.get_running_loop().create_task(self.manifest.save())
+
+    @property
+    def last_recovery(self) -> dict[str, Any]:
+        """What the last load recovered (processOffset, droppedBytes, seconds, ...), for admin and tests."""
+        return self.recovery.last_recovery
 
     # --------------------------------------------------------------------- the dispatcher's table and state
     @property
@@ -348,129 +285,6 @@ class MessageStore:
     def _running(self, running: bool) -> None:
         self.dispatcher.running = running
 
-    def _recover_scan(self, last_exit_ok: bool, pre: PreDispatch) -> tuple[RecoveryReport, int, float]:
-        """Recover the consume queues, then verify the CommitLog (all of it that may be torn) while `pre`
-        dispatches what the scan accepted from where the dispatch must start. Blocking (a worker)."""
-        assert self.checkpoint is not None
-        begin = time.monotonic()
-        max_phy_of_cq = -1
-        for cq in list(self._all_consume_queues()):
-            try:
-                cq.recover()
-            except (OSError, ValueError) as exc:
-                self.consume_queue_table.get(cq.topic, {}).pop(cq.queue_id, None)
-                self._set_aside(cq.queue_dir, cq, exc)
-                continue
-            max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
-        # (the parses run on the other worker threads: with one, they would wait behind this scan)
-        if self.commit_log.mapped_file_queue.mapped_files and self._io_threads >= 2:
-            pre.arm(self._dispatch_start(quiet=True))
-            self.commit_log.recovery.on_verified = pre.on_verified
-        try:
-            return self._scan_commit_log(last_exit_ok), max_phy_of_cq, begin
-        finally:
-            self.commit_log.recovery.on_verified = None
-
-    def _scan_commit_log(self, last_exit_ok: bool) -> RecoveryReport:
-        assert self.checkpoint is not None
-        if last_exit_ok:
-            report = self.commit_log.recovery.recover_normally(self.checkpoint.clean_max_offset)
-        else:
-            min_ts = (
-                self.checkpoint.min_timestamp_index()
-                if self.config.message_index_enable and self.config.message_index_safe
-                else self.checkpoint.min_timestamp()
-            )
-            report = self.commit_log.recovery.recover_abnormally(min_ts)
-        return report
-
-    def _dispatch_start(self, quiet: bool = False) -> int:
-        """Where the dispatch (re)starts: where the consume queues end (upstream start()), the start
-        of the CommitLog for a queue the manifest knows but whose files are gone, or for an index to
-        rebuild."""
-        cl_min = max(self.commit_log.get_min_offset(), 0)
-        reput_from = max(cl_min, max(cq.max_physic_offset for cq in self._all_consume_queues()) if self.consume_queue_table else cl_min)
-        missing = [
-            (t, q)
-            for t, q in self._manifest
-            if (cq := self.consume_queue_table.get(t, {}).get(q)) is None or cq.max_physic_offset < 0
-        ]
-        if missing:
-            if not quiet:
-                log.warning("consume queues missing, rebuilding them from the CommitLog", queues=len(missing))
-            reput_from = cl_min
-        reput_from = min(reput_from, self.commit_log.get_max_offset())
-        index_from = self.index_service.rebuild_from()
-        if self.config.message_index_enable and 0 <= index_from < reput_from:
-            reput_from = max(cl_min, index_from)
-        return reput_from
-
-    def _recover_finish(
-        self, last_exit_ok: bool, report: RecoveryReport, max_phy_of_cq: int, begin: float, pre_dispatched: int
-    ) -> None:
-        """After the scan (and the pre-dispatch) returned: cut consume queues and index back to what the
-        CommitLog holds, and place the reput. Blocking (a worker)."""
-        process_offset = report.process_offset
-        if not self.commit_log.mapped_file_queue.mapped_files:
-            if self.consume_queue_table:
-                log.warning("the commitlog files are deleted, and delete the consume queue files")
-            for cq in self._all_consume_queues():
-                cq.destroy()
-            self.consume_queue_table.clear()
-        elif max_phy_of_cq > process_offset:
-            log.warning(
-                "maxPhyOffsetOfConsumeQueue >= processOffset, truncate dirty logic files",
-                max_phy_of_cq=max_phy_of_cq,
-                process_offset=process_offset,
-            )
-            for cq in self._all_consume_queues():
-                cq.truncate_dirty_logic_files(process_offset)
-        self.index_service.truncate_beyond(process_offset)
-        reput_from = self._dispatch_start()
-        self.reput.reput_from_offset = reput_from
-        elapsed = time.monotonic() - begin
-        self.last_recovery = {
-            "normal": last_exit_ok,
-            "processOffset": process_offset,
-            "droppedBytes": report.dropped_bytes,
-            "scannedBytes": report.scanned_bytes,
-            "records": report.records,
-            "startFile": report.start_file,
-            "reputFrom": reput_from,
-            "preDispatched": pre_dispatched,
-            "seconds": round(elapsed, 3),
-        }
-        log.info(
-            "store recovered",
-            normally=last_exit_ok,
-            commit_log_max_offset=process_offset,
-            dropped_bytes=report.dropped_bytes,
-            scanned_bytes=report.scanned_bytes,
-            records_checked=report.records,
-            pre_dispatched=pre_dispatched,
-            reput_from=reput_from,
-            elapsed_s=round(elapsed, 3),
-        )
-        if report.dropped_bytes:
-            log.warning(
-                "recovery dropped a torn or unflushed CommitLog tail",
-                dropped_bytes=report.dropped_bytes,
-                at_offset=process_offset,
-                physic_checkpoint_ts=self.checkpoint.physic_msg_timestamp,
-            )
-
-    def _recover_topic_queue_table(self) -> None:
-        table: dict[tuple[str, int], int] = {}
-        min_phy = self.commit_log.get_min_offset()
-        for cq in self._all_consume_queues():
-            table[(cq.topic, cq.queue_id)] = cq.get_max_offset_in_queue()
-            cq.correct_min_offset(min_phy)
-        self.commit_log.topic_queue_table = table
-        known = set(table)
-        if known != self._manifest:
-            self._manifest = known
-            self._manifest_dirty = True
-
     async def start(self) -> None:
         if not self._loaded:
             raise RuntimeError("MessageStore.load() must succeed before start()")
@@ -509,8 +323,8 @@ class MessageStore:
         self._flush_cq_service.start()
         self._clean_service.start()
         self.stats.start()
-        if self._manifest_dirty:
-            await self._save_manifest()
+        if self.manifest.dirty:
+            await self.manifest.save()
         self._shutdown = False
         self._running = True
         # the first CommitLog file (if none) and the next one are created now, in worker threads, so
@@ -598,8 +412,8 @@ class MessageStore:
                 self.checkpoint.clean_max_offset = self.commit_log.get_max_offset()
             self.checkpoint.write()
             await self._run_blocking(self.checkpoint.fsync)
-        self._manifest_dirty = True
-        await self._save_manifest()
+        self.manifest.dirty = True
+        await self.manifest.save()
         if clean:
             await self._run_blocking(_unlink_quietly, self.config.abort_file)
         else:
@@ -623,18 +437,6 @@ class MessageStore:
             self._executor.shutdown(wait=True)
             self._executor = None
         self._loaded = False
-
-    async def _save_manifest(self) -> None:
-        """Write the queue manifest; concurrent calls coalesce (one writer, always the latest set)."""
-        async with self._manifest_lock:
-            if not self._manifest_dirty:
-                return
-            self._manifest_dirty = False
-            try:
-                await self._run_blocking(self._write_manifest_blocking, set(self._manifest))
-            except OSError as exc:
-                self._manifest_dirty = True
-                log.warning("cannot write the consume queue manifest", error=str(exc))
 
     def destroy(self) -> None:
         """Delete every file of the store (tests, admin)."""
@@ -938,13 +740,11 @@ class MessageStore:
             for qid, cq in queues.items():
                 cq.destroy()
                 self.commit_log.topic_queue_table.pop((topic, qid), None)
-                self._manifest.discard((topic, qid))
+                self.manifest.discard(topic, qid)
                 deleted += 1
             log.info("delete topic consume queues", topic=topic, queues=len(queues))
-        if deleted:
-            self._manifest_dirty = True
-            if self._running:
-                asyncio.get_running_loop().create_task(self._save_manifest())
+        if deleted and self._running:
+            asyncio.get_running_loop().create_task(self.manifest.save())
         return deleted
 
     def clean_unused_topics(self, keep: set[str]) -> int:

@@ -7,21 +7,37 @@ verifies every record (magic, sizes, body CRC) forward, then zeroes and truncate
 walks the record chain reading two ints a record and checks sizes and CRCs a chunk at a time; it hands
 each accepted run to `on_verified` (the pre-dispatch, store/predispatch.py) and keeps the positions it
 walked (`recovered_positions`) for the replay after it. What the store does around it (consume queues,
-index, where the dispatch restarts) is `MessageStore._recover_*`.
+index, where the dispatch restarts) is `StoreRecovery`.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import structlog
 
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 from store.message import MESSAGE_MAGIC_CODE, POS_STORE_TIMESTAMP, crc32
 from store.record_parser import BULK_RECORDS, RecordParser, consistent_sizes
+
+if TYPE_CHECKING:
+    from store.commit_log import CommitLog
+    from store.config import MessageStoreConfig
+    from store.consume_queue import ConsumeQueue
+    from store.dispatcher import CommitLogDispatcher
+    from store.index_service import IndexService
+    from store.predispatch import PreDispatch
+    from store.queue_manifest import QueueManifest
+    from store.reput import ReputMessageService
+
+log = structlog.get_logger(__name__)
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -201,3 +217,195 @@ class CommitLogRecovery:
         mfq.flushed_where = offset
         mfq.committed_where = offset
         mfq.truncate_dirty_files(offset)
+
+
+class StoreRecovery:
+    """The store's side of recovery (upstream DefaultMessageStore.load/recover): load the consume
+    queues (a folder that cannot be loaded is set aside and rebuilt, never a failed boot), recover
+    them, run the CommitLog scan with the pre-dispatch beside it, cut queues and index back to what
+    the CommitLog holds, and place the reput where the dispatch must restart. The scan and the cuts
+    run in a worker thread (`recover_scan`, `recover_finish`)."""
+
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        commit_log: CommitLog,
+        dispatcher: CommitLogDispatcher,
+        index_service: IndexService,
+        reput: ReputMessageService,
+        manifest: QueueManifest,
+        io_threads: int,
+    ) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.dispatcher = dispatcher
+        self.index_service = index_service
+        self.reput = reput
+        self.manifest = manifest
+        self.io_threads = io_threads
+        self.last_recovery: dict[str, Any] = {}
+
+    def load_consume_queues(self) -> None:
+        root = self.config.store_path_consume_queue
+        if os.path.isdir(root):
+            for topic in sorted(os.listdir(root)):
+                tdir = os.path.join(root, topic)
+                if not os.path.isdir(tdir):
+                    continue
+                try:
+                    qids = sorted(os.listdir(tdir))
+                except OSError as exc:  # an unreadable topic folder: set it aside like a bad queue
+                    self.set_aside(tdir, None, exc)
+                    continue
+                for qid in qids:
+                    if not qid.lstrip("-").isdigit():
+                        continue
+                    cq = None
+                    try:
+                        cq = self.dispatcher.new_consume_queue(topic, int(qid))
+                        cq.load()
+                    except (OSError, ValueError) as exc:
+                        self.set_aside(os.path.join(tdir, qid), cq, exc)
+                        continue
+                    self.dispatcher.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
+        self.manifest.load()
+
+    def set_aside(self, qdir: str, cq: ConsumeQueue | None, exc: BaseException) -> None:
+        """A queue folder that cannot be loaded or recovered must not stop the boot: close what was mapped and
+        move the folder to ``consumequeue-set-aside/`` (inside the store). The manifest still lists the queue,
+        so the reput rebuilds it from the CommitLog."""
+        if cq is not None:
+            try:
+                cq.shutdown()
+            except Exception:  # noqa: BLE001 - half-loaded: closing is best effort
+                pass
+        aside_root = os.path.join(self.config.store_path_root_dir, "consumequeue-set-aside")
+        queue = os.path.relpath(qdir, self.config.store_path_consume_queue)
+        target = os.path.join(aside_root, f"{queue.replace(os.sep, '.')}.{int(time.time() * 1000)}")
+        try:
+            os.makedirs(aside_root, exist_ok=True)
+            os.rename(qdir, target)
+        except OSError as move_error:
+            target = f"not moved ({move_error})"
+        log.error("consume queue folder set aside, it will be rebuilt from the CommitLog", queue=queue,
+                  error=f"{type(exc).__name__}: {exc}", moved_to=target)
+
+    def recover_scan(self, last_exit_ok: bool, pre: PreDispatch) -> tuple[RecoveryReport, int, float]:
+        """Recover the consume queues, then verify the CommitLog (all of it that may be torn) while `pre`
+        dispatches what the scan accepted from where the dispatch must start. Blocking (a worker)."""
+        assert self.dispatcher.checkpoint is not None
+        begin = time.monotonic()
+        max_phy_of_cq = -1
+        for cq in list(self.dispatcher.all_consume_queues()):
+            try:
+                cq.recover()
+            except (OSError, ValueError) as exc:
+                self.dispatcher.consume_queue_table.get(cq.topic, {}).pop(cq.queue_id, None)
+                self.set_aside(cq.queue_dir, cq, exc)
+                continue
+            max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
+        # (the parses run on the other worker threads: with one, they would wait behind this scan)
+        if self.commit_log.mapped_file_queue.mapped_files and self.io_threads >= 2:
+            pre.arm(self.dispatch_start(quiet=True))
+            self.commit_log.recovery.on_verified = pre.on_verified
+        try:
+            return self.scan_commit_log(last_exit_ok), max_phy_of_cq, begin
+        finally:
+            self.commit_log.recovery.on_verified = None
+
+    def scan_commit_log(self, last_exit_ok: bool) -> RecoveryReport:
+        assert self.dispatcher.checkpoint is not None
+        if last_exit_ok:
+            report = self.commit_log.recovery.recover_normally(self.dispatcher.checkpoint.clean_max_offset)
+        else:
+            min_ts = (
+                self.dispatcher.checkpoint.min_timestamp_index()
+                if self.config.message_index_enable and self.config.message_index_safe
+                else self.dispatcher.checkpoint.min_timestamp()
+            )
+            report = self.commit_log.recovery.recover_abnormally(min_ts)
+        return report
+
+    def dispatch_start(self, quiet: bool = False) -> int:
+        """Where the dispatch (re)starts: where the consume queues end (upstream start()), the start
+        of the CommitLog for a queue the manifest knows but whose files are gone, or for an index to
+        rebuild."""
+        cl_min = max(self.commit_log.get_min_offset(), 0)
+        reput_from = max(cl_min, max(cq.max_physic_offset for cq in self.dispatcher.all_consume_queues()) if self.dispatcher.consume_queue_table else cl_min)
+        missing = [
+            (t, q)
+            for t, q in self.manifest.queues
+            if (cq := self.dispatcher.consume_queue_table.get(t, {}).get(q)) is None or cq.max_physic_offset < 0
+        ]
+        if missing:
+            if not quiet:
+                log.warning("consume queues missing, rebuilding them from the CommitLog", queues=len(missing))
+            reput_from = cl_min
+        reput_from = min(reput_from, self.commit_log.get_max_offset())
+        index_from = self.index_service.rebuild_from()
+        if self.config.message_index_enable and 0 <= index_from < reput_from:
+            reput_from = max(cl_min, index_from)
+        return reput_from
+
+    def recover_finish(
+        self, last_exit_ok: bool, report: RecoveryReport, max_phy_of_cq: int, begin: float, pre_dispatched: int
+    ) -> None:
+        """After the scan (and the pre-dispatch) returned: cut consume queues and index back to what the
+        CommitLog holds, and place the reput. Blocking (a worker)."""
+        process_offset = report.process_offset
+        if not self.commit_log.mapped_file_queue.mapped_files:
+            if self.dispatcher.consume_queue_table:
+                log.warning("the commitlog files are deleted, and delete the consume queue files")
+            for cq in self.dispatcher.all_consume_queues():
+                cq.destroy()
+            self.dispatcher.consume_queue_table.clear()
+        elif max_phy_of_cq > process_offset:
+            log.warning(
+                "maxPhyOffsetOfConsumeQueue >= processOffset, truncate dirty logic files",
+                max_phy_of_cq=max_phy_of_cq,
+                process_offset=process_offset,
+            )
+            for cq in self.dispatcher.all_consume_queues():
+                cq.truncate_dirty_logic_files(process_offset)
+        self.index_service.truncate_beyond(process_offset)
+        reput_from = self.dispatch_start()
+        self.reput.reput_from_offset = reput_from
+        elapsed = time.monotonic() - begin
+        self.last_recovery = {
+            "normal": last_exit_ok,
+            "processOffset": process_offset,
+            "droppedBytes": report.dropped_bytes,
+            "scannedBytes": report.scanned_bytes,
+            "records": report.records,
+            "startFile": report.start_file,
+            "reputFrom": reput_from,
+            "preDispatched": pre_dispatched,
+            "seconds": round(elapsed, 3),
+        }
+        log.info(
+            "store recovered",
+            normally=last_exit_ok,
+            commit_log_max_offset=process_offset,
+            dropped_bytes=report.dropped_bytes,
+            scanned_bytes=report.scanned_bytes,
+            records_checked=report.records,
+            pre_dispatched=pre_dispatched,
+            reput_from=reput_from,
+            elapsed_s=round(elapsed, 3),
+        )
+        if report.dropped_bytes:
+            log.warning(
+                "recovery dropped a torn or unflushed CommitLog tail",
+                dropped_bytes=report.dropped_bytes,
+                at_offset=process_offset,
+                physic_checkpoint_ts=self.dispatcher.checkpoint.physic_msg_timestamp,
+            )
+
+    def recover_topic_queue_table(self) -> None:
+        table: dict[tuple[str, int], int] = {}
+        min_phy = self.commit_log.get_min_offset()
+        for cq in self.dispatcher.all_consume_queues():
+            table[(cq.topic, cq.queue_id)] = cq.get_max_offset_in_queue()
+            cq.correct_min_offset(min_phy)
+        self.commit_log.topic_queue_table = table
+        self.manifest.replace(set(table))

@@ -121,12 +121,6 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        ok = self.put_hashed(index_key_hash(key), phy_offset, store_timestamp)
-        if ok:
-            self.write_header()
-        return ok
-
     def put_hashed(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add one entry; the header in the file is updated by `write_header` (once per batch)."""
         if self.index_count >= self.index_num:

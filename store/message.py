@@ -88,7 +88,6 @@ assert FIXED_PART.size == FIXED_PART_LENGTH
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
-_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGIC
 _MSG_ID = struct.Struct(">4siq")
 
 
@@ -588,12 +587,3 @@ def decode_records(buf: bytes | bytearray | memoryview) -> list[MessageExt]:
         out.append(msg)
         pos += msg.store_size
     return out
-
-
-def read_store_timestamp(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
-    return _LONG.unpack_from(buf, offset + POS_STORE_TIMESTAMP)[0]
-
-
-def read_head(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, int]:
-    """(TOTALSIZE, MAGIC) at offset."""
-    return _HEAD.unpack_from(buf, offset)

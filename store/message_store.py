@@ -255,9 +255,6 @@ class MessageStore:
         """The queue, created on first use (CommitLogDispatcher.find_consume_queue)."""
         return self.dispatcher.find_consume_queue(topic, queue_id)
 
-    def _get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self.dispatcher.get_consume_queue(topic, queue_id)
-
     def _all_consume_queues(self) -> Iterable[ConsumeQueue]:
         return self.dispatcher.all_consume_queues()
 
@@ -746,9 +743,6 @@ class MessageStore:
         if deleted and self._running:
             asyncio.get_running_loop().create_task(self.manifest.save())
         return deleted
-
-    def clean_unused_topics(self, keep: set[str]) -> int:
-        return self.delete_topics([t for t in list(self.consume_queue_table) if t not in keep])
 
     def execute_delete_files_manually(self) -> None:
         if self._clean_service is not None:

@@ -7,8 +7,10 @@ physical offsets and the store timestamp, and copies the bytes into the mapped f
 pool buffer). A record that does not fit with 8 spare bytes ends the file with a BLANK filler and goes
 to the next file, created ahead of time in a worker thread. The section awaits only for a file that is
 not ready yet or for an injected stall, so the event loop keeps running and the busy signals can be
-observed. The module also parses records back (reput, recovery) and finds the valid end of the log
-after a crash.
+observed. After each record the writer hands its dispatch to the bound CommitLogDispatcher (inline
+while the reput is caught up, else described in `dispatch_queue` for the reput). Parsing records back
+is `self.parser` (store/record_parser.py); finding the valid end after a crash is `self.recovery`
+(store/recovery.py).
 """
 
 from __future__ import annotations

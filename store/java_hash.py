@@ -135,6 +135,17 @@ class JavaHasher:
             h1, e1 = self.segment_hashes(u8, a[:half], b[:half], unless)
             h2, e2 = self.segment_hashes(u8, a[half:], b[half:], unless)
             return np.concatenate([h1, h2]), np.concatenate([e1, e2])
+        width = int(lens[0])
+        if width > 0 and (lens == width).all() and int(a.max()) + width <= len(u8):
+            # one length (UNIQ_KEY, a run of one tag): the segments as rows of a sliding-window view
+            windows = np.lib.stride_tricks.as_strided(
+                u8, shape=(len(u8) - width + 1, width), strides=(1, 1), writeable=False
+            )
+            rows = windows[a]
+            exact = rows.max(axis=1) < 0x80
+            if unless >= 0:
+                exact &= ~(rows == unless).any(axis=1)
+            return self.hash_units(rows.reshape(-1), ends), exact
         starts = ends - lens
         index = np.arange(total, dtype=np.int64)
         index += np.repeat(a - starts, lens)

@@ -1,10 +1,16 @@
 """MessageStore: the store's public API (upstream DefaultMessageStore), wiring every part together.
 
-Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown), the put path
+Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown) and the put path
 (checks, delayed-message rewrite, encode outside the lock, hand to the single CommitLog writer, wait for
-the flush when SYNC_FLUSH), the pull path (`get_message` with upstream's status and nextBeginOffset
-rules), offset queries, index queries and the runtime info. Blocking work (file creation, fsync, commit
-into files, recovery scans) runs in the store's own worker threads.
+the flush when SYNC_FLUSH), and the runtime info. The other jobs have rooms of their own, which this
+class builds and wires once: the writer (store/commit_log.py), the dispatch to consume queues and index
+(store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads (store/message_reader.py),
+recovery (store/recovery.py) and record parsing (store/record_parser.py). Blocking work (file creation,
+fsync, commit into files, recovery scans) runs in the store's own worker threads.
+
+Over 600 lines on purpose: the put path reads the lifecycle's state (shut down, disk full, the flush and
+commit services created at start), and about 120 lines are the one-line read delegates and properties
+that keep the public API (`store.get_message`, `store.consume_queue_table`, ...) in one place.
 """
 
 from __future__ import annotations

@@ -40,3 +40,14 @@ def test_segment_hashes_match_scalar(texts, gap):
 def test_tables_grow_for_long_input():
     keys = ["k" * 3000 + str(i) for i in range(20)]
     assert JavaHasher().hash_many(keys) == [java_string_hash(k) for k in keys]
+
+
+def test_segments_of_one_length():
+    """The one-length path (rows of a window view): exactness per segment, hashes as the scalar's."""
+    texts = ["abcd", "ab d", "äbc", "wxyz"]  # "äbc" is 4 bytes of UTF-8, like the others
+    raw = b"".join(b"\x00\x02" + t.encode() for t in texts)
+    u8 = np.frombuffer(raw, dtype=np.uint8)
+    a = np.array([2 + 6 * i for i in range(4)])
+    h, exact = JavaHasher().segment_hashes(u8, a, a + 4, unless=ord(" "))
+    assert exact.tolist() == [True, False, False, True]
+    assert [h[0], h[3]] == [java_string_hash("abcd"), java_string_hash("wxyz")]

@@ -1,16 +1,16 @@
 """MessageStore: the store's public API (upstream DefaultMessageStore), wiring every part together.
 
-Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown) and the put path
-(checks, delayed-message rewrite, encode outside the lock, hand to the single CommitLog writer, wait for
-the flush when SYNC_FLUSH), and the runtime info. The other jobs have rooms of their own, which this
-class builds and wires once: the writer (store/commit_log.py), the dispatch to consume queues and index
-(store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads (store/message_reader.py),
-recovery (store/recovery.py) and record parsing (store/record_parser.py). Blocking work (file creation,
-fsync, commit into files, recovery scans) runs in the store's own worker threads.
+Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown), the flush after a
+put (wait for the group commit with SYNC_FLUSH, else wake the flush or commit service), the busy
+signals and the runtime info. The other jobs have rooms of their own, which this class builds and wires
+once: the put path (store/put_message.py), the writer (store/commit_log.py), the dispatch to consume
+queues and index (store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads
+(store/message_reader.py), recovery (store/recovery.py) and record parsing (store/record_parser.py).
+Blocking work (file creation, fsync, commit into files, recovery scans) runs in the store's own worker
+threads.
 
-Over 600 lines on purpose: the put path reads the lifecycle's state (shut down, disk full, the flush and
-commit services created at start), and about 120 lines are the one-line read delegates and properties
-that keep the public API (`store.get_message`, `store.consume_queue_table`, ...) in one place.
+A little over 600 lines on purpose: about 130 of them are one-line delegates and properties that keep
+the public API (`store.put_message`, `store.get_message`, `store.consume_queue_table`, ...) in one place.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import structlog
 
 from store.checkpoint import StoreCheckpoint
 from store.clean import CleanService, disk_used_ratio
-from store.commit_log import AppendFailure, AppendRequest, CommitLog
+from store.commit_log import CommitLog
 from store.config import (
     BrokerRole,
     FlushDiskType,
@@ -47,24 +47,16 @@ from store.flush import (
 from store.index_service import IndexService
 from store.mapped_file import MappedFile
 from store.message import (
-    MAX_TOPIC_LENGTH,
-    RMQ_SYS_SCHEDULE_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
     MessageExt,
     MessageExtBrokerInner,
-    RecordError,
-    encode_properties,
-    transaction_value,
 )
-from store.path_guard import unsafe_dir_name_reason
 from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
 from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.message_reader import MessageReader, StoreNotReadableError
 from store.recovery import RecoveryReport, StoreRecovery
+from store.put_message import MessagePutter
 from store.queue_manifest import QueueManifest
 from store.reput import ReputMessageService
 from store.results import (
@@ -81,7 +73,6 @@ from store.transient_store_pool import TransientStorePool
 log = structlog.get_logger(__name__)
 
 _INT_MAX = 0x7FFFFFFF
-_YIELD_EVERY_INLINE = 64  # appends done on the caller's stack in a row before a put yields to the loop
 
 
 def _default_now_ms() -> int:
@@ -121,7 +112,6 @@ class MessageStore:
         )
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
         self.stats = StoreStats(now_ms)
-        self._encoder = self.commit_log.encoder
         self.dispatcher = CommitLogDispatcher(
             config,
             self.commit_log,
@@ -130,13 +120,23 @@ class MessageStore:
             unlink=self.unlink_later,
             queue_created=self._queue_created,
         )
-        self._inline_appends = 0
         self.reader = MessageReader(
             config, self.commit_log, self.dispatcher, self.index_service, self.stats, lambda: self._loaded, now_ms
         )
         self.reput = ReputMessageService(self.commit_log, self.dispatcher, self._run_blocking)
         self.reput.with_keys = config.message_index_enable
         self.dispatcher.bind_reput(self.reput)
+        self.putter = MessagePutter(
+            config,
+            self.commit_log,
+            self.dispatcher,
+            self.reput,
+            self.stats,
+            now_ms,
+            pooled=self.pool is not None,
+            store_status=self._check_store_status,
+            after_put=self._after_put,
+        )
         self.commit_log.bind_dispatcher(self.dispatcher)
         self.commit_log.parser.want_raw_props = lambda: (
             self.dispatcher.message_arriving_listener is not None and self.dispatcher.running
@@ -483,166 +483,21 @@ class MessageStore:
             return PutMessageStatus.OS_PAGECACHE_BUSY, "os page cache busy"
         return PutMessageStatus.PUT_OK, None
 
-    def _rewrite_delay(self, msg: MessageExtBrokerInner) -> None:
-        """Upstream CommitLog.asyncPutMessage: a DELAY level on a non-transactional message stores it in
-        SCHEDULE_TOPIC_XXXX queue level-1 with REAL_TOPIC/REAL_QID (clamped to the max level)."""
-        tran = transaction_value(msg.sys_flag)
-        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) or msg.topic == RMQ_SYS_SCHEDULE_TOPIC:
-            return
-        level = msg.delay_time_level
-        if level <= 0:
-            return
-        level = min(level, self.commit_log.parser.max_delay_level)
-        props = dict(msg.properties)
-        props[MessageConst.DELAY] = str(level)
-        props[MessageConst.REAL_TOPIC] = msg.topic
-        props[MessageConst.REAL_QID] = str(msg.queue_id)
-        msg.properties = props
-        msg.properties_string = encode_properties(props)
-        msg.topic = RMQ_SYS_SCHEDULE_TOPIC
-        msg.queue_id = level - 1
-
-    def _plan(self, msg: MessageExtBrokerInner) -> tuple[bytes, int, int] | PutMessageResult:
-        """(tail, crc, size) of the record for `msg` (RecordEncoder.plan), or the rejection."""
-        if len(msg.topic) > MAX_TOPIC_LENGTH:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msg.topic)} > 127")
-        if (unsafe := unsafe_dir_name_reason(msg.topic)) is not None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
-        if msg.body is not None and len(msg.body) > self.config.max_message_size:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                None,
-                f"message body size {len(msg.body)} exceeds maxMessageSize {self.config.max_message_size}",
-            )
-        try:
-            return self._encoder.plan(msg)
-        except RecordError as exc:
-            return self._rejection(exc)
-
-    def _plan_batch(self, msgs: list[MessageExtBrokerInner]) -> tuple[list[bytes], list[int], list[int], int] | PutMessageResult:
-        """(tails, crcs, sizes, total) of a batch of one topic (RecordEncoder.plan_many), or the rejection."""
-        if len(msgs[0].topic) > MAX_TOPIC_LENGTH:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msgs[0].topic)} > 127")
-        if (unsafe := unsafe_dir_name_reason(msgs[0].topic)) is not None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
-        try:
-            return self._encoder.plan_many(msgs, self.config.max_message_size)
-        except RecordError as exc:
-            return self._rejection(exc)
-
-    @staticmethod
-    def _rejection(exc: RecordError) -> PutMessageResult:
-        text = str(exc)
-        status = (
-            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-            if text.startswith("PROPERTIES_SIZE_EXCEEDED")
-            else PutMessageStatus.MESSAGE_ILLEGAL
-        )
-        return PutMessageResult(status, None, text)
-
     async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
-        """Append one message; with SYNC_FLUSH wait until an fsync covers it."""
-        status, remark = self._check_store_status()
-        if status != PutMessageStatus.PUT_OK:
-            return PutMessageResult(status, None, remark)
-        begin = self.now_ms()
-        if MessageConst.DELAY in msg.properties:
-            self._rewrite_delay(msg)
-        plan = self._plan(msg)
-        if isinstance(plan, PutMessageResult):
-            self.stats.put_failed += 1
-            return plan
-        tail, crc, size = plan
-        return await self._submit(
-            [msg], [tail], [crc], [size], size, msg.topic, msg.queue_id, msg.sys_flag,
-            msg.prepared_transaction_offset, msg.store_host, stall_append_ms, False, msg, begin,
-        )
+        """Append one message; with SYNC_FLUSH wait until an fsync covers it (MessagePutter.put_message)."""
+        return await self.putter.put_message(msg, stall_append_ms=stall_append_ms)
 
     async def put_messages(
         self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
     ) -> PutMessageResult:
-        """Append a batch of messages of one topic and queue: one contiguous write, consecutive queue
-        offsets, one file (upstream asyncPutMessages)."""
-        status, remark = self._check_store_status()
-        if status != PutMessageStatus.PUT_OK:
-            return PutMessageResult(status, None, remark)
-        if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
-        first = msgs[0]
-        topic = first.topic
-        queue_id = first.queue_id
-        for m in msgs:
-            if m.topic != topic or m.queue_id != queue_id:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and one queue"
-                )
-            if m.sys_flag & TRANSACTION_ROLLBACK_TYPE:  # transaction_value(m.sys_flag) != TRANSACTION_NOT_TYPE
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional")
-            if MessageConst.DELAY in m.properties and m.delay_time_level > 0:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
-        begin = self.now_ms()
-        planned = self._plan_batch(msgs)
-        if isinstance(planned, PutMessageResult):
-            self.stats.put_failed += 1
-            return planned
-        tails, crcs, sizes, total = planned
-        return await self._submit(
-            msgs, tails, crcs, sizes, total, first.topic, first.queue_id, first.sys_flag, 0, first.store_host,
-            stall_append_ms, True, None, begin,
-        )
+        """Append a batch of one topic and queue (MessagePutter.put_messages)."""
+        return await self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
 
-    async def _submit(
-        self,
-        msgs: list[MessageExtBrokerInner],
-        tails: list[bytes],
-        crcs: list[int],
-        sizes: list[int],
-        total: int,
-        topic: str,
-        queue_id: int,
-        sys_flag: int,
-        prepared_offset: int,
-        store_host: tuple[str, int],
-        stall_ms: int,
-        batch: bool,
-        msg: MessageExtBrokerInner | None,
-        begin: int,
-    ) -> PutMessageResult:
-        if total + 8 > self.config.mapped_file_size_commit_log:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                None,
-                f"{total} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
-            )
-        req = AppendRequest(
-            msgs, tails, crcs, sizes, total, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms, None,
-            batch,
-        )
-        cl = self.commit_log
-        result: AppendMessageResult | AppendFailure | None = cl.append_now(req) if stall_ms <= 0 else None
-        if result is not None:
-            if self.pool is not None and cl.dispatch_queue:
-                # records in a pool buffer: readable, so dispatched, once the commit service wrote them
-                # (it wakes the reput); a put does not wait for that, as upstream's does not
-                pass
-            elif self.dispatcher.after_inline_put():
-                # records the inline dispatch left to the reput, or keys that need the next index
-                # file: a round of the reput does both (awaiting the file) before the put returns
-                await self.reput.wait_dispatched(result.wrote_offset + result.wrote_bytes)
-            self._inline_appends += 1
-            if self._inline_appends >= _YIELD_EVERY_INLINE:
-                # a caller putting in a loop would otherwise never let the event loop run
-                self._inline_appends = 0
-                await asyncio.sleep(0)
-        else:
-            req.future = asyncio.get_running_loop().create_future()
-            cl.submit(req)
-            result = await req.future
-        if isinstance(result, AppendFailure):
-            self.stats.put_failed += 1
-            return PutMessageResult(result.status, None, result.remark)
-        if msg is not None:
-            msg.store_timestamp = result.store_timestamp
+    async def _after_put(
+        self, result: AppendMessageResult, msg: MessageExtBrokerInner | None, topic: str
+    ) -> PutMessageStatus:
+        """After an append: wait for the group commit (SYNC_FLUSH, unless the message says WAIT=false) or
+        wake the flush or commit service; FLUSH_DISK_TIMEOUT when the fsync did not come in time."""
         status = PutMessageStatus.PUT_OK
         cfg = self.config
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
@@ -668,8 +523,7 @@ class MessageStore:
             self._commit_service.wakeup()
         elif self._flush_service is not None and not cfg.flush_commit_log_timed:
             self._flush_service.wakeup()
-        self.stats.put_done(self.now_ms() - begin)
-        return PutMessageResult(status, result)
+        return status
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

@@ -383,7 +383,8 @@ class CommitLog:
                 # one descriptor for the whole batch: the reput dispatches it in one pass once committed
                 self.dispatch_queue.append(DispatchBatch(req, wrote_offset, total, queue_offset, store_ts))
             else:
-                self.dispatch_queue.extend(self.parser.describe(req, done, wrote_offset, queue_offset, store_ts, counts))
+                described = self.parser.describe(req, done, wrote_offset, queue_offset, store_ts, counts)
+                self.dispatch_queue.extend(described)
         return AppendMessageResult(
             wrote_offset=wrote_offset,
             wrote_bytes=total,

@@ -375,7 +375,8 @@ class CommitLogDispatcher:
                     self.failed("bulk", topic, queue_id, exc)
                     continue
                 if failed:
-                    log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id, entries=failed)
+                    log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id,
+                              entries=failed)
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = int(recs.store_ts[np.flatnonzero(to_cq)[-1]])
         if self._index_enabled and len(recs.key_record):

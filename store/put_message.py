@@ -101,7 +101,9 @@ class MessagePutter:
         except RecordError as exc:
             return self._rejection(exc)
 
-    def _plan_batch(self, msgs: list[MessageExtBrokerInner]) -> tuple[list[bytes], list[int], list[int], int] | PutMessageResult:
+    def _plan_batch(
+        self, msgs: list[MessageExtBrokerInner]
+    ) -> tuple[list[bytes], list[int], list[int], int] | PutMessageResult:
         """(tails, crcs, sizes, total) of a batch of one topic (RecordEncoder.plan_many), or the rejection."""
         if len(msgs[0].topic) > MAX_TOPIC_LENGTH:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msgs[0].topic)} > 127")
@@ -159,7 +161,9 @@ class MessagePutter:
                     PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and one queue"
                 )
             if m.sys_flag & TRANSACTION_ROLLBACK_TYPE:  # transaction_value(m.sys_flag) != TRANSACTION_NOT_TYPE
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional")
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional"
+                )
             if MessageConst.DELAY in m.properties and m.delay_time_level > 0:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
         begin = self.now_ms()

@@ -320,7 +320,8 @@ class RecordParser:
             delays = dict(zip(found[3][0].tolist(), zip(found[3][1].tolist(), found[3][2].tolist())))
             for i in np.flatnonzero(topic_ids == schedule).tolist():
                 span = delays.get(i)
-                level = _int_or_zero(view[span[0] : span[1]].tobytes().decode("utf-8", errors="replace") if span else None)
+                text = view[span[0] : span[1]].tobytes().decode("utf-8", errors="replace") if span else None
+                level = _int_or_zero(text)
                 if level > 0:
                     tags_code[i] = self.compute_deliver_timestamp(min(level, self.max_delay_level), ts_list[i])
         key_record, key_hash = _index_key_hashes(u8, view, topics, topic_ids, found[2], found[1]) if with_keys else (
@@ -377,8 +378,10 @@ class RecordParser:
         (props_len,) = _SHORT.unpack_from(view, p + 1 + topic_len) if p + 3 + topic_len <= end else (-1,)
         if props_len < 0 or 91 + body_len + topic_len + props_len != total:
             return -1
-        if check_crc and (crc32(view[pos + FIXED_PART_LENGTH : pos + FIXED_PART_LENGTH + body_len]) & 0x7FFFFFFF) != crc:
-            return -1
+        if check_crc:
+            body = view[pos + FIXED_PART_LENGTH : pos + FIXED_PART_LENGTH + body_len]
+            if (crc32(body) & 0x7FFFFFFF) != crc:
+                return -1
         return total
 
 

@@ -331,7 +331,8 @@ class StoreRecovery:
         of the CommitLog for a queue the manifest knows but whose files are gone, or for an index to
         rebuild."""
         cl_min = max(self.commit_log.get_min_offset(), 0)
-        reput_from = max(cl_min, max(cq.max_physic_offset for cq in self.dispatcher.all_consume_queues()) if self.dispatcher.consume_queue_table else cl_min)
+        queues = list(self.dispatcher.all_consume_queues())
+        reput_from = max(cl_min, max(cq.max_physic_offset for cq in queues)) if queues else cl_min
         missing = [
             (t, q)
             for t, q in self.manifest.queues

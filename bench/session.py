@@ -112,7 +112,8 @@ def ship_code(spark: SparkSession, work_dir: Path) -> Path:
     root = Path(__file__).resolve().parent.parent
     path = work_dir / "mqbench-code.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in ("bench", "mqclient", "remoting"):
+        # (store: mqclient takes String.hashCode from store/java_hash.py; numpy and structlog are core deps)
+        for package in ("bench", "mqclient", "remoting", "store"):
             for f in sorted((root / package).rglob("*.py")):
                 zf.write(f, f.relative_to(root).as_posix())
     spark.sparkContext.addPyFile(str(path))

@@ -36,6 +36,7 @@ from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
+from store.java_hash import java_string_hash
 from remoting.headers import (GetConsumerListByGroupRequestHeader, GetMaxOffsetRequestHeader,
                               PullMessageRequestHeader, QueryConsumerOffsetRequestHeader,
                               UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, encode_header)
@@ -235,7 +236,7 @@ class PushConsumer:
         if self.config.sub_expression not in ("*", ""):
             tags = [t.strip() for t in self.config.sub_expression.split("||") if t.strip()]
             sub["tagsSet"] = tags
-            sub["codeSet"] = [_java_hash(t) for t in tags]
+            sub["codeSet"] = [java_string_hash(t) for t in tags]
         data = {"clientID": self.client_id,
                 "consumerDataSet": [{"groupName": self.config.group, "consumeType": "CONSUME_PASSIVELY",
                                      "messageModel": "CLUSTERING",
@@ -475,12 +476,3 @@ class PushConsumer:
             if self.offsets.get(mq, 0) < await self.max_offset(mq):
                 return False
         return True
-
-
-def _java_hash(text: str) -> int:
-    """J ``String.hashCode`` (signed 32-bit over UTF-16 code units), for tag code sets."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h

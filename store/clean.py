@@ -146,6 +146,6 @@ class CleanService:
         min_offset = store.commit_log.get_min_offset()
         if min_offset > self._last_physical_min_offset:
             self._last_physical_min_offset = min_offset
-            for cq in list(store._all_consume_queues()):
+            for cq in list(store.dispatcher.all_consume_queues()):
                 cq.delete_expired_file(min_offset)
             store.index_service.delete_expired_file(min_offset, store.unlink_later)

@@ -136,9 +136,6 @@ class MessageStoreConfig:
         # can be detected and rebuilt from the CommitLog.
         return os.path.join(self.store_path_root_dir, "consumequeue.manifest")
 
-    def is_transient_store_pool_enable(self) -> bool:
-        return self.transient_store_pool_enable
-
     def delay_levels_ms(self) -> list[int]:
         """`message_delay_level` parsed like upstream ScheduleMessageService.parseDelayLevel (level 1 first)."""
         units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

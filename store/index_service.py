@@ -22,16 +22,11 @@ import numpy as np
 import structlog
 
 from store.checkpoint import StoreCheckpoint
-from store.commit_log import DispatchRequest
 from store.config import MessageStoreConfig
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import RunBlocking
-from store.message import (
-    TRANSACTION_ROLLBACK_TYPE,
-    MessageConst,
-    java_string_hash,
-    transaction_value,
-)
+from store.java_hash import JavaHasher, index_key_hash
+from store.message import MessageConst
 
 log = structlog.get_logger(__name__)
 
@@ -42,16 +37,6 @@ INVALID_INDEX = 0
 _HEADER = struct.Struct(">qqqqii")
 _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
-
-
-def index_key_hash(key: str) -> int:
-    """IndexFile.indexKeyHashMethod: Math.abs(hashCode), 0 for Integer.MIN_VALUE."""
-    h = java_string_hash(key)
-    return 0 if h == -0x80000000 else abs(h)
-
-
-def _abs_hash(h: int) -> int:
-    return 0 if h == -0x80000000 else abs(h)
 
 
 def _as_list(values: list[int] | np.ndarray) -> list[int]:
@@ -68,90 +53,10 @@ def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
     return out
 
 
-def _index_keys(req: DispatchRequest) -> list[str]:
-    """index_keys of a dispatched record; none for a rolled-back transaction."""
-    if transaction_value(req.sys_flag) == TRANSACTION_ROLLBACK_TYPE:
-        return []
-    return index_keys(req.topic, req.uniq_key, req.keys)
-
-
 # an index entry as numpy sees it (for the vectorised batch insert)
 _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time", ">i4"), ("prev", ">i4")])
 assert _ENTRY_DTYPE.itemsize == INDEX_SIZE
 _VECTOR_MIN = 16  # below this many keys the scalar insert is cheaper
-
-
-_INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so it has an inverse modulo 2**32
-
-
-def _power_table(base: int, n: int) -> np.ndarray:
-    """base**j mod 2**32 for j in range(n), as uint32 (numpy's uint32 products wrap modulo 2**32)."""
-    out = np.empty(n, dtype=np.uint32)
-    out[0] = 1
-    if n > 1:
-        np.cumprod(np.full(n - 1, base, dtype=np.uint32), dtype=np.uint32, out=out[1:])
-    return out
-
-
-class JavaHasher:
-    """String.hashCode for many strings at once, in a few vectorised passes over their UTF-16 code
-    units (what a Java String holds, so characters outside the BMP count as their surrogate pairs).
-
-    For a key at code units [a, e) of the joined keys c, hashCode = sum c[j] * 31**(e-1-j) mod 2**32.
-    31 is odd, so it has an inverse I modulo 2**32, and that sum is 31**(e-1) * sum c[j] * I**j: one
-    running sum of c[j] * I**j over all the keys, its differences at the key ends, each times
-    31**(e-1). uint32 arithmetic wraps modulo 2**32 as Java's int does. The keys are joined with NUL,
-    a code unit that adds nothing to a sum, and the NULs mark the ends; a key that holds NUL itself
-    makes the count differ, and the ends then come from the keys' lengths. (This replaced a matrix of
-    the keys' characters times powers of 31, which spent half its time padding the keys to one width:
-    4096 keys of 40 characters went from 1.1 ms to about a third of that.)"""
-
-    MIN_VECTOR = 8
-    CHUNK_UNITS = 1 << 20  # code units per pass: bounds the temporary arrays (4 MiB each)
-
-    def __init__(self) -> None:
-        self._p31 = _power_table(31, 1)
-        self._pinv = _power_table(_INV31, 1)
-
-    def _powers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        if len(self._p31) < n:
-            # grow by doubling, up to what one pass can need (surrogate pairs: two units a character)
-            size = max(n, min(2 * len(self._p31), 2 * self.CHUNK_UNITS))
-            self._p31 = _power_table(31, size)
-            self._pinv = _power_table(_INV31, size)
-        return self._p31, self._pinv
-
-    def hashes(self, keys: list[str]) -> np.ndarray:
-        """Signed 32-bit String.hashCode of every key, as int64."""
-        n = len(keys)
-        if n < self.MIN_VECTOR:
-            return np.array([java_string_hash(k) for k in keys], dtype=np.int64)
-        joined = "\0".join(keys)
-        if len(joined) > self.CHUNK_UNITS:
-            half = n // 2
-            return np.concatenate([self.hashes(keys[:half]), self.hashes(keys[half:])])
-        units = np.frombuffer((joined + "\0").encode("utf-16-le", "surrogatepass"), dtype="<u2")
-        ends = np.flatnonzero(units == 0)  # where each key ends (the NUL after it)
-        if len(ends) != n:  # a key holds NUL itself
-            lengths = np.fromiter((len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys), np.int64, n)
-            ends = np.cumsum(lengths + 1) - 1
-        p31, pinv = self._powers(len(units))
-        running = units.astype(np.uint32)
-        running *= pinv[: len(units)]
-        np.cumsum(running, dtype=np.uint32, out=running)
-        sums = running[ends]
-        sums[1:] -= running[ends[:-1]]
-        sums *= p31[ends - 1]  # (an empty first key: index -1, times a zero sum)
-        return sums.view(np.int32).astype(np.int64)
-
-    def abs_hashes(self, keys: list[str]) -> np.ndarray:
-        """index_key_hash of every key, as an int64 array."""
-        h = np.abs(self.hashes(keys))
-        h[h == 0x80000000] = 0  # Math.abs(Integer.MIN_VALUE) is negative: upstream uses 0
-        return h
-
-    def hash_many(self, keys: list[str]) -> list[int]:
-        return self.hashes(keys).tolist()
 
 
 def time_millis_to_human_string(ms: int) -> str:
@@ -215,12 +120,6 @@ class IndexFile:
 
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
-
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        ok = self.put_hashed(index_key_hash(key), phy_offset, store_timestamp)
-        if ok:
-            self.write_header()
-        return ok
 
     def put_hashed(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add one entry; the header in the file is updated by `write_header` (once per batch)."""
@@ -455,21 +354,6 @@ class IndexService:
         while taken(path):
             path += "0"  # (a clock that does not move: keep the name unique all the same)
         return path
-
-    def build_index(self, req: DispatchRequest) -> None:
-        self.build_batch([req])
-
-    def build_batch(self, reqs: list[DispatchRequest]) -> None:
-        """Index the keys of dispatched records, in CommitLog order."""
-        keys: list[str] = []
-        phys: list[int] = []
-        times: list[int] = []
-        for req in reqs:
-            for key in _index_keys(req):
-                keys.append(key)
-                phys.append(req.commit_log_offset)
-                times.append(req.store_timestamp)
-        self.build_keys(keys, phys, times)
 
     def build_keys(self, keys: list[str], phys: list[int], times: list[int]) -> None:
         """Index `keys[i]` → `phys[i]` stored at `times[i]`, in CommitLog order: one hashing pass and

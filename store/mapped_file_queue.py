@@ -166,10 +166,6 @@ class MappedFileQueue:
             return self._install(pending.result())
         return self._install(self._create_blocking(path))
 
-    def needs_new_file(self) -> bool:
-        last = self.last_mapped_file()
-        return last is None or last.is_full()
-
     async def get_last_mapped_file_async(self, start_offset: int = 0) -> MappedFile:
         """The writable last file; a new one is created in a worker thread (the loop never blocks on it)."""
         create_offset = self._next_file_offset(start_offset)

@@ -14,6 +14,8 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from store.java_hash import java_string_hash
+
 try:  # ISA-L's CRC32 is the same IEEE CRC as zlib's, ~4x faster (the CRC is most of a 4 KiB append)
     from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - optional speed-up
@@ -86,7 +88,6 @@ assert FIXED_PART.size == FIXED_PART_LENGTH
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
-_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGIC
 _MSG_ID = struct.Struct(">4siq")
 
 
@@ -119,19 +120,6 @@ def decode_properties(properties: str | None) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------- hashing
-def java_string_hash(s: str) -> int:
-    """J `String.hashCode()`: h = 31h + c over UTF-16 code units, as a signed int32."""
-    h = 0
-    if s.isascii():
-        for c in s.encode("ascii"):
-            h = (31 * h + c) & 0xFFFFFFFF
-    else:
-        data = s.encode("utf-16-be", "surrogatepass")  # (a lone surrogate is one code unit, as in Java)
-        for (c,) in struct.iter_unpack(">H", data):
-            h = (31 * h + c) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
 def tags_hash(tags: str | None) -> int:
     """Tags code stored in the consume queue: `String.hashCode()` of the whole TAGS value, 0 if none."""
     if not tags:
@@ -599,12 +587,3 @@ def decode_records(buf: bytes | bytearray | memoryview) -> list[MessageExt]:
         out.append(msg)
         pos += msg.store_size
     return out
-
-
-def read_store_timestamp(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
-    return _LONG.unpack_from(buf, offset + POS_STORE_TIMESTAMP)[0]
-
-
-def read_head(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, int]:
-    """(TOTALSIZE, MAGIC) at offset."""
-    return _HEAD.unpack_from(buf, offset)

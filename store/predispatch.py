@@ -5,7 +5,7 @@ After a crash the store scans the CommitLog (magic and CRC of every record) and 
 consume queues and the index do not hold. Run one after the other, the scan (Python, holds the GIL) and
 the parse of the dispatch (numpy, mostly without it) leave one of the two cores idle: 1 KiB records took
 ~0.9 s/GiB to scan plus ~1.3 s/GiB to rebuild. Here the scan hands each verified chunk to a worker
-thread for `CommitLog.parse_many` and the event loop dispatches the parsed chunks in CommitLog order as
+thread for `RecordParser.parse_many` and the event loop dispatches the parsed chunks in CommitLog order as
 they come, so the three overlap.
 
 Only a contiguous run is pre-dispatched: from the offset the dispatch would start at anyway (`arm`),
@@ -27,7 +27,8 @@ from concurrent.futures import Executor, Future
 
 import structlog
 
-from store.commit_log import BULK_RECORDS, CommitLog, ParsedRecords
+from store.commit_log import CommitLog
+from store.record_parser import BULK_RECORDS, ParsedRecords
 
 log = structlog.get_logger(__name__)
 
@@ -102,7 +103,7 @@ class PreDispatch:
             if self._failed:
                 self._enabled = False
                 return
-        fut = self._executor.submit(self.commit_log.parse_many, view, positions, self._with_keys)
+        fut = self._executor.submit(self.commit_log.parser.parse_many, view, positions, self._with_keys)
         self._expected = end
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (fut, len(positions), end))
 

@@ -13,18 +13,16 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
 
-from store.commit_log import (
-    BULK_RECORDS,
-    CommitLog,
-    DispatchBatch,
-    DispatchRequest,
-    ParsedRecords,
-)
+from store.commit_log import CommitLog, DispatchBatch
+from store.record_parser import BULK_RECORDS, ParsedRecords
+
+if TYPE_CHECKING:
+    from store.dispatcher import CommitLogDispatcher
 
 log = structlog.get_logger(__name__)
 
@@ -46,26 +44,23 @@ class ReputMessageService:
     def __init__(
         self,
         commit_log: CommitLog,
-        dispatch: Callable[[DispatchRequest], None],
-        prepare: Callable[[DispatchRequest], object],
-        end_round: Callable[[], object] = lambda: None,
-        dispatch_many: Callable[[ParsedRecords], Awaitable[None]] | None = None,
-        dispatch_batch: Callable[[DispatchBatch], bool] | None = None,
+        dispatcher: CommitLogDispatcher,
         run_blocking: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
-        """`dispatch` writes one request synchronously; `prepare` returns None when the files it needs
-        exist, else an awaitable creating them (in a worker thread); `end_round` finishes batched work
-        (the index) before any await and at the end, and may return an awaitable too; `dispatch_many`,
-        when given, dispatches records parsed in bulk from the CommitLog (same effects as `dispatch`
-        for each, files created as needed); `dispatch_batch`, when given, dispatches a batch descriptor
-        at once (and moves `reput_from_offset` past it), or returns False to have it dispatched record by
-        record; `run_blocking` runs a function in a worker thread (bulk parsing, two chunks at once)."""
+        """The dispatcher's `dispatch` writes one request synchronously; `prepare` returns None when the
+        files it needs exist, else an awaitable creating them (in a worker thread); `end_round` finishes
+        batched work (the index) before any await and at the end, and may return an awaitable too;
+        `dispatch_many` dispatches records parsed in bulk from the CommitLog (same effects as `dispatch`
+        for each, files created as needed; set `_dispatch_many` to None to go record by record);
+        `dispatch_described_batch` dispatches a batch descriptor at once (and moves
+        `reput_from_offset` past it), or returns False to have it dispatched record by record.
+        `run_blocking` runs a function in a worker thread (bulk parsing, two chunks at once)."""
         self.commit_log = commit_log
-        self._dispatch = dispatch
-        self._prepare = prepare
-        self._end_round = end_round
-        self._dispatch_many = dispatch_many
-        self._dispatch_batch = dispatch_batch
+        self._dispatch = dispatcher.dispatch
+        self._prepare = dispatcher.prepare
+        self._end_round = dispatcher.end_round
+        self._dispatch_many: Callable[[ParsedRecords], Awaitable[None]] | None = dispatcher.dispatch_many
+        self._dispatch_batch: Callable[[DispatchBatch], bool] | None = dispatcher.dispatch_described_batch
         self._run_blocking = run_blocking
         self.with_keys = True  # the bulk parser also extracts index keys (off when the index is)
         self.reput_from_offset = 0
@@ -201,7 +196,7 @@ class ReputMessageService:
                 if isinstance(req, DispatchBatch):
                     dq.popleft()
                     if self._dispatch_batch is None or not self._dispatch_batch(req):
-                        dq.extendleft(reversed(cl.expand(req)))  # record by record (files to create, ...)
+                        dq.extendleft(reversed(cl.parser.expand(req)))  # record by record (files to create, ...)
                         continue
                     done += len(req.request.msgs)
                     if done >= _YIELD_EVERY:
@@ -244,7 +239,7 @@ class ReputMessageService:
         while pos < len(view):
             if dq and dq[0].commit_log_offset == self.reput_from_offset:
                 return True  # the fast path continues from here
-            size, req = cl.parse_dispatch(view, pos, False)
+            size, req = cl.parser.parse_dispatch(view, pos, False)
             if size > 0 and req is not None:
                 pending = self._prepare(req)
                 if pending is not None:
@@ -273,7 +268,7 @@ class ReputMessageService:
         """Record positions the recovery scan found from `pos` on (in the file of CommitLog offset
         `start`), as `walk` would return them; none if the scan did not cover `pos`."""
         file_start = start - start % self.commit_log.mapped_file_size
-        known = self.commit_log.recovered_positions.get(file_start)
+        known = self.commit_log.recovery.recovered_positions.get(file_start)
         if known is None:
             return [], pos, 1
         base = start - file_start  # the view starts here in the file
@@ -296,13 +291,13 @@ class ReputMessageService:
         parse is mostly numpy, which runs without the GIL (1.7x faster on two cores)."""
         cl = self.commit_log
         if self._run_blocking is None or len(positions) < _PARALLEL_PARSE_MIN:
-            parsed, n = cl.parse_many(view, positions, self.with_keys)
+            parsed, n = cl.parser.parse_many(view, positions, self.with_keys)
             return [(parsed, n, n == len(positions))]
         half = len(positions) // 2
         first, second = positions[:half], positions[half:]
         a, b = await asyncio.gather(
-            self._run_blocking(cl.parse_many, view, first, self.with_keys),
-            self._run_blocking(cl.parse_many, view, second, self.with_keys),
+            self._run_blocking(cl.parser.parse_many, view, first, self.with_keys),
+            self._run_blocking(cl.parser.parse_many, view, second, self.with_keys),
         )
         return [(a[0], a[1], a[1] == half), (b[0], b[1], b[1] == len(second))]
 
@@ -322,7 +317,7 @@ class ReputMessageService:
             stop = dq[0].commit_log_offset - start if dq and dq[0].commit_log_offset >= start else -1
             positions, after, reason = self._known_positions(start, pos, stop, len(view))
             if not positions:
-                positions, after, reason = cl.walk(view, pos, stop, BULK_RECORDS)
+                positions, after, reason = cl.parser.walk(view, pos, stop, BULK_RECORDS)
             if positions:
                 n = 0
                 for parsed, k, whole in await self._parse(view, positions):

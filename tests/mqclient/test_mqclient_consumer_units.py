@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mqclient.consumer import ProcessQueue, _java_hash, allocate_averagely
+from mqclient.consumer import ProcessQueue, allocate_averagely
+from store.java_hash import java_string_hash as _java_hash
 from mqclient.message import MessageExt
 from mqclient.route import MessageQueue
 

@@ -96,13 +96,13 @@ async def _rebuild(cfg, *, bulk: bool) -> tuple[dict[str, bytes], int]:
     s = MessageStore(cfg)
     calls = [0]
     if bulk:
-        parse = s.commit_log.parse_many
+        parse = s.commit_log.parser.parse_many
 
         def counting(*args, **kw):
             calls[0] += 1
             return parse(*args, **kw)
 
-        s.commit_log.parse_many = counting
+        s.commit_log.parser.parse_many = counting
     else:
         s.reput._dispatch_many = None  # record by record (parse_dispatch → _dispatch)
     assert await s.load()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from store_helpers import make_msg
 
 from store import decode_offset_msg_id, decode_records
-from store.index_service import index_key_hash
+from store.java_hash import index_key_hash
 
 
 async def test_query_by_keys_and_unique_key(store_factory):
@@ -105,7 +105,7 @@ def test_vectorised_insert_writes_what_the_scalar_insert_writes(tmp_path):
 
     import numpy as np
 
-    from store.index_service import JavaHasher
+    from store.java_hash import JavaHasher
 
     rnd = random.Random(7)
     scalar = _index_file(tmp_path, "a", 7, 300)
@@ -135,7 +135,7 @@ def test_vectorised_insert_writes_what_the_scalar_insert_writes(tmp_path):
 
 
 def test_vectorised_java_hash_matches_string_hash_code():
-    from store.index_service import JavaHasher
+    from store.java_hash import JavaHasher
     from store.message import java_string_hash
 
     keys = ["", "a", "TagA", "polygenelubricants", "ключ", "键-€", "emoji-\U0001f600", "x" * 300] * 3
@@ -147,7 +147,7 @@ def test_vectorised_java_hash_matches_string_hash_code():
 def test_vectorised_java_hash_any_text(keys):
     """Any text, NUL, lone surrogates and characters outside the BMP included, hashes as Java's
     String.hashCode over UTF-16 code units (the scalar reference)."""
-    from store.index_service import JavaHasher
+    from store.java_hash import JavaHasher
     from store.message import java_string_hash
 
     assert JavaHasher().hash_many(keys) == [java_string_hash(k) for k in keys]
@@ -156,7 +156,7 @@ def test_vectorised_java_hash_any_text(keys):
 def test_vectorised_java_hash_in_chunks_and_with_nul_in_keys():
     """Keys beyond one pass's worth of code units are hashed in parts; a key holding NUL (the
     separator the ends are found by) still gets its own hash; a lone surrogate is one code unit."""
-    from store.index_service import JavaHasher
+    from store.java_hash import JavaHasher
     from store.message import java_string_hash
 
     hasher = JavaHasher()

@@ -237,7 +237,7 @@ async def test_the_window_keeps_up_with_a_writer_that_never_yields(tmp_path, nee
         behind = 0
         for i in range(2000):  # ~8 MiB, never awaiting anything that yields to the loop
             msg = make_msg(body=body, keys=f"k{i}")
-            tail, crc, size = store._plan(msg)
+            tail, crc, size = store.putter._plan(msg)
             req = AppendRequest(
                 [msg], [tail], [crc], [size], size, msg.topic, msg.queue_id, msg.sys_flag, 0, msg.store_host, 0, None
             )

@@ -1,0 +1,445 @@
+"""CommitLogDispatcher: from appended records to consume queue entries, index keys and arrival notices.
+
+Upstream's CommitLogDispatcher chain (build consume queue, build index) plus the message arriving
+listener, in one object that owns what they write: the consume-queue table, the index keys waiting for
+the next bulk build, and the record of queues that failed. Three callers feed it, all with the same
+effects per record:
+
+- the CommitLog writer, inline, while the reput is caught up (`dispatch_appended`: no DispatchRequest
+  built, a batch in one pass);
+- the reput, record by record (`prepare` creates missing files first, then `dispatch`), for a batch
+  descriptor (`dispatch_described_batch`) and in bulk from parsed arrays (`dispatch_many`, also used by
+  the pre-dispatch during recovery); each round ends with `end_round` (the index keys in one pass);
+- the put path, which asks it to schedule the deferred index build (`after_inline_put`).
+
+A record or queue that cannot be dispatched costs its consume queue entry only: one error line per
+queue, never the writer or the reput. The inline and batch paths repeat `dispatch` for speed and stay
+next to it: a change to what a dispatch does is one edit in three places of this file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import structlog
+
+from store.checkpoint import StoreCheckpoint
+from store.commit_log import AppendRequest, CommitLog, DispatchBatch
+from store.config import BrokerRole, MessageStoreConfig
+from store.consume_queue import ConsumeQueue
+from store.index_service import IndexService, index_keys
+from store.mapped_file_queue import MappedFileQueue, RunBlocking
+from store.message import (
+    RMQ_SYS_SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageConst,
+    decode_properties,
+    transaction_value,
+)
+from store.path_guard import UnsafeStorePath
+from store.record_parser import DispatchRequest, ParsedRecords
+
+if TYPE_CHECKING:
+    from store.reput import ReputMessageService
+
+log = structlog.get_logger(__name__)
+
+MessageArrivingListener = Callable[[str, int, int, int, int, dict | None], None]
+
+# keys of inline appends are indexed in one vectorised pass (hashing costs ~0.8 us a key in passes of 32,
+# ~0.2 us in passes of 1000): at most this long after the put, or at once when this many are waiting.
+# Upstream's reput indexes behind the writer too; a QUERY_MESSAGE builds what is waiting first.
+INDEX_BUILD_DELAY_S = 0.005
+INDEX_BUILD_BATCH = 4096
+
+
+class CommitLogDispatcher:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        commit_log: CommitLog,
+        index_service: IndexService,
+        *,
+        run_blocking: RunBlocking,
+        unlink: Callable[[str], object],
+        queue_created: Callable[[str, int], None],
+    ) -> None:
+        """`queue_created(topic, queue_id)` is told about each consume queue created on first use (the
+        store's queue manifest). The reput is bound once it exists (`bind_reput`): the inline path
+        dispatches only while the reput is caught up, and moves its position."""
+        self.config = config
+        self.commit_log = commit_log
+        self.index_service = index_service
+        self._run_blocking = run_blocking
+        self._unlink = unlink
+        self._queue_created = queue_created
+        self.reput: ReputMessageService | None = None
+        self.checkpoint: StoreCheckpoint | None = None  # set while the store is loaded
+        self.message_arriving_listener: MessageArrivingListener | None = None
+        self.running = False  # the store runs: arrival notices of bulk dispatches are worth sending
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._dispatch_failures: set[tuple[str, int]] = set()  # queues already reported by failed()
+        self._unwritable_queues: set[tuple[str, int]] = set()  # whose next file could not be created
+        self._index_enabled = config.message_index_enable
+        # index keys dispatched but not yet written: built in one vectorised pass per dispatch round
+        self._index_keys: list[str] = []
+        self._index_phys: list[int] = []
+        self._index_times: list[int] = []
+        # the pending bulk index build of inline appends' keys (None: none scheduled)
+        self._index_build_handle: asyncio.TimerHandle | None = None
+
+    def bind_reput(self, reput: ReputMessageService) -> None:
+        self.reput = reput
+
+    async def after_append_section(self) -> None:
+        """After each writer section: dispatch what became readable, so that (without a transient pool,
+        where bytes become readable only once committed) a put returns after its consume queue entry
+        exists and its arrival was announced."""
+        assert self.reput is not None
+        await self.reput.wait_dispatched(self.commit_log.get_max_offset())
+
+    def new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(
+            topic,
+            queue_id,
+            self.config.store_path_consume_queue,
+            self.config.mapped_file_size_consume_queue,
+            run_blocking=self._run_blocking,
+            unlink=self._unlink,
+        )
+
+    def after_inline_put(self) -> bool:
+        """After a put the writer appended on the caller's stack: True when the put must wait for a
+        round of the reput (records left to it, or keys that need the next index file); otherwise the
+        waiting index keys are built now (a full batch) or scheduled for a moment later."""
+        keys = self._index_keys
+        if self.commit_log.dispatch_queue or (keys and self.index_service.room() < len(keys)):
+            return True
+        if keys:
+            if len(keys) >= INDEX_BUILD_BATCH:
+                self.deferred_index_build()
+            elif self._index_build_handle is None:
+                self._index_build_handle = asyncio.get_running_loop().call_later(
+                    INDEX_BUILD_DELAY_S, self.deferred_index_build
+                )
+        return False
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, created on first use; UnsafeStorePath (nothing created) for a topic that cannot be a
+        folder inside the store."""
+        queues = self.consume_queue_table.get(topic)
+        cq = None if queues is None else queues.get(queue_id)
+        if cq is None:
+            cq = self.new_consume_queue(topic, queue_id)
+            if queues is None:
+                queues = self.consume_queue_table[topic] = {}
+            queues[queue_id] = cq
+            self._queue_created(topic, queue_id)
+        return cq
+
+    def failed(self, what: str, topic: str, queue_id: int, exc: BaseException) -> None:
+        """One record (or queue) that cannot be dispatched costs its consume queue entry, never the writer
+        or the reput: one error line per queue (a bad queue could otherwise log once per record)."""
+        key = (topic, queue_id)
+        if key in self._dispatch_failures:
+            return
+        if len(self._dispatch_failures) < 1024:
+            self._dispatch_failures.add(key)
+        log.error("dispatch failed, the record stays in the CommitLog without a consume queue entry", step=what,
+                  topic=topic[:200], queue_id=queue_id, error=f"{type(exc).__name__}: {exc}",
+                  exc_info=not isinstance(exc, UnsafeStorePath))
+
+    def _queue_for_dispatch(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        try:
+            return self.find_consume_queue(topic, queue_id)
+        except UnsafeStorePath as exc:
+            self.failed("queue", topic, queue_id, exc)
+            return None
+
+    def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        queues = self.consume_queue_table.get(topic)
+        return None if queues is None else queues.get(queue_id)
+
+    def prepare(self, req: DispatchRequest) -> Any:
+        tran = transaction_value(req.sys_flag)
+        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+            cq = self._queue_for_dispatch(req.topic, req.queue_id)
+            if (cq is not None and cq.needs_file_for(req.consume_queue_offset)
+                    and req.commit_log_offset + req.msg_size > cq.max_physic_offset
+                    and (req.topic, req.queue_id) not in self._unwritable_queues):
+                return self._guarded(cq.ensure_file_for(req.consume_queue_offset), req.topic, req.queue_id)
+        if self._index_enabled and self.index_service.needs_file():
+            return self.index_service.ensure_file()
+        return None
+
+    async def _guarded(self, pending: Awaitable[Any], topic: str, queue_id: int) -> None:
+        """A consume queue file that cannot be created: logged, and the dispatch of the record fails alone."""
+        try:
+            await pending
+        except Exception as exc:  # noqa: BLE001 - e.g. EACCES, ENAMETOOLONG: one queue, not the reput
+            # from now on its records go straight to dispatch (which tries, fails alone): no retry loop here
+            self._unwritable_queues.add((topic, queue_id))
+            self.failed("create file", topic, queue_id, exc)
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        try:
+            self._dispatch_one(req)
+        except Exception as exc:  # noqa: BLE001 - never stop the reput for the records after this one
+            self.failed("record", req.topic, req.queue_id, exc)
+
+    def _dispatch_one(self, req: DispatchRequest) -> None:
+        tran = transaction_value(req.sys_flag)
+        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+            cq = self._queue_for_dispatch(req.topic, req.queue_id)
+            if cq is None:
+                pass
+            elif cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
+                                              req.consume_queue_offset):
+                if self.checkpoint is not None:
+                    self.checkpoint.logics_msg_timestamp = req.store_timestamp
+            else:
+                log.error("[BUG] put commit log position info failed", topic=req.topic, queue_id=req.queue_id)
+        if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
+            self._queue_index_keys(req.topic, req.uniq_key, req.keys, req.commit_log_offset, req.store_timestamp)
+        listener = self.message_arriving_listener
+        if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
+            try:
+                listener(
+                    req.topic,
+                    req.queue_id,
+                    req.consume_queue_offset + 1,
+                    req.tags_code,
+                    req.store_timestamp,
+                    req.properties,
+                )
+            except Exception:
+                log.exception("message arriving listener failed", topic=req.topic)
+
+    def dispatch_appended(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
+        """`_dispatch_appended_inline`, and 0 (the reput dispatches these records, replaying what was done)
+        if it failed: the writer must go on whatever one record does."""
+        try:
+            return self._dispatch_appended_inline(req, phy, queue_offset, store_ts)
+        except Exception as exc:  # noqa: BLE001
+            self.failed("inline", req.topic, req.queue_id, exc)
+            return 0
+
+    def _dispatch_appended_inline(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
+        """The writer's inline dispatch (same effects as `dispatch` per record, without building
+        DispatchRequests): only while the reput is caught up to this request and every file the records
+        need exists. Returns how many records were dispatched; the reput takes the rest."""
+        reput = self.reput
+        if reput.reput_from_offset != phy or reput.running or self.commit_log.dispatch_queue:
+            return 0
+        index = self._index_enabled
+        if index and self.index_service.needs_file():
+            return 0
+        if req.phys is not None and self._dispatch_batch(req, queue_offset, store_ts):
+            return len(req.msgs)
+        topic = req.topic
+        queue_id = req.queue_id
+        tran = transaction_value(req.sys_flag)
+        counts = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        cq = self._queue_for_dispatch(topic, queue_id) if counts else None
+        index = index and tran != TRANSACTION_ROLLBACK_TYPE
+        listener = self.message_arriving_listener
+        if self.config.broker_role == BrokerRole.SLAVE:
+            listener = None
+        cl = self.commit_log
+        scheduled = topic == RMQ_SYS_SCHEDULE_TOPIC
+        tags_codes = cl.parser.tags_cache  # TAGS → hash (the common case, inlined)
+        index_keys_, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
+        checkpoint = self.checkpoint
+        sizes = req.sizes
+        qo = queue_offset
+        done = 0
+        sep = MessageConst.KEY_SEPARATOR
+        for m in req.msgs:
+            size = sizes[done]
+            props = m.properties
+            tags = props.get(MessageConst.TAGS)
+            if scheduled or (tags_code := tags_codes.get(tags)) is None:
+                tags_code = cl.parser.dispatch_tags_code(topic, props, store_ts)
+            if cq is not None:
+                if not cq.try_append(phy, size, tags_code, qo):
+                    if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
+                        break  # the file is created in a worker thread: the reput continues from here
+                    if not cq.put_message_position_info(phy, size, tags_code, qo):
+                        log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id)
+                if checkpoint is not None:
+                    checkpoint.logics_msg_timestamp = store_ts
+            if index:
+                uniq = props.get(MessageConst.UNIQ_KEY)
+                keys = props.get(MessageConst.KEYS)
+                if keys and sep in keys:
+                    self._queue_index_keys(topic, uniq, keys, phy, store_ts)
+                else:  # (index_keys inlined for at most one key each)
+                    if uniq:
+                        index_keys_.append(f"{topic}#{uniq}")
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
+                    if keys:
+                        index_keys_.append(f"{topic}#{keys}")
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
+            if listener is not None:
+                try:
+                    listener(topic, queue_id, qo + 1, tags_code, store_ts, props)
+                except Exception:
+                    log.exception("message arriving listener failed", topic=topic)
+            phy += size
+            if counts:
+                qo += 1
+            done += 1
+        reput.reput_from_offset = phy
+        reput.dispatched_total += done
+        return done
+
+    def dispatch_described_batch(self, batch: DispatchBatch) -> bool:
+        """The reput's path for a batch descriptor (a batch in a pool buffer, now committed)."""
+        if self._index_enabled and self.index_service.needs_file():
+            return False
+        return self._dispatch_batch(batch.request, batch.consume_queue_offset, batch.store_timestamp)
+
+    def _dispatch_batch(self, req: AppendRequest, queue_offset: int, store_ts: int) -> bool:
+        """`_dispatch_appended` for a batch the writer just appended (one topic and queue, no
+        transaction, no delay) in list passes instead of a loop over records: every consume queue entry
+        in one `try_append_many`, the index keys extended at once. False (nothing done) when that does
+        not apply: the record-by-record loop then handles it."""
+        topic = req.topic
+        phys = req.phys
+        if topic == RMQ_SYS_SCHEDULE_TOPIC or req.sys_flag & TRANSACTION_ROLLBACK_TYPE or phys is None:
+            return False
+        cl = self.commit_log
+        props = [m.properties for m in req.msgs]
+        tags = MessageConst.TAGS
+        codes = [cl.parser.tags_cache.get(p.get(tags)) for p in props]
+        if None in codes:
+            codes = [cl.parser.tags_code_of(p.get(tags)) for p in props]
+        cq = self._queue_for_dispatch(topic, req.queue_id)
+        if cq is None or not cq.try_append_many(phys, req.sizes, codes, queue_offset):
+            return False
+        if self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp = store_ts
+        n = len(phys)
+        if self._index_enabled:
+            uniq = MessageConst.UNIQ_KEY
+            uniqs = [p.get(uniq) for p in props]
+            if all(uniqs) and not any(MessageConst.KEYS in p for p in props):
+                prefix = topic + "#"
+                self._index_keys.extend([prefix + u for u in uniqs])
+                self._index_phys.extend(phys)
+                self._index_times.extend([store_ts] * n)
+            else:
+                for p, phy in zip(props, phys):
+                    self._queue_index_keys(topic, p.get(uniq), p.get(MessageConst.KEYS), phy, store_ts)
+        listener = self.message_arriving_listener
+        if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
+            queue_id = req.queue_id
+            for i in range(n):
+                try:
+                    listener(topic, queue_id, queue_offset + i + 1, codes[i], store_ts, props[i])
+                except Exception:
+                    log.exception("message arriving listener failed", topic=topic)
+        self.reput.reput_from_offset = phys[-1] + req.sizes[-1]
+        self.reput.dispatched_total += n
+        return True
+
+    async def dispatch_many(self, recs: ParsedRecords) -> None:
+        """`dispatch` for records parsed in bulk (recovery, rebuilds): the entries of each queue in one
+        vectorised write, the index keys into the round's batch, arrival notices only once the store
+        runs (before that nobody can be waiting)."""
+        tran = recs.sys_flag & TRANSACTION_ROLLBACK_TYPE
+        to_cq = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
+        if to_cq.any():
+            qkey = (recs.topic_id << 32) | (recs.queue_id & 0xFFFFFFFF)
+            qkey = np.where(to_cq, qkey, -1)
+            _, first = np.unique(qkey, return_index=True)
+            for k in qkey[np.sort(first)].tolist():
+                if k < 0:
+                    continue
+                idx = np.flatnonzero(qkey == k)
+                topic = recs.topics[k >> 32]
+                queue_id = int(recs.queue_id[idx[0]])
+                try:
+                    cq = self.find_consume_queue(topic, queue_id)
+                    failed = await cq.put_entries(
+                        recs.phy[idx], recs.size[idx], recs.tags_code[idx], recs.queue_offset[idx]
+                    )
+                except Exception as exc:  # noqa: BLE001 - this queue's entries only
+                    self.failed("bulk", topic, queue_id, exc)
+                    continue
+                if failed:
+                    log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id,
+                              entries=failed)
+            if self.checkpoint is not None:
+                self.checkpoint.logics_msg_timestamp = int(recs.store_ts[np.flatnonzero(to_cq)[-1]])
+        if self._index_enabled and len(recs.key_record):
+            self.build_index_keys()  # the round's earlier keys go first (CommitLog order)
+            if self.index_service.needs_file():
+                await self.index_service.ensure_file()
+            keep = (tran != TRANSACTION_ROLLBACK_TYPE)[recs.key_record]  # no keys of rolled-back messages
+            rec = recs.key_record[keep]
+            self.index_service.build_hashed(recs.key_hash[keep], recs.phy[rec], recs.store_ts[rec])
+        listener = self.message_arriving_listener
+        if listener is not None and self.running and self.config.broker_role != BrokerRole.SLAVE:
+            props = recs.props or [b""] * len(recs)
+            for i in range(len(recs)):
+                topic = recs.topics[int(recs.topic_id[i])]
+                try:
+                    listener(
+                        topic,
+                        int(recs.queue_id[i]),
+                        int(recs.queue_offset[i]) + 1,
+                        int(recs.tags_code[i]),
+                        int(recs.store_ts[i]),
+                        decode_properties(props[i].decode("utf-8", errors="replace")),
+                    )
+                except Exception:
+                    log.exception("message arriving listener failed", topic=topic)
+
+    def deferred_index_build(self) -> None:
+        """Index the keys of the puts appended inline since the last build, in one pass (at most
+        INDEX_BUILD_DELAY_S after the first of them, or at once once INDEX_BUILD_BATCH wait)."""
+        self.cancel_index_build()
+        self.build_index_keys()
+        if self._index_enabled and self.index_service.has_pending():
+            self.reput.wakeup()  # its round ends with creating the next index file
+
+    def cancel_index_build(self) -> None:
+        handle, self._index_build_handle = self._index_build_handle, None
+        if handle is not None:
+            handle.cancel()
+
+    def _queue_index_keys(self, topic: str, uniq: str | None, keys: str | None, phy: int, store_ts: int) -> None:
+        """Queue a record's index keys (UNIQ_KEY, each of KEYS) for the next bulk build."""
+        for key in index_keys(topic, uniq, keys):
+            self._index_keys.append(key)
+            self._index_phys.append(phy)
+            self._index_times.append(store_ts)
+
+    def build_index_keys(self) -> None:
+        if self._index_keys:
+            keys, phys, times = self._index_keys, self._index_phys, self._index_times
+            self._index_keys, self._index_phys, self._index_times = [], [], []
+            self.index_service.build_keys(keys, phys, times)
+
+    def end_round(self) -> Any:
+        """Index what the round dispatched (one vectorised pass); an awaitable if an index file is needed."""
+        self.build_index_keys()
+        if self._index_enabled and self.index_service.has_pending():
+            return self.index_service.ensure_file()
+        return None
+
+    def all_consume_queues(self) -> Iterable[ConsumeQueue]:
+        for queues in list(self.consume_queue_table.values()):
+            yield from list(queues.values())
+
+    def consume_queue_files(self) -> Iterator[MappedFileQueue]:
+        for cq in self.all_consume_queues():
+            yield cq.mapped_file_queue

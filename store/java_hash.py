@@ -1,0 +1,167 @@
+"""Java's `String.hashCode`, the one implementation: a scalar one and one vectorised core.
+
+RocketMQ hashes strings with `String.hashCode` in three places we must match bit for bit: the tags
+code of a consume queue entry, the subscription's code set, and the index key (`abs(hashCode(topic +
+"#" + key))`, 0 for Integer.MIN_VALUE). `java_string_hash` is the scalar reference;
+`hash_units` is the vectorised core every bulk path uses, over UTF-16 code units (or, for ASCII text,
+bytes: the same numbers):
+
+For a segment at units [a, e) of an array c, hashCode = sum c[j] * 31**(e-1-j) mod 2**32. 31 is odd,
+so it has an inverse I modulo 2**32, and that sum is 31**(e-1) * sum c[j] * I**j: one running sum of
+c[j] * I**j over all segments, its differences at the segment ends, each times 31**(e-1). uint32
+arithmetic wraps modulo 2**32 as Java's int does. `bench/java_hash.py` compares it with the Horner
+column pass the bulk record parser used before (it is not slower on index keys).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+_INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so it has an inverse modulo 2**32
+_INT_MIN = -0x80000000
+
+
+def java_string_hash(s: str) -> int:
+    """J `String.hashCode()`: h = 31h + c over UTF-16 code units, as a signed int32."""
+    h = 0
+    if s.isascii():
+        for c in s.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")  # (a lone surrogate is one code unit, as in Java)
+        for (c,) in struct.iter_unpack(">H", data):
+            h = (31 * h + c) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile.indexKeyHashMethod: Math.abs(hashCode), 0 for Integer.MIN_VALUE."""
+    h = java_string_hash(key)
+    return 0 if h == _INT_MIN else abs(h)
+
+
+def abs_hashes(h: np.ndarray) -> np.ndarray:
+    """`index_key_hash` of signed hashes, as an int64 array (Math.abs(Integer.MIN_VALUE) → 0)."""
+    out = np.abs(h.astype(np.int64))
+    out[out == 0x80000000] = 0
+    return out
+
+
+def _power_table(base: int, n: int) -> np.ndarray:
+    """base**j mod 2**32 for j in range(n), as uint32 (numpy's uint32 products wrap modulo 2**32)."""
+    out = np.empty(max(n, 1), dtype=np.uint32)
+    out[0] = 1
+    if n > 1:
+        np.cumprod(np.full(n - 1, base, dtype=np.uint32), dtype=np.uint32, out=out[1:])
+    return out
+
+
+class JavaHasher:
+    """`String.hashCode` for many strings or byte segments at once (`hash_units`), keeping its power
+    tables between calls (they grow by doubling up to what one pass can need)."""
+
+    MIN_VECTOR = 8  # below this many strings the scalar loop is cheaper
+    CHUNK_UNITS = 1 << 20  # code units per pass: bounds the temporary arrays (4 MiB each)
+
+    def __init__(self) -> None:
+        # (powers of 31, powers of its inverse), replaced as one tuple: parses in worker threads share it
+        self._tables = (_power_table(31, 1), _power_table(_INV31, 1))
+
+    def _powers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        tables = self._tables
+        if len(tables[0]) < n:
+            size = max(n, min(2 * len(tables[0]), 2 * self.CHUNK_UNITS))
+            tables = self._tables = (_power_table(31, size), _power_table(_INV31, size))
+        return tables
+
+    def hash_units(self, units: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Signed hashCode (int64) of consecutive segments of `units` (code units; each segment ends
+        at the index in `ends`, exclusive, and starts where the one before ended; units between a
+        segment's end and the next one's start must be 0, which adds nothing to a sum)."""
+        n = len(units)
+        if n == 0 or len(ends) == 0:
+            return np.zeros(len(ends), dtype=np.int64)
+        p31, pinv = self._powers(n)
+        running = units.astype(np.uint32)
+        running *= pinv[:n]
+        np.cumsum(running, dtype=np.uint32, out=running)
+        zero = np.uint32(0)
+        last = np.maximum(ends - 1, 0)
+        sums = np.where(ends > 0, running[last], zero)  # the running sum through each segment's end
+        before = np.concatenate(([0], ends[:-1])) - 1  # ... and through the end of the one before it
+        sums -= np.where(before >= 0, running[np.maximum(before, 0)], zero)
+        sums *= p31[last]
+        return sums.view(np.int32).astype(np.int64)
+
+    def hashes(self, keys: list[str]) -> np.ndarray:
+        """Signed 32-bit String.hashCode of every key, as int64."""
+        n = len(keys)
+        if n < self.MIN_VECTOR:
+            return np.array([java_string_hash(k) for k in keys], dtype=np.int64)
+        joined = "\0".join(keys)
+        if len(joined) > self.CHUNK_UNITS:
+            half = n // 2
+            return np.concatenate([self.hashes(keys[:half]), self.hashes(keys[half:])])
+        units = np.frombuffer((joined + "\0").encode("utf-16-le", "surrogatepass"), dtype="<u2")
+        ends = np.flatnonzero(units == 0)  # where each key ends (the NUL after it)
+        if len(ends) != n:  # a key holds NUL itself
+            lengths = np.fromiter((len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys), np.int64, n)
+            ends = np.cumsum(lengths + 1) - 1
+        return self.hash_units(units, ends)
+
+    def abs_hashes(self, keys: list[str]) -> np.ndarray:
+        """index_key_hash of every key, as an int64 array."""
+        return abs_hashes(self.hashes(keys))
+
+    def hash_many(self, keys: list[str]) -> list[int]:
+        return self.hashes(keys).tolist()
+
+    def segment_hashes(
+        self, u8: np.ndarray, a: np.ndarray, b: np.ndarray, unless: int = -1
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Signed hashCode of the byte segments [a, b) of `u8` read as text, and whether that is exact
+        (all-ASCII segments, where UTF-8 bytes are the UTF-16 units; with `unless`, also: not holding
+        that byte). The segments' bytes are gathered into one array (one pass per CHUNK_UNITS)."""
+        n = len(a)
+        if n == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=bool)
+        lens = (b - a).astype(np.int64)
+        ends = np.cumsum(lens)
+        total = int(ends[-1])
+        if total > self.CHUNK_UNITS and n > 1:
+            half = n // 2
+            h1, e1 = self.segment_hashes(u8, a[:half], b[:half], unless)
+            h2, e2 = self.segment_hashes(u8, a[half:], b[half:], unless)
+            return np.concatenate([h1, h2]), np.concatenate([e1, e2])
+        width = int(lens[0])
+        if width > 0 and (lens == width).all() and int(a.max()) + width <= len(u8):
+            # one length (UNIQ_KEY, a run of one tag): the segments as rows of a sliding-window view
+            windows = np.lib.stride_tricks.as_strided(
+                u8, shape=(len(u8) - width + 1, width), strides=(1, 1), writeable=False
+            )
+            rows = windows[a]
+            exact = rows.max(axis=1) < 0x80
+            if unless >= 0:
+                exact &= ~(rows == unless).any(axis=1)
+            return self.hash_units(rows.reshape(-1), ends), exact
+        starts = ends - lens
+        index = np.arange(total, dtype=np.int64)
+        index += np.repeat(a - starts, lens)
+        units = u8[index]
+        nonempty = lens > 0
+        exact = np.ones(n, dtype=bool)
+        if total:
+            at = starts[nonempty]
+            exact[nonempty] = np.maximum.reduceat(units, at) < 0x80
+            if unless >= 0:
+                exact[nonempty] &= np.add.reduceat((units == unless).astype(np.int64), at) == 0
+        return self.hash_units(units, ends), exact
+
+
+def combine(prefix_hash: np.ndarray, value_hash: np.ndarray, value_len: np.ndarray) -> np.ndarray:
+    """hashCode(prefix + value) from hashCode(prefix), hashCode(value) and len(value), signed int64."""
+    p31 = _power_table(31, int(value_len.max()) + 1) if len(value_len) else _power_table(31, 1)
+    h = (prefix_hash.astype(np.uint32) * p31[value_len]) + value_hash.astype(np.uint32)
+    return h.astype(np.uint32).view(np.int32).astype(np.int64)

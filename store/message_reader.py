@@ -1,0 +1,325 @@
+"""MessageReader: the store's read side (upstream DefaultMessageStore.getMessage and the offset queries).
+
+`get_message` applies upstream's status and nextBeginOffset rules and the transfer limits (in memory or
+on disk by how far behind the CommitLog's end a record is), filtering by tags code in one numpy pass
+when the filter offers a code set; the offset queries answer from the consume queues and the CommitLog;
+`query_message` reads the hash index (up to three rounds, newest first) and checks each record really
+carries the key. Reads return views into the mapped files, never copies.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from store.commit_log import CommitLog
+from store.config import CQ_STORE_UNIT_SIZE, BrokerRole, MessageStoreConfig
+from store.consume_queue import ConsumeQueue, tags_to_int32
+from store.dispatcher import CommitLogDispatcher
+from store.index_service import IndexService
+from store.message import MESSAGE_MAGIC_CODE, MessageConst, MessageExt, RecordError, decode_record
+from store.results import GetMessageResult, GetMessageStatus, MessageFilter, QueryMessageResult
+from store.stats import StoreStats
+
+
+class StoreNotReadableError(RuntimeError):
+    """A read on a store that is not loaded (or already shut down)."""
+
+
+def _total_physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
+class MessageReader:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        commit_log: CommitLog,
+        dispatcher: CommitLogDispatcher,
+        index_service: IndexService,
+        stats: StoreStats,
+        loaded: Callable[[], bool],
+        now_ms: Callable[[], int],
+    ) -> None:
+        """`loaded()` says whether the store's files are open (reads before load or after shutdown raise
+        StoreNotReadableError)."""
+        self.config = config
+        self.commit_log = commit_log
+        self.dispatcher = dispatcher
+        self.index_service = index_service
+        self.stats = stats
+        self._loaded = loaded
+        self.now_ms = now_ms
+        self._total_memory = _total_physical_memory()
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None = None,
+    ) -> GetMessageResult:
+        """Up to `max_msg_nums` raw records from `offset` (upstream DefaultMessageStore.getMessage).
+
+        Raises StoreNotReadableError once the store is shut down (upstream returns null there; the
+        broker answers SYSTEM_ERROR either way)."""
+        self._ensure_readable("getMessage")
+        begin = self.now_ms()
+        status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        next_begin = offset
+        min_offset = max_offset = 0
+        result = GetMessageResult(status, offset, 0, 0)
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        if cq is None:
+            status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+            next_begin = self._next_offset_correction(offset, 0)
+        else:
+            min_offset = cq.get_min_offset_in_queue()
+            max_offset = cq.get_max_offset_in_queue()
+            if max_offset == 0:
+                status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+                next_begin = self._next_offset_correction(offset, 0)
+            elif offset < min_offset:
+                status = GetMessageStatus.OFFSET_TOO_SMALL
+                next_begin = self._next_offset_correction(offset, min_offset)
+            elif offset == max_offset:
+                status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+                next_begin = self._next_offset_correction(offset, offset)
+            elif offset > max_offset:
+                status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+                next_begin = self._next_offset_correction(offset, max_offset)
+            else:
+                status, next_begin = self._read_queue(cq, offset, max_msg_nums, message_filter, result)
+        if status == GetMessageStatus.FOUND:
+            self.stats.get_found += 1
+        else:
+            self.stats.get_miss += 1
+        self.stats.get_time(self.now_ms() - begin)
+        result.status = status
+        result.next_begin_offset = next_begin
+        result.min_offset = min_offset
+        result.max_offset = max_offset
+        return result
+
+    def _read_queue(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None,
+        result: GetMessageResult,
+    ) -> tuple[GetMessageStatus, int]:
+        cfg = self.config
+        max_entries = max(16000, max_msg_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        code_set: Any = None
+        vector = False
+        if message_filter is not None:
+            get_codes = getattr(message_filter, "tags_code_set", None)
+            if get_codes is not None:
+                vector = True
+                code_set = get_codes()
+        entries = cq.get_entries(offset, max_entries)
+        if entries is None:
+            return GetMessageStatus.OFFSET_FOUND_NULL, self._next_offset_correction(offset, cq.roll_next_file(offset))
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        n = len(entries)
+        phy = entries["offset"].tolist()
+        sizes = entries["size"].tolist()
+        if message_filter is None or (vector and code_set is None):
+            matched: list[bool] | None = None
+        elif vector:
+            codes = np.fromiter(code_set, dtype=np.int32, count=len(code_set))
+            matched = np.isin(tags_to_int32(entries["tags"]), codes).tolist()
+        else:
+            tags = entries["tags"].tolist()
+            matched = [message_filter.is_matched_by_consume_queue(t) for t in tags]
+        max_phy = self.commit_log.get_max_offset()
+        memory = self._total_memory * cfg.access_message_in_memory_max_ratio // 100
+        next_phy_file_start = -1
+        total_size = 0
+        count = 0
+        buffers = result.buffers
+        queue_offsets = result.msg_queue_offsets
+        max_phy_pulling = 0
+        i = 0
+        get_message = self.commit_log.get_message
+        while i < n:
+            offset_py = phy[i]
+            size_py = sizes[i]
+            max_phy_pulling = offset_py
+            if next_phy_file_start != -1 and offset_py < next_phy_file_start:
+                i += 1
+                continue
+            if count:
+                # isTheBatchFull (the first message is always taken)
+                if max_msg_nums <= count:
+                    break
+                if max_phy - offset_py > memory:
+                    if total_size + size_py > cfg.max_transfer_bytes_on_message_in_disk:
+                        break
+                    if count > cfg.max_transfer_count_on_message_in_disk - 1:
+                        break
+                else:
+                    if total_size + size_py > cfg.max_transfer_bytes_on_message_in_memory:
+                        break
+                    if count > cfg.max_transfer_count_on_message_in_memory - 1:
+                        break
+            if matched is not None and not matched[i]:
+                if not total_size:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                i += 1
+                continue
+            view = get_message(offset_py, size_py)
+            if view is None:
+                if not total_size:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = self.commit_log.roll_next_file(offset_py)
+                i += 1
+                continue
+            if message_filter is not None and not message_filter.is_matched_by_commit_log(view, None):
+                if not total_size:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                i += 1
+                continue
+            buffers.append(view)
+            queue_offsets.append(offset + i)
+            total_size += size_py
+            count += 1
+            status = GetMessageStatus.FOUND
+            next_phy_file_start = -1
+            i += 1
+        result.message_count = count
+        result.buffer_total_size = total_size
+        self.stats.get_transferred += count
+        result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory
+        return status, offset + i
+
+    def _ensure_readable(self, what: str) -> None:
+        if not self._loaded():
+            raise StoreNotReadableError(f"message store is not loaded or has shut down, so {what} is forbidden")
+
+    def _next_offset_correction(self, old: int, new: int) -> int:
+        if self.config.broker_role != BrokerRole.SLAVE or self.config.offset_check_in_slave:
+            return new
+        return old
+
+    # ------------------------------------------------------------------------------------ offsets API
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        return cq.get_max_offset_in_queue() if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        return cq.get_min_offset_in_queue() if cq is not None else -1
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        if cq is not None:
+            entry = cq.get_entry(cq_offset)
+            if entry is not None:
+                return entry[0]
+        return 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(
+            ts_ms, self.commit_log.pickup_store_timestamp, self.commit_log.get_min_offset()
+        )
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        entry = cq.get_entry(cq.get_min_offset_in_queue())
+        if entry is None:
+            return -1
+        return self.commit_log.pickup_store_timestamp(entry[0], entry[1])
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        entry = cq.get_entry(cq_offset) if cq is not None else None
+        if entry is None:
+            return -1
+        return self.commit_log.pickup_store_timestamp(entry[0], entry[1])
+
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.dispatcher.get_consume_queue(topic, queue_id)
+        return cq.get_message_total_in_queue() if cq is not None else -1
+
+    def look_message_by_offset(self, phy_offset: int) -> MessageExt | None:
+        record = self.select_one_message_by_offset(phy_offset)
+        if record is None:
+            return None
+        try:
+            return decode_record(record)
+        except RecordError:
+            return None
+
+    def select_one_message_by_offset(self, phy_offset: int) -> memoryview | None:
+        """The raw record at `phy_offset` (a view into the mapping) or None."""
+        self._ensure_readable("selectOneMessageByOffset")
+        head = self.commit_log.get_message(phy_offset, 8)
+        if head is None:
+            return None
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if size < 91 or int.from_bytes(head[4:8], "big", signed=True) != MESSAGE_MAGIC_CODE:
+            return None
+        return self.commit_log.get_message(phy_offset, size)
+
+    # -------------------------------------------------------------------------------------- querying
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
+        """Messages of `topic` whose KEYS or UNIQ_KEY contain `key`, stored within [begin, end]
+        (upstream queryMessage: up to three rounds over the index, newest first)."""
+        self._ensure_readable("queryMessage")
+        out = QueryMessageResult()
+        if not self.config.message_index_enable:
+            return out
+        self.dispatcher.build_index_keys()  # keys of puts that already returned
+        last_query_time = end_ms
+        seen: set[int] = set()
+        for _ in range(3):
+            offsets, last_ts, last_phy = self.index_service.query_offset(topic, key, max_num, begin_ms, last_query_time)
+            if not offsets:
+                break
+            offsets.sort()
+            out.index_last_update_timestamp = last_ts
+            out.index_last_update_phyoffset = last_phy
+            for m, phy in enumerate(offsets):
+                if phy in seen:
+                    continue
+                record = self.select_one_message_by_offset(phy)
+                if record is None:
+                    continue
+                try:
+                    msg = decode_record(record, read_body=False)
+                except RecordError:
+                    continue
+                if m == 0:
+                    last_query_time = msg.store_timestamp
+                # the index is a hash: make sure this record really carries the key (and the topic)
+                if msg.topic != topic or not _has_key(msg, key):
+                    continue
+                seen.add(phy)
+                out.buffers.append(record)
+                out.buffer_total_size += len(record)
+            if out.buffer_total_size > 0 or last_query_time < begin_ms:
+                break
+        return out
+
+
+
+def _has_key(msg: MessageExt, key: str) -> bool:
+    if msg.properties.get(MessageConst.UNIQ_KEY) == key:
+        return True
+    keys = msg.properties.get(MessageConst.KEYS)
+    return bool(keys) and key in keys.split(MessageConst.KEY_SEPARATOR)

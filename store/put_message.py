@@ -1,0 +1,234 @@
+"""MessagePutter: the put path from a message to an appended record (upstream asyncPutMessage[s]).
+
+Checks (store status, topic name and length, body size, batch rules), the DELAY rewrite into
+SCHEDULE_TOPIC_XXXX, the record planned outside the lock (`RecordEncoder.plan[_many]`), then the append:
+on the caller's stack when the writer is idle (`CommitLog.append_now`, dispatched inline), else queued
+to the writer task. After the append the store's `after_put` waits for or wakes the flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from store.commit_log import AppendFailure, AppendRequest, CommitLog
+from store.config import MessageStoreConfig
+from store.dispatcher import CommitLogDispatcher
+from store.message import (
+    MAX_TOPIC_LENGTH,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageConst,
+    MessageExtBrokerInner,
+    RecordError,
+    encode_properties,
+    transaction_value,
+)
+from store.path_guard import unsafe_dir_name_reason
+from store.reput import ReputMessageService
+from store.results import AppendMessageResult, PutMessageResult, PutMessageStatus
+from store.stats import StoreStats
+
+_YIELD_EVERY_INLINE = 64  # appends done on the caller's stack in a row before a put yields to the loop
+
+AfterPut = Callable[[AppendMessageResult, MessageExtBrokerInner | None, str], Awaitable[PutMessageStatus]]
+
+
+class MessagePutter:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        commit_log: CommitLog,
+        dispatcher: CommitLogDispatcher,
+        reput: ReputMessageService,
+        stats: StoreStats,
+        now_ms: Callable[[], int],
+        *,
+        pooled: bool,
+        store_status: Callable[[], tuple[PutMessageStatus, str | None]],
+        after_put: AfterPut,
+    ) -> None:
+        """`pooled`: the CommitLog writes into transient pool buffers (records become readable, and are
+        dispatched, once committed); `store_status()` answers whether the store takes puts now;
+        `after_put(result, msg, topic)` waits for or wakes the flush and returns the put's status."""
+        self.config = config
+        self.commit_log = commit_log
+        self.dispatcher = dispatcher
+        self.reput = reput
+        self.stats = stats
+        self.now_ms = now_ms
+        self._pooled = pooled
+        self._store_status = store_status
+        self._after_put = after_put
+        self._encoder = commit_log.encoder
+        self._inline_appends = 0
+
+    def _rewrite_delay(self, msg: MessageExtBrokerInner) -> None:
+        """Upstream CommitLog.asyncPutMessage: a DELAY level on a non-transactional message stores it in
+        SCHEDULE_TOPIC_XXXX queue level-1 with REAL_TOPIC/REAL_QID (clamped to the max level)."""
+        tran = transaction_value(msg.sys_flag)
+        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) or msg.topic == RMQ_SYS_SCHEDULE_TOPIC:
+            return
+        level = msg.delay_time_level
+        if level <= 0:
+            return
+        level = min(level, self.commit_log.parser.max_delay_level)
+        props = dict(msg.properties)
+        props[MessageConst.DELAY] = str(level)
+        props[MessageConst.REAL_TOPIC] = msg.topic
+        props[MessageConst.REAL_QID] = str(msg.queue_id)
+        msg.properties = props
+        msg.properties_string = encode_properties(props)
+        msg.topic = RMQ_SYS_SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+
+    def _plan(self, msg: MessageExtBrokerInner) -> tuple[bytes, int, int] | PutMessageResult:
+        """(tail, crc, size) of the record for `msg` (RecordEncoder.plan), or the rejection."""
+        if len(msg.topic) > MAX_TOPIC_LENGTH:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msg.topic)} > 127")
+        if (unsafe := unsafe_dir_name_reason(msg.topic)) is not None:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
+        if msg.body is not None and len(msg.body) > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"message body size {len(msg.body)} exceeds maxMessageSize {self.config.max_message_size}",
+            )
+        try:
+            return self._encoder.plan(msg)
+        except RecordError as exc:
+            return self._rejection(exc)
+
+    def _plan_batch(
+        self, msgs: list[MessageExtBrokerInner]
+    ) -> tuple[list[bytes], list[int], list[int], int] | PutMessageResult:
+        """(tails, crcs, sizes, total) of a batch of one topic (RecordEncoder.plan_many), or the rejection."""
+        if len(msgs[0].topic) > MAX_TOPIC_LENGTH:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msgs[0].topic)} > 127")
+        if (unsafe := unsafe_dir_name_reason(msgs[0].topic)) is not None:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
+        try:
+            return self._encoder.plan_many(msgs, self.config.max_message_size)
+        except RecordError as exc:
+            return self._rejection(exc)
+
+    @staticmethod
+    def _rejection(exc: RecordError) -> PutMessageResult:
+        text = str(exc)
+        status = (
+            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+            if text.startswith("PROPERTIES_SIZE_EXCEEDED")
+            else PutMessageStatus.MESSAGE_ILLEGAL
+        )
+        return PutMessageResult(status, None, text)
+
+    async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
+        """Append one message; with SYNC_FLUSH wait until an fsync covers it."""
+        status, remark = self._store_status()
+        if status != PutMessageStatus.PUT_OK:
+            return PutMessageResult(status, None, remark)
+        begin = self.now_ms()
+        if MessageConst.DELAY in msg.properties:
+            self._rewrite_delay(msg)
+        plan = self._plan(msg)
+        if isinstance(plan, PutMessageResult):
+            self.stats.put_failed += 1
+            return plan
+        tail, crc, size = plan
+        return await self._submit(
+            [msg], [tail], [crc], [size], size, msg.topic, msg.queue_id, msg.sys_flag,
+            msg.prepared_transaction_offset, msg.store_host, stall_append_ms, False, msg, begin,
+        )
+
+    async def put_messages(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> PutMessageResult:
+        """Append a batch of messages of one topic and queue: one contiguous write, consecutive queue
+        offsets, one file (upstream asyncPutMessages)."""
+        status, remark = self._store_status()
+        if status != PutMessageStatus.PUT_OK:
+            return PutMessageResult(status, None, remark)
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
+        first = msgs[0]
+        topic = first.topic
+        queue_id = first.queue_id
+        for m in msgs:
+            if m.topic != topic or m.queue_id != queue_id:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and one queue"
+                )
+            if m.sys_flag & TRANSACTION_ROLLBACK_TYPE:  # transaction_value(m.sys_flag) != TRANSACTION_NOT_TYPE
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional"
+                )
+            if MessageConst.DELAY in m.properties and m.delay_time_level > 0:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
+        begin = self.now_ms()
+        planned = self._plan_batch(msgs)
+        if isinstance(planned, PutMessageResult):
+            self.stats.put_failed += 1
+            return planned
+        tails, crcs, sizes, total = planned
+        return await self._submit(
+            msgs, tails, crcs, sizes, total, first.topic, first.queue_id, first.sys_flag, 0, first.store_host,
+            stall_append_ms, True, None, begin,
+        )
+
+    async def _submit(
+        self,
+        msgs: list[MessageExtBrokerInner],
+        tails: list[bytes],
+        crcs: list[int],
+        sizes: list[int],
+        total: int,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        prepared_offset: int,
+        store_host: tuple[str, int],
+        stall_ms: int,
+        batch: bool,
+        msg: MessageExtBrokerInner | None,
+        begin: int,
+    ) -> PutMessageResult:
+        if total + 8 > self.config.mapped_file_size_commit_log:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"{total} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
+            )
+        req = AppendRequest(
+            msgs, tails, crcs, sizes, total, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms, None,
+            batch,
+        )
+        cl = self.commit_log
+        result: AppendMessageResult | AppendFailure | None = cl.append_now(req) if stall_ms <= 0 else None
+        if result is not None:
+            if self._pooled and cl.dispatch_queue:
+                # records in a pool buffer: readable, so dispatched, once the commit service wrote them
+                # (it wakes the reput); a put does not wait for that, as upstream's does not
+                pass
+            elif self.dispatcher.after_inline_put():
+                # records the inline dispatch left to the reput, or keys that need the next index
+                # file: a round of the reput does both (awaiting the file) before the put returns
+                await self.reput.wait_dispatched(result.wrote_offset + result.wrote_bytes)
+            self._inline_appends += 1
+            if self._inline_appends >= _YIELD_EVERY_INLINE:
+                # a caller putting in a loop would otherwise never let the event loop run
+                self._inline_appends = 0
+                await asyncio.sleep(0)
+        else:
+            req.future = asyncio.get_running_loop().create_future()
+            cl.submit(req)
+            result = await req.future
+        if isinstance(result, AppendFailure):
+            self.stats.put_failed += 1
+            return PutMessageResult(result.status, None, result.remark)
+        if msg is not None:
+            msg.store_timestamp = result.store_timestamp
+        status = await self._after_put(result, msg, topic)
+        self.stats.put_done(self.now_ms() - begin)
+        return PutMessageResult(status, result)

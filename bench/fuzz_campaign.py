@@ -182,7 +182,7 @@ def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int =
         assert broker.proc is not None
         pid = broker.proc.pid
         memory_before = private_memory(pid)
-        corpus = load_corpus(corpus_dir)
+        corpus = {target: load_corpus(corpus_dir, target) for target in ("broker", "namesrv")}
         progress = _Progress(frames, progress_every_s, pid) if progress_every_s else None
         stats = asyncio.run(run_fuzz("127.0.0.1", broker.listen_port, broker.namesrv_port, seed=seed, frames=frames,
                                      connections=connections, namesrv_connections=namesrv_connections,

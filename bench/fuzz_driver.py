@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.fuzz_frames import ILLEGAL_NAMES, FrameMutator, FuzzFrame
@@ -219,12 +219,13 @@ async def _reopen(conn: _Connection, host: str, port: int, stats: FuzzStats) -> 
 
 
 async def run_fuzz(host: str, broker_port: int, namesrv_port: int, *, seed: int | str, frames: int,
-                   connections: int = 8, namesrv_connections: int = 2, corpus: Sequence[bytes] = (), burst: int = 32,
+                   connections: int = 8, namesrv_connections: int = 2,
+                   corpus: Mapping[str, Sequence[bytes]] | None = None, burst: int = 32,
                    sentinel_timeout_s: float = 15.0, large_bodies: bool = False,
                    illegal_names: Sequence[str] = ILLEGAL_NAMES,
                    progress: Callable[[int], None] | None = None) -> FuzzStats:
     """Send ``frames`` frames over ``connections`` connections (the first ``namesrv_connections`` of them to
-    the name server port) and return what happened."""
+    the name server port) and return what happened. ``corpus`` maps "broker"/"namesrv" to recorded frames."""
     stats = FuzzStats()
     gate = asyncio.Semaphore(16)
     started = time.monotonic()
@@ -233,7 +234,8 @@ async def run_fuzz(host: str, broker_port: int, namesrv_port: int, *, seed: int 
         target = "namesrv" if i < namesrv_connections else "broker"
         port = namesrv_port if target == "namesrv" else broker_port
         share = frames // connections + (1 if i < frames % connections else 0)
-        mutator = FrameMutator(f"{seed}/{i}", corpus, target=target, large_bodies=large_bodies,
+        mutator = FrameMutator(f"{seed}/{i}", (corpus or {}).get(target, ()), target=target,
+                               large_bodies=large_bodies,
                                illegal_names=illegal_names)
         workers.append(_worker(i, host, port, target, mutator, share, burst, sentinel_timeout_s, stats, gate,
                                progress))

@@ -157,7 +157,8 @@ _FIELD_KINDS[RequestCode.LITE_PULL_MESSAGE] = _FIELD_KINDS[RequestCode.PULL_MESS
 
 #: Keys UPDATE_BROKER_CONFIG may set during a fuzz run: harmless ones, and risky ones only with values no
 #: validation may accept (a fuzz run must not legitimately switch the broker read-only or shrink its limits).
-_SAFE_CONFIG_KEYS = ("flushIntervalCommitLog", "brokerFastFailureEnable", "notAConfigKey", "", "=", "clientCallbackExecutorThreads")
+_SAFE_CONFIG_KEYS = ("flushIntervalCommitLog", "brokerFastFailureEnable", "notAConfigKey", "", "=",
+                     "clientCallbackExecutorThreads")
 _RISKY_CONFIG_KEYS = ("brokerPermission", "maxMessageSize", "listenPort", "fileReservedTime",
                       "faultInjectionEnable", "autoCreateTopicEnable", "logLevel", "requestLogEnable",
                       "storePathRootDir", "brokerName", "namesrvAddr", "flushDiskType", "brokerRole",
@@ -178,10 +179,11 @@ class FuzzFrame:
     closes: bool = False
 
 
-def load_corpus(directory: Path = CORPUS_DIR) -> list[bytes]:
-    """Every frame of every ``*.frames`` file (a recorded client-to-server byte stream) in ``directory``."""
+def load_corpus(directory: Path = CORPUS_DIR, target: str = "broker") -> list[bytes]:
+    """Every frame recorded for ``target`` ("broker" or "namesrv"): the ``*_<target>.frames`` files in
+    ``directory``, each a client-to-server byte stream as a recording proxy saw it."""
     frames: list[bytes] = []
-    for path in sorted(directory.glob("*.frames")):
+    for path in sorted(directory.glob(f"*_{target}.frames")):
         decoder = FrameDecoder(max_frame=DEFAULT_FRAME_MAX)
         for frame in decoder.feed(path.read_bytes()):
             frames.append(_I32.pack(len(frame)) + bytes(frame))
@@ -470,7 +472,7 @@ class FrameMutator:
     def _body_for(self, code: int) -> bytes | None:
         maker = _BODY_CODES.get(code)
         if maker is None:
-            return self.rng.choice((None, None, b"", b"{}", b"x" * 10, bytes(self.rng.randrange(256) for _ in range(16))))
+            return self.rng.choice((None, None, b"", b"{}", b"x" * 10, self.rng.randbytes(16)))
         return maker(self)
 
     def _message_body(self) -> bytes:
@@ -542,7 +544,8 @@ class FrameMutator:
         lines = []
         for _ in range(rng.randrange(1, 4)):
             if rng.random() < 0.5:
-                lines.append(f"{rng.choice(_SAFE_CONFIG_KEYS)}={rng.choice(('1', 'true', 'false', '100') + _INVALID_CONFIG_VALUES)}")
+                value = rng.choice(("1", "true", "false", "100") + _INVALID_CONFIG_VALUES)
+                lines.append(f"{rng.choice(_SAFE_CONFIG_KEYS)}={value}")
             else:
                 lines.append(f"{rng.choice(_RISKY_CONFIG_KEYS)}={rng.choice(_INVALID_CONFIG_VALUES)}")
         return "\n".join(lines).encode()

@@ -47,6 +47,7 @@ class FuzzStats:
         self.throwaways += other.throwaways
         self.hangs += other.hangs
         self.connect_errors += other.connect_errors
+        self.elapsed_s += other.elapsed_s
 
     def summary(self) -> str:
         rate = self.frames / self.elapsed_s if self.elapsed_s else 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.topic import check_group_name, is_topic_or_group_illegal
 from store.message import tags_hash
 
 SUB_ALL = "*"
@@ -27,14 +28,16 @@ class HeartbeatError(ValueError):
 def _enum(value: Any, names: tuple[str, ...], default: str) -> str:
     if value is None:
         return default
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        index = int(value)
+    if isinstance(value, bool):
+        raise HeartbeatError(f"unknown enum value {value!r}")
+    if isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit()):
+        index = int(value) if len(str(value)) < 10 else -1
         if 0 <= index < len(names):
             return names[index]
         raise HeartbeatError(f"enum ordinal {value} out of range for {names[0].split('_')[0]}")
     if isinstance(value, str) and value in names:
         return value
-    raise HeartbeatError(f"unknown enum value {value!r}")
+    raise HeartbeatError(f"unknown enum value {str(value)[:100]!r}")
 
 
 @dataclass(slots=True)
@@ -91,38 +94,74 @@ class HeartbeatData:
 def _int(value: Any, default: int = 0) -> int:
     if value is None or value == "":
         return default
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise HeartbeatError(f"expected a number, got {type(value).__name__}")
     try:
         return int(value)
-    except (TypeError, ValueError):
-        raise HeartbeatError(f"expected a number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise HeartbeatError(f"expected a number, got {str(value)[:100]!r}") from None
+
+
+def _str(value: Any, what: str) -> str | None:
+    """A JSON string field (None when absent); HeartbeatError for any other type."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise HeartbeatError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise HeartbeatError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _group(value: Any, what: str) -> str:
+    group = _str(value, what)
+    reason = check_group_name(group or "")
+    if reason is not None:
+        raise HeartbeatError(reason)
+    return group  # type: ignore[return-value]
 
 
 def parse_heartbeat(data: Any) -> HeartbeatData:
+    """The typed heartbeat, or HeartbeatError naming the first field of the wrong type or a group name that
+    could not become a retry topic folder."""
     if not isinstance(data, dict):
         raise HeartbeatError("heartbeat body must be a JSON object")
     client_id = data.get("clientID")
     if not client_id or not isinstance(client_id, str):
         raise HeartbeatError("heartbeat body has no clientID")
-    producers = [str(p["groupName"]) for p in data.get("producerDataSet") or [] if isinstance(p, dict)
-                 and p.get("groupName")]
+    producers = []
+    for p in _list(data.get("producerDataSet"), "producerDataSet"):
+        if isinstance(p, dict) and p.get("groupName"):
+            producers.append(_group(p["groupName"], "producer groupName"))
     consumers: list[ConsumerData] = []
-    for c in data.get("consumerDataSet") or []:
+    for c in _list(data.get("consumerDataSet"), "consumerDataSet"):
         if not isinstance(c, dict) or not c.get("groupName"):
             raise HeartbeatError("consumer data without groupName")
+        group = _group(c["groupName"], "consumer groupName")
         subs: list[SubscriptionData] = []
-        for s in c.get("subscriptionDataSet") or []:
+        for s in _list(c.get("subscriptionDataSet"), "subscriptionDataSet"):
             if not isinstance(s, dict) or not s.get("topic"):
                 raise HeartbeatError("subscription data without topic")
+            topic = _str(s["topic"], "subscription topic") or ""
+            if is_topic_or_group_illegal(topic):
+                raise HeartbeatError(f"the subscribed topic {topic[:200]!r} contains illegal characters")
             sub_version = _int(s.get("subVersion"))
             if sub_version > 10**15:  # the Go client sends nanoseconds
                 sub_version //= 1_000_000
-            sub = build_subscription(str(s["topic"]), s.get("subString"), s.get("expressionType"), sub_version)
+            sub = build_subscription(topic, _str(s.get("subString"), "subString"),
+                                     _str(s.get("expressionType"), "expressionType"), sub_version)
             # C++ sends atoi(tag) as codeSet: the broker's own hash of tagsSet is the only trustworthy code set.
             subs.append(sub)
         consumers.append(ConsumerData(
-            group_name=str(c["groupName"]),
+            group_name=group,
             consume_type=_enum(c.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
             message_model=_enum(c.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
             consume_from_where=_enum(c.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
-            subscriptions=subs, unit_mode=bool(c.get("unitMode", False))))
+            subscriptions=subs, unit_mode=c.get("unitMode") is True))
     return HeartbeatData(client_id=client_id, producer_groups=producers, consumers=consumers)

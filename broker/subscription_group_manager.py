@@ -10,6 +10,7 @@ import structlog
 
 from broker.config_file import dumps, read_config, write_atomically
 from broker.data_version import DataVersion
+from broker.topic import check_group_name
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +67,11 @@ class SubscriptionGroupManager:
     def find_subscription_group_config(self, group: str) -> SubscriptionGroupConfig | None:
         sgc = self.table.get(group)
         if sgc is None and self._auto_create:
+            reason = check_group_name(group)
+            if reason is not None:
+                # (upstream 5.x): a group with a name that cannot be a folder is never auto-created
+                log.warning("subscription group not auto-created", reason=reason[:300])
+                return None
             sgc = SubscriptionGroupConfig(group, retry_max_times=self._default_retry_max_times)
             self.table[group] = sgc
             log.info("auto create a subscription group", group=group)

@@ -24,18 +24,46 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
 
 TOPIC_MAX_LENGTH = 127
-_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+GROUP_MAX_LENGTH = 255  # upstream Validators.CHARACTER_MAX_LENGTH
+# Upstream checks every character against a bitmap; ``fullmatch`` is the same rule (``$`` alone would
+# also accept a trailing newline, and a topic or group name becomes a folder name).
+_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+# Upstream TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker writes these itself, clients may not.
+NOT_ALLOWED_SEND_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT))
+
+
+def is_topic_or_group_illegal(name: str) -> bool:
+    return _VALID_NAME.fullmatch(name) is None
 
 
 def check_topic_name(topic: str) -> str | None:
-    """Upstream's TopicValidator rules; returns the reason a name is refused, or None."""
-    if not topic:
+    """Upstream 4.9.7 TopicValidator.validateTopic; returns the remark a name is refused with, or None."""
+    if not topic or not topic.strip():
         return "The specified topic is blank."
-    if not _VALID_TOPIC.match(topic):
+    if is_topic_or_group_illegal(topic):
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic.encode("utf-8")) > TOPIC_MAX_LENGTH:
-        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return "The specified topic is longer than topic max length."
     return None
+
+
+def check_group_name(group: str) -> str | None:
+    """Upstream's group rules (client Validators.checkGroup, enforced by the broker since 5.x before a group
+    is auto-created): the remark a name is refused with, or None. The length goes first so that a huge
+    name is never echoed back."""
+    if not group or not group.strip():
+        return "the specified group is blank"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the specified group is longer than group max length {GROUP_MAX_LENGTH}."
+    if is_topic_or_group_illegal(group):
+        return f"the specified group[{group}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def is_not_allowed_send_topic(topic: str) -> bool:
+    return topic in NOT_ALLOWED_SEND_TOPICS
 
 
 def retry_topic(group: str) -> str:

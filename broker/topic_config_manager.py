@@ -65,6 +65,10 @@ class TopicConfigManager:
         if not data:
             return
         for name, raw in (data.get("topicConfigTable") or {}).items():
+            reason = check_topic_name(name)
+            if reason is not None:  # written by an older version that did not check every name
+                log.warning("skipping a topic whose name is illegal", topic=name[:200], reason=reason)
+                continue
             try:
                 self.table[name] = TopicConfig.from_json(raw)
             except (KeyError, TypeError, ValueError) as exc:
@@ -121,11 +125,16 @@ class TopicConfigManager:
         return tc
 
     def create_topic_in_send_message_back_method(self, topic: str, queue_nums: int, perm: int,
-                                                 topic_sys_flag: int = 0) -> TopicConfig:
-        """Create a retry or DLQ topic (one queue) on first use."""
+                                                 topic_sys_flag: int = 0) -> TopicConfig | None:
+        """Create a retry or DLQ topic on first use; None when its name could not be a topic (a group
+        name too long or illegal for a folder), as upstream answers ``topic[...] not exist``."""
         existing = self.table.get(topic)
         if existing is not None:
             return existing
+        reason = check_topic_name(topic)
+        if reason is not None:
+            log.warning("topic not created", reason=reason, topic=topic[:200])
+            return None
         tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm,
                          topic_sys_flag=topic_sys_flag)
         self.table[topic] = tc

@@ -47,6 +47,7 @@ class ClientManageProcessor:
         try:
             data = parse_heartbeat(orjson.loads(bytes(request.body)))
         except (orjson.JSONDecodeError, HeartbeatError) as exc:
+            log.warning("bad heartbeat refused", remote=channel.remote_addr, error=str(exc)[:300])
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
         now = self.c.now_ms()
         channel.attrs["client_id"] = data.client_id
@@ -83,9 +84,10 @@ class ClientManageProcessor:
             return request.response(ResponseCode.SUCCESS)
         try:
             body = orjson.loads(bytes(request.body))
-        except orjson.JSONDecodeError as exc:
+            sub = _client_config_subscription(body)
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            log.warning("bad check client config refused", remote=channel.remote_addr, error=str(exc)[:300])
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad check client config body: {exc}")
-        sub = (body or {}).get("subscriptionData") or {}
         expr_type = (sub.get("expressionType") or "TAG").upper()
         if expr_type != "TAG":
             if not self.c.config.enable_property_filter:
@@ -96,3 +98,18 @@ class ClientManageProcessor:
             except ValueError as exc:
                 return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse expression failed: {exc}")
         return request.response(ResponseCode.SUCCESS)
+
+
+def _client_config_subscription(body: object) -> dict:
+    """The ``subscriptionData`` of a CHECK_CLIENT_CONFIG body with string fields, else ValueError."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    sub = body.get("subscriptionData") or {}
+    if not isinstance(sub, dict):
+        raise ValueError("subscriptionData must be a JSON object")
+    for key in ("expressionType", "subString"):
+        if sub.get(key) is not None and not isinstance(sub[key], str):
+            raise ValueError(f"subscriptionData.{key} must be a string")
+    return sub

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import struct
+import zlib
 from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.topic import (PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX,
-                          TRANS_HALF_TOPIC, check_topic_name, dlq_topic, is_writeable, retry_topic)
+from broker.topic import (PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, TRANS_HALF_TOPIC, check_topic_name,
+                          dlq_topic, is_not_allowed_send_topic, is_writeable, retry_topic)
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader,
                               SendMessageRequestHeaderV2, decode_header)
 from broker.message_const import MessageConst
-from store.message import (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExtBrokerInner,
+from store.message import (COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExtBrokerInner,
                            decode_properties, encode_properties, tags_hash)
 from store.results import PutMessageStatus
 
@@ -36,6 +38,7 @@ PC_SYNCHRONIZED = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
 MAX_PROPERTIES_LENGTH = 32767
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_JAVA_INT_TEXT = re.compile(r"[+-]?[0-9]{1,11}")
 # Batch element: totalSize, magic, bodyCRC, flag, bodyLen (upstream MessageDecoder.encodeMessage).
 _BATCH_HEAD = struct.Struct(">iiiii")
 
@@ -49,6 +52,35 @@ class SendError(Exception):
         self.remark = remark
 
 
+def check_delay_level(props: dict[str, str]) -> None:
+    """Upstream's CommitLog reads ``DELAY`` with Integer.parseInt; a value that is not a Java int fails the
+    send with SYSTEM_ERROR (there an uncaught NumberFormatException, here a clear remark)."""
+    value = props.get(MessageConst.DELAY)
+    if value is None:
+        return
+    if value.isascii() and _JAVA_INT_TEXT.fullmatch(value) and -(2**31) <= int(value) < 2**31:
+        return
+    shown = value if len(value) <= 64 else value[:64] + "..."
+    raise SendError(ResponseCode.SYSTEM_ERROR,
+                    f'NumberFormatException: For input string: "{shown}" (the DELAY property must be a delay level)')
+
+
+def inflate_batch_body(body: bytes | memoryview, limit: int) -> bytes:
+    """A batch body the client zlib-compressed as a whole (the C++ client does above 4 KiB and sets
+    sysFlag COMPRESSED), inflated to at most ``limit`` bytes; SendError when it is not zlib or too big."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the compressed batch body cannot be inflated: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                        f"the inflated batch body is over the broker's maxMessageSize {limit} bytes")
+    if not inflater.eof:
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the compressed batch body is truncated")
+    return out
+
+
 def parse_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[str, str]]]:
     """Split a batch body into (flag, body, properties) per message; SendError on a malformed batch."""
     view = memoryview(body)
@@ -58,7 +90,8 @@ def parse_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[st
         if end - pos < _BATCH_HEAD.size + 2:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message truncated at byte {pos}")
         total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
-        if total < _BATCH_HEAD.size + 2 or pos + total > end or body_len < 0 or body_len > total:
+        if total < _BATCH_HEAD.size + 2 or pos + total > end or body_len < 0 \
+                or _BATCH_HEAD.size + body_len + 2 > total:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message has a bad size at byte {pos}")
         b0 = pos + _BATCH_HEAD.size
         msg_body = bytes(view[b0:b0 + body_len])
@@ -120,7 +153,7 @@ class SendMessageProcessor:
         reason = check_topic_name(hdr.topic)
         if reason is not None:
             raise SendError(ResponseCode.SYSTEM_ERROR, reason)
-        if hdr.topic == cfg.broker_cluster_name or hdr.topic in ("SCHEDULE_TOPIC_XXXX",):
+        if is_not_allowed_send_topic(hdr.topic):
             raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{hdr.topic}] is forbidden.")
         tcm = self.c.topic_config_manager
         tc = tcm.select_topic_config(hdr.topic)
@@ -169,7 +202,9 @@ class SendMessageProcessor:
         reconsume = hdr.reconsume_times or 0
         if reconsume >= max_times:
             dlq = dlq_topic(group)
-            self.c.topic_config_manager.create_topic_in_send_message_back_method(dlq, 1, PERM_WRITE | PERM_READ)
+            if self.c.topic_config_manager.create_topic_in_send_message_back_method(
+                    dlq, 1, PERM_WRITE | PERM_READ) is None:
+                raise SendError(ResponseCode.SYSTEM_ERROR, f"topic[{dlq}] not exist")
             props.pop(MessageConst.DELAY, None)
             return dlq
         return topic
@@ -219,6 +254,7 @@ class SendMessageProcessor:
             msg = self.c.transaction_service.prepare_half_message(msg)
         else:
             # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
+            check_delay_level(props)
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
         stall_ms = await self._fault_sleep(props)
         result = await self.store.put_message(msg, stall_append_ms=stall_ms)
@@ -233,7 +269,14 @@ class SendMessageProcessor:
         if request.body is None:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch request has no body")
         batch_props = decode_properties(hdr.properties or "")
-        elements = parse_batch_body(request.body)
+        check_delay_level(batch_props)
+        raw = request.body
+        sys_flag = hdr.sys_flag
+        if sys_flag & COMPRESSED_FLAG:
+            # the elements are stored one by one, each with its own plain body: no COMPRESSED flag on them
+            raw = inflate_batch_body(raw, self.config.max_message_size)
+            sys_flag &= ~COMPRESSED_FLAG
+        elements = parse_batch_body(raw)
         queue_id = self._queue_id(hdr, tc)
         msgs = []
         stall_ms = 0
@@ -241,7 +284,7 @@ class SendMessageProcessor:
             self._check_size(len(body), 0)
             merged = {**batch_props, **props}
             stall_ms = max(stall_ms, await self._fault_sleep(merged) if self.config.fault_injection_enable else 0)
-            msgs.append(self._inner(channel, hdr, hdr.topic, queue_id, flag, body, merged, hdr.sys_flag))
+            msgs.append(self._inner(channel, hdr, hdr.topic, queue_id, flag, body, merged, sys_flag))
         result = await self.store.put_messages(msgs, stall_append_ms=stall_ms)
         return self._put_result_to_response(request, result, msgs[0], queue_id)
 
@@ -297,6 +340,8 @@ class SendMessageProcessor:
         queue_id = random.randrange(sgc.retry_queue_nums)
         retry_tc = self.c.topic_config_manager.create_topic_in_send_message_back_method(
             new_topic, sgc.retry_queue_nums, PERM_WRITE | PERM_READ)
+        if retry_tc is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
         if not is_writeable(retry_tc.perm):
             return request.response(ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
         msg_ext = self.store.look_message_by_offset(hdr.offset)
@@ -314,7 +359,9 @@ class SendMessageProcessor:
         if reconsume_times >= max_times or delay_level < 0:
             new_topic = dlq_topic(hdr.group)
             queue_id = 0
-            self.c.topic_config_manager.create_topic_in_send_message_back_method(new_topic, 1, PERM_WRITE | PERM_READ)
+            if self.c.topic_config_manager.create_topic_in_send_message_back_method(
+                    new_topic, 1, PERM_WRITE | PERM_READ) is None:
+                return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
             props.pop(MessageConst.DELAY, None)
         else:
             if delay_level == 0:

@@ -211,6 +211,18 @@ def test_batch_send_is_stored_as_separate_messages(broker):
     assert {i.tags for i in items} == {"B"}
 
 
+def test_compressed_batch_round_trips(broker):
+    """Over 4 KiB the wheel zlib-compresses the whole batch body and sets sysFlag COMPRESSED (issue 13 item 7):
+    the broker inflates it, then stores each of the 45 messages with its own plain body."""
+    topic = unique("T_zbatch")
+    sent = {f"zb-{i}": nul_free_body(120, seed=f"zb-{i}:") for i in range(45)}  # ~ 9 KiB of batch body
+    with cpp_producer(broker.namesrv_addr) as producer:
+        result = producer.send_batch([make_message(topic, body, key=key) for key, body in sent.items()])
+        assert result.status == SendStatus.OK
+    items = consume_all(broker.namesrv_addr, topic, sent)
+    assert_exactly_once(sent, items)
+
+
 # ---------------------------------------------------------------------------------------- consumers
 
 

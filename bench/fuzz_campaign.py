@@ -35,6 +35,7 @@ from bench.fuzz_frames import CORPUS_DIR, ILLEGAL_NAMES, load_corpus
 # The broker launcher and the wheel helpers are shared with the compat tests (as bench.send_pull_cpp does).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
 from compat_support import (  # noqa: E402
+    BrokerError,
     BrokerProcess,
     Collector,
     cpp_producer,
@@ -151,6 +152,7 @@ class CampaignResult:
     memory_before: dict[str, int]
     memory_after: dict[str, int]
     exit_code: int | None
+    stop_error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -165,7 +167,7 @@ class CampaignResult:
                  f"real-client round trip: {self.round_trip_problems or 'nothing lost'}",
                  f"paths made from illegal names: {[str(p) for p in self.escaped[:10]] or 'none'}",
                  f"private memory before: {self.memory_before}; after: {self.memory_after}",
-                 f"exit code after SIGTERM: {self.exit_code}"]
+                 f"exit code after SIGTERM: {self.exit_code} {self.stop_error}"]
         return "\n".join(lines)
 
 
@@ -198,11 +200,16 @@ def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int =
         problems = cpp_round_trip(broker.namesrv_addr) if round_trip and alive else []
         memory_after = private_memory(pid)
     finally:
-        exit_code = broker.stop(check=False) if broker.running else (broker.proc.returncode if broker.proc else None)
+        stop_error = ""
+        try:
+            exit_code = broker.stop(check=False) if broker.running else None
+        except BrokerError as exc:  # still running after SIGTERM: killed; the report says so
+            exit_code, stop_error = None, str(exc).splitlines()[0]
         broker.kill()
     return CampaignResult(seed=seed, stats=stats, log=scan_log(broker.log_text()), alive=alive,
                           probe_errors=probe_errors, round_trip_problems=problems, escaped=escaped_paths(root),
-                          memory_before=memory_before, memory_after=memory_after, exit_code=exit_code)
+                          memory_before=memory_before, memory_after=memory_after, exit_code=exit_code,
+                          stop_error=stop_error)
 
 
 class _Progress:

@@ -152,7 +152,7 @@ async def _throwaway(host: str, port: int, frame: FuzzFrame, stats: FuzzStats, g
         try:
             writer.write(frame.data)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(reader.read(1 << 16), 0.3)
+                await asyncio.wait_for(reader.read(1 << 16), 0.2)
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -228,7 +228,7 @@ async def run_fuzz(host: str, broker_port: int, namesrv_port: int, *, seed: int 
     """Send ``frames`` frames over ``connections`` connections (the first ``namesrv_connections`` of them to
     the name server port) and return what happened. ``corpus`` maps "broker"/"namesrv" to recorded frames."""
     stats = FuzzStats()
-    gate = asyncio.Semaphore(16)
+    gate = asyncio.Semaphore(32)
     started = time.monotonic()
     workers = []
     for i in range(connections):

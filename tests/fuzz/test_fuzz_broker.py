@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
 #: FUZZ_SEED / FUZZ_FRAMES replay a failing campaign or run a longer one through pytest.
 SEED = int(os.environ.get("FUZZ_SEED", "20261124"))
-FRAMES = int(os.environ.get("FUZZ_FRAMES", "30000"))
+FRAMES = int(os.environ.get("FUZZ_FRAMES", "25000"))
 
 
 @pytest.mark.timeout(240)

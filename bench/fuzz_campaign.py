@@ -101,7 +101,8 @@ def scan_log(text: str) -> LogFindings:
 
 
 def private_memory(pid: int) -> dict[str, int]:
-    """Rss, Pss and USS (Private_Clean + Private_Dirty) in KiB from /proc/PID/smaps_rollup; {} if unreadable."""
+    """Rss, Pss, USS (Private_Clean + Private_Dirty) and Anonymous in KiB from /proc/PID/smaps_rollup ({} if
+    unreadable). USS counts the store's mapped file pages too; Anonymous is the heap, where a leak shows."""
     values: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
@@ -112,7 +113,8 @@ def private_memory(pid: int) -> dict[str, int]:
     except OSError:
         return {}
     return {"rss_kb": values.get("Rss", 0), "pss_kb": values.get("Pss", 0),
-            "uss_kb": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0)}
+            "uss_kb": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0),
+            "anon_kb": values.get("Anonymous", 0)}
 
 
 def escaped_paths(root: Path) -> list[Path]:

@@ -12,8 +12,9 @@ For ``--minutes`` the broker gets, at the same time:
 * ``--fuzz-rate`` malformed and mutated frames per second from ``bench.fuzz_frames`` on fresh connections
   to the broker and its name server.
 
-Once a minute it prints the broker's private memory (USS = Private_Clean + Private_Dirty, and Pss, from
-/proc/PID/smaps_rollup), RSS, counts so far and tracebacks in the log so far. At the end it drains the
+Once a minute it prints the broker's private memory (USS = Private_Clean + Private_Dirty, its Anonymous
+part, and Pss, from /proc/PID/smaps_rollup), RSS, counts so far and tracebacks in the log so far. USS
+includes the store's mapped file pages (they come and go with the flush); the anonymous part is the heap. At the end it drains the
 consumers and prints: messages acknowledged and consumed (lost = acknowledged but never consumed),
 memory growth over the second half of the run, tracebacks, liveness, and the exit code after SIGTERM.
 Exit status 0 when nothing was lost, no traceback was logged, the broker lived and exited 0.
@@ -191,10 +192,11 @@ class Soak:
         self.log.errors += found.errors
         c = self.counters
         sample = {"minute": (time.monotonic() - began) / 60, "uss_mb": mem.get("uss_kb", 0) / 1024,
+                  "anon_mb": mem.get("anon_kb", 0) / 1024,
                   "pss_mb": mem.get("pss_kb", 0) / 1024, "rss_mb": mem.get("rss_kb", 0) / 1024}
         c.samples.append(sample)
-        print(f"[{sample['minute']:5.1f} min] broker USS {sample['uss_mb']:7.1f} MiB  Pss {sample['pss_mb']:7.1f} MiB"
-              f"  RSS {sample['rss_mb']:7.1f} MiB | acked {len(c.acknowledged):8d} consumed {len(c.consumed):8d}"
+        print(f"[{sample['minute']:5.1f} min] broker USS {sample['uss_mb']:6.1f} MiB (anonymous {sample['anon_mb']:6.1f})"
+              f"  Pss {sample['pss_mb']:6.1f}  RSS {sample['rss_mb']:6.1f} | acked {len(c.acknowledged):8d} consumed {len(c.consumed):8d}"
               f" oneway {c.oneway:6d} send errors {c.send_errors} | admin {c.admin_calls} ({c.admin_errors} errors)"
               f" | fuzz frames {c.fuzz.frames:8d} hangs {len(c.fuzz.hangs)} | tracebacks {len(self.log.tracebacks)}"
               f" warnings {self.log.warnings}", flush=True)
@@ -243,8 +245,10 @@ def _report(soak: Soak, c: SoakCounters, alive: bool, exit_code: int | None) -> 
     lost = c.lost
     dups = sum(1 for n in c.consumed.values() if n > 1)
     uss = [s["uss_mb"] for s in c.samples]
+    anon = [s["anon_mb"] for s in c.samples]
     half = [s for s in c.samples if s["minute"] >= c.samples[-1]["minute"] / 2] if c.samples else []
     growth = (half[-1]["uss_mb"] - half[0]["uss_mb"]) if len(half) >= 2 else 0.0
+    anon_growth = (half[-1]["anon_mb"] - half[0]["anon_mb"]) if len(half) >= 2 else 0.0
     span = (half[-1]["minute"] - half[0]["minute"]) if len(half) >= 2 else 0.0
     print("soak summary:")
     print(f"  acknowledged sends {len(c.acknowledged)}, consumed {len(c.consumed)} distinct ({dups} redelivered), "
@@ -254,6 +258,8 @@ def _report(soak: Soak, c: SoakCounters, alive: bool, exit_code: int | None) -> 
     if uss:
         print(f"  broker USS MiB: first {uss[0]:.1f}, last {uss[-1]:.1f}, max {max(uss):.1f}; "
               f"second half {growth:+.1f} MiB over {span:.1f} min")
+        print(f"  broker anonymous (heap) MiB: first {anon[0]:.1f}, last {anon[-1]:.1f}, max {max(anon):.1f}; "
+              f"second half {anon_growth:+.1f} MiB over {span:.1f} min")
     print(soak.log.summary())
     print(f"  alive at the end: {alive}; exit code after SIGTERM: {exit_code}")
     return alive and exit_code == 0 and not lost and not soak.log.tracebacks and not c.fuzz.hangs

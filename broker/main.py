@@ -55,7 +55,14 @@ async def run(config) -> int:
     print(msg, flush=True)
     await stop.wait()
     log.info("shutting down")
-    await controller.shutdown()
+    try:
+        await controller.shutdown()
+    except Exception:  # noqa: BLE001 - a stop that was asked for ends with 0; what went wrong is logged
+        log.exception("shutdown failed part-way, closing the store")
+        try:
+            await controller.store.shutdown()
+        except Exception:  # noqa: BLE001
+            log.exception("the store did not close cleanly; the next boot recovers it")
     print(f"The broker[{config.broker_name}, {config.broker_addr}] shutdown OK", flush=True)
     return 0
 

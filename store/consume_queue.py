@@ -19,6 +19,7 @@ import structlog
 from store.config import CQ_STORE_UNIT_SIZE
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, RunBlocking
+from store.path_guard import queue_dir
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +54,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.entries_per_file = mapped_file_size // CQ_STORE_UNIT_SIZE
-        self.queue_dir = os.path.join(store_path, topic, str(queue_id))
+        self.queue_dir = queue_dir(store_path, topic, queue_id)  # UnsafeStorePath for a name outside the store
         self.mapped_file_queue = MappedFileQueue(
             self.queue_dir, mapped_file_size, run_blocking=run_blocking, unlink=unlink
         )

@@ -14,7 +14,7 @@ import json
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -67,6 +67,7 @@ from store.message import (
     encode_properties,
     transaction_value,
 )
+from store.path_guard import UnsafeStorePath, unsafe_dir_name_reason
 from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
 from store.reput import ReputMessageService
@@ -143,6 +144,8 @@ class MessageStore:
             unlink=self.unlink_later,
         )
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._dispatch_failures: set[tuple[str, int]] = set()  # queues already reported by _dispatch_failed
+        self._unwritable_queues: set[tuple[str, int]] = set()  # whose next file could not be created
         self.index_service = IndexService(config, run_blocking=self._run_blocking, now_ms=now_ms)
         self.checkpoint: StoreCheckpoint | None = None
         self._encoder = self.commit_log.encoder
@@ -280,10 +283,35 @@ class MessageStore:
                 for qid in sorted(os.listdir(tdir)):
                     if not qid.lstrip("-").isdigit():
                         continue
-                    cq = self._new_consume_queue(topic, int(qid))
-                    cq.load()
+                    cq = None
+                    try:
+                        cq = self._new_consume_queue(topic, int(qid))
+                        cq.load()
+                    except (OSError, ValueError) as exc:
+                        self._set_aside(os.path.join(tdir, qid), cq, exc)
+                        continue
                     self.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
         self._manifest = self._read_manifest()
+
+    def _set_aside(self, qdir: str, cq: ConsumeQueue | None, exc: BaseException) -> None:
+        """A queue folder that cannot be loaded or recovered must not stop the boot: close what was mapped and
+        move the folder to ``consumequeue-set-aside/`` (inside the store). The manifest still lists the queue,
+        so the reput rebuilds it from the CommitLog."""
+        if cq is not None:
+            try:
+                cq.shutdown()
+            except Exception:  # noqa: BLE001 - half-loaded: closing is best effort
+                pass
+        aside_root = os.path.join(self.config.store_path_root_dir, "consumequeue-set-aside")
+        queue = os.path.relpath(qdir, self.config.store_path_consume_queue)
+        target = os.path.join(aside_root, f"{queue.replace(os.sep, '.')}.{int(time.time() * 1000)}")
+        try:
+            os.makedirs(aside_root, exist_ok=True)
+            os.rename(qdir, target)
+        except OSError as move_error:
+            target = f"not moved ({move_error})"
+        log.error("consume queue folder set aside, it will be rebuilt from the CommitLog", queue=queue,
+                  error=f"{type(exc).__name__}: {exc}", moved_to=target)
 
     def _read_manifest(self) -> set[tuple[str, int]]:
         try:
@@ -321,8 +349,13 @@ class MessageStore:
         assert self.checkpoint is not None
         begin = time.monotonic()
         max_phy_of_cq = -1
-        for cq in self._all_consume_queues():
-            cq.recover()
+        for cq in list(self._all_consume_queues()):
+            try:
+                cq.recover()
+            except (OSError, ValueError) as exc:
+                self.consume_queue_table.get(cq.topic, {}).pop(cq.queue_id, None)
+                self._set_aside(cq.queue_dir, cq, exc)
+                continue
             max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
         # (the parses run on the other worker threads: with one, they would wait behind this scan)
         if self.commit_log.mapped_file_queue.mapped_files and self._io_threads >= 2:
@@ -663,6 +696,8 @@ class MessageStore:
         """(tail, crc, size) of the record for `msg` (RecordEncoder.plan), or the rejection."""
         if len(msg.topic) > MAX_TOPIC_LENGTH:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msg.topic)} > 127")
+        if (unsafe := unsafe_dir_name_reason(msg.topic)) is not None:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
         if msg.body is not None and len(msg.body) > self.config.max_message_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -678,6 +713,8 @@ class MessageStore:
         """(tails, crcs, sizes, total) of a batch of one topic (RecordEncoder.plan_many), or the rejection."""
         if len(msgs[0].topic) > MAX_TOPIC_LENGTH:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msgs[0].topic)} > 127")
+        if (unsafe := unsafe_dir_name_reason(msgs[0].topic)) is not None:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
         try:
             return self._encoder.plan_many(msgs, self.config.max_message_size)
         except RecordError as exc:
@@ -844,18 +881,40 @@ class MessageStore:
 
     # --------------------------------------------------------------------------------------- dispatch
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, created on first use; UnsafeStorePath (nothing created) for a topic that cannot be a
+        folder inside the store."""
         queues = self.consume_queue_table.get(topic)
-        if queues is None:
-            queues = self.consume_queue_table[topic] = {}
-        cq = queues.get(queue_id)
+        cq = None if queues is None else queues.get(queue_id)
         if cq is None:
-            cq = queues[queue_id] = self._new_consume_queue(topic, queue_id)
+            cq = self._new_consume_queue(topic, queue_id)
+            if queues is None:
+                queues = self.consume_queue_table[topic] = {}
+            queues[queue_id] = cq
             if (topic, queue_id) not in self._manifest:
                 self._manifest.add((topic, queue_id))
                 self._manifest_dirty = True
                 if self._running:
                     asyncio.get_running_loop().create_task(self._save_manifest())
         return cq
+
+    def _dispatch_failed(self, what: str, topic: str, queue_id: int, exc: BaseException) -> None:
+        """One record (or queue) that cannot be dispatched costs its consume queue entry, never the writer
+        or the reput: one error line per queue (a bad queue could otherwise log once per record)."""
+        key = (topic, queue_id)
+        if key in self._dispatch_failures:
+            return
+        if len(self._dispatch_failures) < 1024:
+            self._dispatch_failures.add(key)
+        log.error("dispatch failed, the record stays in the CommitLog without a consume queue entry", step=what,
+                  topic=topic[:200], queue_id=queue_id, error=f"{type(exc).__name__}: {exc}",
+                  exc_info=not isinstance(exc, UnsafeStorePath))
+
+    def _queue_for_dispatch(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        try:
+            return self.find_consume_queue(topic, queue_id)
+        except UnsafeStorePath as exc:
+            self._dispatch_failed("queue", topic, queue_id, exc)
+            return None
 
     def _get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         queues = self.consume_queue_table.get(topic)
@@ -864,18 +923,38 @@ class MessageStore:
     def _prepare_dispatch(self, req: DispatchRequest) -> Any:
         tran = transaction_value(req.sys_flag)
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
-            cq = self.find_consume_queue(req.topic, req.queue_id)
-            if cq.needs_file_for(req.consume_queue_offset) and req.commit_log_offset + req.msg_size > cq.max_physic_offset:
-                return cq.ensure_file_for(req.consume_queue_offset)
+            cq = self._queue_for_dispatch(req.topic, req.queue_id)
+            if (cq is not None and cq.needs_file_for(req.consume_queue_offset)
+                    and req.commit_log_offset + req.msg_size > cq.max_physic_offset
+                    and (req.topic, req.queue_id) not in self._unwritable_queues):
+                return self._guarded(cq.ensure_file_for(req.consume_queue_offset), req.topic, req.queue_id)
         if self._index_enabled and self.index_service.needs_file():
             return self.index_service.ensure_file()
         return None
 
+    async def _guarded(self, pending: Awaitable[Any], topic: str, queue_id: int) -> None:
+        """A consume queue file that cannot be created: logged, and the dispatch of the record fails alone."""
+        try:
+            await pending
+        except Exception as exc:  # noqa: BLE001 - e.g. EACCES, ENAMETOOLONG: one queue, not the reput
+            # from now on its records go straight to _dispatch (which tries, fails alone): no retry loop here
+            self._unwritable_queues.add((topic, queue_id))
+            self._dispatch_failed("create file", topic, queue_id, exc)
+
     def _dispatch(self, req: DispatchRequest) -> None:
+        try:
+            self._dispatch_one(req)
+        except Exception as exc:  # noqa: BLE001 - never stop the reput for the records after this one
+            self._dispatch_failed("record", req.topic, req.queue_id, exc)
+
+    def _dispatch_one(self, req: DispatchRequest) -> None:
         tran = transaction_value(req.sys_flag)
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
-            cq = self.find_consume_queue(req.topic, req.queue_id)
-            if cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset):
+            cq = self._queue_for_dispatch(req.topic, req.queue_id)
+            if cq is None:
+                pass
+            elif cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
+                                              req.consume_queue_offset):
                 if self.checkpoint is not None:
                     self.checkpoint.logics_msg_timestamp = req.store_timestamp
             else:
@@ -897,6 +976,15 @@ class MessageStore:
                 log.exception("message arriving listener failed", topic=req.topic)
 
     def _dispatch_appended(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
+        """`_dispatch_appended_inline`, and 0 (the reput dispatches these records, replaying what was done)
+        if it failed: the writer must go on whatever one record does."""
+        try:
+            return self._dispatch_appended_inline(req, phy, queue_offset, store_ts)
+        except Exception as exc:  # noqa: BLE001
+            self._dispatch_failed("inline", req.topic, req.queue_id, exc)
+            return 0
+
+    def _dispatch_appended_inline(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
         """The writer's inline dispatch (same effects as `_dispatch` per record, without building
         DispatchRequests): only while the reput is caught up to this request and every file the records
         need exists. Returns how many records were dispatched; the reput takes the rest."""
@@ -912,7 +1000,7 @@ class MessageStore:
         queue_id = req.queue_id
         tran = transaction_value(req.sys_flag)
         counts = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
-        cq = self.find_consume_queue(topic, queue_id) if counts else None
+        cq = self._queue_for_dispatch(topic, queue_id) if counts else None
         index = index and tran != TRANSACTION_ROLLBACK_TYPE
         listener = self.message_arriving_listener
         if self.config.broker_role == BrokerRole.SLAVE:
@@ -988,8 +1076,8 @@ class MessageStore:
         codes = [cl.tags_cache.get(p.get(tags)) for p in props]
         if None in codes:
             codes = [cl.tags_code_of(p.get(tags)) for p in props]
-        cq = self.find_consume_queue(topic, req.queue_id)
-        if not cq.try_append_many(phys, req.sizes, codes, queue_offset):
+        cq = self._queue_for_dispatch(topic, req.queue_id)
+        if cq is None or not cq.try_append_many(phys, req.sizes, codes, queue_offset):
             return False
         if self.checkpoint is not None:
             self.checkpoint.logics_msg_timestamp = store_ts
@@ -1033,10 +1121,14 @@ class MessageStore:
                 idx = np.flatnonzero(qkey == k)
                 topic = recs.topics[k >> 32]
                 queue_id = int(recs.queue_id[idx[0]])
-                cq = self.find_consume_queue(topic, queue_id)
-                failed = await cq.put_entries(
-                    recs.phy[idx], recs.size[idx], recs.tags_code[idx], recs.queue_offset[idx]
-                )
+                try:
+                    cq = self.find_consume_queue(topic, queue_id)
+                    failed = await cq.put_entries(
+                        recs.phy[idx], recs.size[idx], recs.tags_code[idx], recs.queue_offset[idx]
+                    )
+                except Exception as exc:  # noqa: BLE001 - this queue's entries only
+                    self._dispatch_failed("bulk", topic, queue_id, exc)
+                    continue
                 if failed:
                     log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id, entries=failed)
             if self.checkpoint is not None:

@@ -45,8 +45,10 @@ from compat_support import (  # noqa: E402
     unique,
 )
 
-#: Broker settings for a fuzz run: a small commit-log file (fuzz sends are small), ACL and fault injection off.
-FUZZ_BROKER_SETTINGS = ("mappedFileSizeCommitLog=67108864", "aclEnable=false", "faultInjectionEnable=false")
+#: Broker settings for a fuzz run: a small commit-log file (fuzz sends are small), ACL and fault injection off,
+#: SQL92 filtering on (so that subscriptions reach the SQL parser).
+FUZZ_BROKER_SETTINGS = ("mappedFileSizeCommitLog=67108864", "aclEnable=false", "faultInjectionEnable=false",
+                        "enablePropertyFilter=true", "filterSupportRetry=true")
 
 TRACEBACK_MARK = "Traceback (most recent call last)"
 

@@ -167,6 +167,15 @@ _RISKY_CONFIG_KEYS = ("brokerPermission", "maxMessageSize", "listenPort", "fileR
 _INVALID_CONFIG_VALUES = ("", "abc", "-1", "99999999999999999999", "1e9", "0x10", "\u0000", "nan", "true false",
                           "-2147483649", " ", "\\", "${x}")
 
+#: Subscription expressions, TAG and SQL92 (the fuzz broker has enablePropertyFilter=true): legal ones, broken
+#: ones, and ones built to exhaust a recursive parser or a cache.
+_EXPRESSIONS = ("*", "", "TagA", "TagA || TagB", "TagA ||", "||", "x" * 500, "\u0000", "a > 1", "a BETWEEN 1 AND",
+                "((((", "a IN ('x')", "a IS NULL", "a IS NOT NULL AND b = 'x'", "a = 'x", "a > 1 AND", "NOT",
+                "a BETWEEN 3 AND 1", "a IN ()", "a > 99999999999999999999", "a > 1e999", "a > -9223372036854775809",
+                "a = TRUE", "a <> b", "(" * 500 + "a > 1" + ")" * 500, "NOT " * 500 + "a > 1",
+                " OR ".join(["a > 1"] * 2000), "a IN (" + ",".join(f"'{i}'" for i in range(3000)) + ")",
+                "'x' = 'x'", "1 = 1", "a > 'x'", "a LIKE '%'", "\u00e9 > 1", "a\u0000 > 1")
+
 _STATS_NAMES = ("TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "SNDBCK_PUT_NUMS", "BROKER_PUT_NUMS", "x")
 
 
@@ -286,8 +295,7 @@ class FrameMutator:
         if kind == "props":
             return self._properties()
         if kind == "expr":
-            return rng.choice(("*", "", "TagA", "TagA || TagB", "a > 1", "a BETWEEN 1 AND", "((((", "||",
-                               "TagA ||", "x" * 500, "a IN ('x')", "\u0000"))
+            return rng.choice(_EXPRESSIONS)
         if kind == "exprtype":
             return rng.choice(("TAG", "SQL92", "", "sql92", "XPATH"))
         if kind == "perm":

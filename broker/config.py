@@ -264,6 +264,30 @@ def _field_table() -> dict[str, dataclasses.Field]:
     return table
 
 
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
+# Upstream declares these as long; every other number is a Java int.
+_LONG_KEYS = frozenset({
+    "brokerId", "startAcceptSendRequestTimeStamp", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue",
+    "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInTransactionQueue", "shortPollingTimeMills",
+    "channelExpiredTimeout", "rebalanceLockMaxLiveTime", "transactionTimeOut", "transactionCheckInterval",
+    "syncFlushTimeout", "osPageCacheBusyTimeOutMills", "flushDelayOffsetInterval",
+})
+# Ranges tighter than the Java type (a port is 0-65535; permissions are the PermName bits).
+_MAXIMA = {"listenPort": 65535, "namesrvListenPort": 65535, "metricsPromExporterPort": 65535,
+           "brokerPermission": 15, "diskMaxUsedSpaceRatio": 95}
+# Read once at start (servers, executors, files, fault injection): UPDATE_BROKER_CONFIG refuses them.
+BOOT_ONLY_KEYS = frozenset({
+    "listenPort", "namesrvListenPort", "listenHost", "namesrvListenHost", "storePathRootDir", "storePathCommitLog",
+    "brokerName", "brokerClusterName", "brokerIP1", "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
+    "transientStorePoolEnable", "transientStorePoolSize", "maxHashSlotNum", "maxIndexNum", "frameMaxLength",
+    "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "faultInjectionEnable",
+    "sendMessageThreadPoolNums", "pullMessageThreadPoolNums", "processReplyMessageThreadPoolNums",
+    "queryMessageThreadPoolNums", "adminBrokerThreadPoolNums", "clientManageThreadPoolNums",
+    "consumerManageThreadPoolNums", "heartbeatThreadPoolNums", "endTransactionThreadPoolNums",
+})
+
+
 def _convert(f: dataclasses.Field, key: str, raw: str) -> Any:
     raw = raw.strip()
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
@@ -280,6 +304,12 @@ def _convert(f: dataclasses.Field, key: str, raw: str) -> Any:
         minimum = f.metadata.get("minimum")
         if minimum is not None and value < minimum:
             raise ConfigError(f"{key}: must be at least {minimum}, got {value}")
+        wire = f.metadata["wire"]
+        maximum = _MAXIMA.get(wire, JAVA_LONG_MAX if wire in _LONG_KEYS else JAVA_INT_MAX)
+        if value > maximum:
+            raise ConfigError(f"{key}: must be at most {maximum}, got {value}")
+        if value < -JAVA_LONG_MAX - 1 or (wire not in _LONG_KEYS and value < -JAVA_INT_MAX - 1):
+            raise ConfigError(f"{key}: out of range, got {value}")
         return value
     choices = f.metadata.get("choices")
     if choices and raw not in choices:

@@ -19,7 +19,7 @@ import structlog
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.producer_manager import ProducerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
-from broker.config import BrokerConfig, ConfigError, build_config
+from broker.config import BOOT_ONLY_KEYS, BrokerConfig, ConfigError, build_config
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.data_version import DataVersion
 from broker.fast_failure import BrokerFastFailure, SweptQueue
@@ -240,11 +240,10 @@ class BrokerController:
         current = list(self.config.wire_items().items())
         new_config, _ = build_config(current + items)
         changed = {k for k, _ in items}
-        frozen = {"listenPort", "namesrvListenPort", "storePathRootDir", "storePathCommitLog", "brokerName",
-                  "brokerClusterName", "mappedFileSizeCommitLog", "transientStorePoolEnable", "brokerIP1"}
-        blocked = sorted(changed & frozen)
+        blocked = sorted(changed & BOOT_ONLY_KEYS)
         if blocked:
-            raise ConfigError(f"these keys cannot change while the broker runs: {', '.join(blocked)}")
+            raise ConfigError(f"these keys cannot change while the broker runs: {', '.join(blocked)} "
+                              "(set them in broker.conf or with --set, then restart)")
         for name in vars(new_config):
             setattr(self.config, name, getattr(new_config, name))
         self.config_data_version.next_version(self.now_ms)

@@ -238,5 +238,8 @@ class RequestExecutor:
             finally:
                 self.active -= 1
                 self.completed += 1
+                # an idle worker must not keep its last request (and through its channel, the connection's
+                # buffers) alive while it waits for the next one
+                task = None  # type: ignore[assignment]
             if not self._accepting and not queue and self.active == 0 and self._drained is not None:
                 self._drained.set()

@@ -82,8 +82,20 @@ class FrameDecoder:
             return None
         start = pos + 4
         end = start + length
-        self._pos = end
-        return memoryview(buf)[start:end]
+        frame = memoryview(buf)[start:end]
+        if end == len(buf):
+            # Everything consumed: drop our reference to the chunk, or an idle connection would keep its last
+            # (possibly megabytes-large) read alive. The returned view keeps what it needs.
+            self._buf = b""
+            self._pos = 0
+        else:
+            self._pos = end
+        return frame
+
+    def clear(self) -> None:
+        """Forget buffered bytes (the connection is gone): a partial frame must not outlive it."""
+        self._buf = b""
+        self._pos = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[memoryview]:
         """Append ``data`` and yield every complete frame (iterate it to the end)."""

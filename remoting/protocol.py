@@ -86,6 +86,7 @@ class RemotingProtocol(asyncio.Protocol):
         self._schedule_process()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._decoder.clear()  # a partial frame (up to frameMaxLength) would otherwise live until a GC
         channel = self.channel
         if channel is None:
             return

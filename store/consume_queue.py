@@ -34,6 +34,26 @@ def read_entry_offset(view: memoryview, pos: int) -> int:
     return _OFFSET.unpack_from(view, pos)[0]
 
 
+# Entries looked at per step when a boot scans a queue file (80 KiB): a boot touches the pages a queue uses,
+# not its whole 6 MB file, so hundreds of queues do not page in gigabytes (issue 13 item 5).
+SCAN_CHUNK_ENTRIES = 4096
+
+
+def first_index(arr: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], want: bool) -> int:
+    """Index of the first entry whose predicate is `want`, else len(arr); reads chunk by chunk and stops there."""
+    for start in range(0, len(arr), SCAN_CHUNK_ENTRIES):
+        hits = predicate(arr[start : start + SCAN_CHUNK_ENTRIES])
+        if want and hits.any():
+            return start + int(np.argmax(hits))
+        if not want and not hits.all():
+            return start + int(np.argmin(hits))
+    return len(arr)
+
+
+def _is_entry(entries: np.ndarray) -> np.ndarray:
+    return (entries["offset"] >= 0) & (entries["size"] > 0)
+
+
 def tags_to_int32(tags: np.ndarray) -> np.ndarray:
     """J compares `(int) tagsCode`: the low 32 bits as a signed int."""
     return tags.astype(np.int64).astype(np.int32)
@@ -88,8 +108,7 @@ class ConsumeQueue:
         while True:
             mf = files[index]
             arr = self.array_of(mf)
-            valid = (arr["offset"] >= 0) & (arr["size"] > 0)
-            n = int(np.argmin(valid)) if not valid.all() else len(arr)
+            n = first_index(arr, _is_entry, False)
             if n > 0:
                 last = arr[n - 1]
                 self.max_physic_offset = int(last["offset"]) + int(last["size"])
@@ -111,10 +130,13 @@ class ConsumeQueue:
         last = mfq.last_mapped_file()
         if last is not None:
             # zero whatever a torn write left after the end so a later recovery cannot read it as entries
-            end = last.wrote_position
-            stale = self.array_of(last)[end // CQ_STORE_UNIT_SIZE :]
-            if stale.size and (stale["size"] != 0).any():
-                stale.fill(0)
+            # (chunk by chunk up to the first chunk of zeros: the file's untouched tail is never read)
+            stale = self.array_of(last)[last.wrote_position // CQ_STORE_UNIT_SIZE :]
+            for start in range(0, len(stale), SCAN_CHUNK_ENTRIES):
+                chunk = stale[start : start + SCAN_CHUNK_ENTRIES]
+                if not (chunk["size"] != 0).any():
+                    break
+                chunk.fill(0)
 
     def shutdown(self) -> None:
         self._arrays.clear()
@@ -444,9 +466,8 @@ class ConsumeQueue:
         if not len(arr):
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset)
             return
-        ok = (arr["offset"] >= phy_min_offset) & (arr["size"] != 0x7FFFFFFF)
-        if ok.any():
-            first = int(np.argmax(ok))
+        first = first_index(arr, lambda e: (e["offset"] >= phy_min_offset) & (e["size"] != 0x7FFFFFFF), True)
+        if first < len(arr):
             self.min_logic_offset = mf.file_from_offset + first * CQ_STORE_UNIT_SIZE
         else:
             # every entry of the first file is gone: the queue starts after it

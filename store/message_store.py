@@ -280,7 +280,12 @@ class MessageStore:
                 tdir = os.path.join(root, topic)
                 if not os.path.isdir(tdir):
                     continue
-                for qid in sorted(os.listdir(tdir)):
+                try:
+                    qids = sorted(os.listdir(tdir))
+                except OSError as exc:  # an unreadable topic folder: set it aside like a bad queue
+                    self._set_aside(tdir, None, exc)
+                    continue
+                for qid in qids:
                     if not qid.lstrip("-").isdigit():
                         continue
                     cq = None

@@ -137,6 +137,11 @@ class SendMessageProcessor:
                 response = await self.send_message(channel, request, hdr)
         except SendError as exc:
             response = request.response(exc.code, exc.remark)
+            if exc.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR):
+                # a malformed request (a client's mistake): one warning line, no traceback
+                log.warning("send refused", topic=hdr.topic[:200], code=int(exc.code), remark=exc.remark[:300],
+                            remote=channel.remote_addr)
+                return response
         if response.code != ResponseCode.SUCCESS:
             log.debug("send refused", topic=hdr.topic, code=int(response.code), remark=response.remark,
                       remote=channel.remote_addr)
@@ -375,7 +380,7 @@ class SendMessageProcessor:
             topic=new_topic, queue_id=queue_id, flag=msg_ext.flag, body=msg_ext.body, properties=props,
             properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
             sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
-            store_host=self.c.store_host, reconsume_times=reconsume_times + 1)
+            store_host=self.c.store_host, reconsume_times=_java_int_add(reconsume_times, 1))
         result = await self.store.put_message(inner)
         if result.status == PutMessageStatus.PUT_OK:
             self.c.stats.on_send_back(hdr.group, msg_ext.topic)
@@ -390,3 +395,9 @@ def _int_or_zero(value: str | None) -> int:
         return max(0, int(value))
     except ValueError:
         return 0
+
+
+def _java_int_add(a: int, b: int) -> int:
+    """a + b with Java int overflow (a stored reconsumeTimes of 2^31-1 plus one is -2^31 upstream, not a record
+    the store cannot encode)."""
+    return (a + b + 2**31) % 2**32 - 2**31

@@ -167,3 +167,15 @@ async def test_check_client_config_with_wrong_types(broker, client, body):
                                   orjson.dumps(body))
     resp = await client.invoke(broker.config.broker_addr, req, 5)
     assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("bad check client config body"), resp.remark
+
+
+async def test_send_back_of_a_message_at_the_reconsume_limit_of_java_int(broker, client):
+    """A stored reconsumeTimes of 2^31-1 plus one wraps as in Java instead of failing the store's encoder
+    (found by the fuzz campaign: struct.error in the writer)."""
+    addr = broker.config.broker_addr
+    resp = await client.invoke(addr, send_request("TR", reconsume_times=2**31 - 1), 5)
+    assert resp.code == ResponseCode.SUCCESS
+    offset = int(resp.ext_fields["msgId"][-16:], 16)
+    resp = await client.invoke(addr, send_back("CG_wrap", offset), 5)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert broker.store.get_max_offset_in_queue("%DLQ%CG_wrap", 0) == 1

@@ -87,3 +87,25 @@ async def test_a_bad_queue_folder_is_set_aside_and_rebuilt_at_boot(store_factory
         assert len(os.listdir(aside)) == 1 and os.listdir(aside)[0].startswith("T1.0.")
     finally:
         await reopened.shutdown()
+
+
+async def test_an_inline_dispatch_that_raises_leaves_the_record_to_the_reput(store_factory, monkeypatch):
+    """The writer dispatches inline when the reput is caught up; if that raises (a bug, a full disk), the put
+    still succeeds and the reput dispatches the record."""
+    from store.consume_queue import ConsumeQueue
+
+    real = ConsumeQueue.try_append
+
+    def flaky(self, *args):
+        if self.topic == "Boom":
+            raise RuntimeError("injected")
+        return real(self, *args)
+
+    monkeypatch.setattr(ConsumeQueue, "try_append", flaky)
+    store = await store_factory()
+    for i in range(6):
+        topic = "Boom" if i % 2 else "Calm"
+        assert (await store.put_message(make_msg(topic, b"m%d" % i))).status == PutMessageStatus.PUT_OK
+    await store.reput.catch_up()
+    assert store.get_max_offset_in_queue("Boom", 0) == 3 and store.get_max_offset_in_queue("Calm", 0) == 3
+    await store.shutdown()

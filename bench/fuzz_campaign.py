@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
 import tempfile
 import time
@@ -157,17 +158,19 @@ class CampaignResult:
     memory_after: dict[str, int]
     exit_code: int | None
     stop_error: str = ""
+    log_alive: bool = True
 
     @property
     def ok(self) -> bool:
         return (self.alive and not self.probe_errors and not self.round_trip_problems and not self.escaped
-                and not self.log.tracebacks and not self.stats.hangs and self.exit_code == 0)
+                and not self.log.tracebacks and not self.stats.hangs and self.exit_code == 0 and self.log_alive)
 
     def report(self) -> str:
         lines = [f"fuzz campaign seed={self.seed!r}: {'PASSED' if self.ok else 'FAILED'} "
                  f"(replay: python -m bench.fuzz_campaign --seed {self.seed} --frames {self.stats.frames})",
                  self.stats.summary(), self.log.summary(),
-                 f"process alive after the fuzz: {self.alive}; probes: {self.probe_errors or 'both ports answer'}",
+                 f"process alive after the fuzz: {self.alive}; probes: {self.probe_errors or 'both ports answer'}; "
+                 f"log still written: {self.log_alive}",
                  f"real-client round trip: {self.round_trip_problems or 'nothing lost'}",
                  f"paths made from illegal names: {[str(p) for p in self.escaped[:10]] or 'none'}",
                  f"private memory before: {self.memory_before}; after: {self.memory_after}",
@@ -201,6 +204,7 @@ def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int =
                 asyncio.run(probe("127.0.0.1", port, target))
             except Exception as exc:  # noqa: BLE001 - reported, not raised: the report says what failed
                 probe_errors.append(f"{target} port {port}: {type(exc).__name__}: {exc}")
+        log_alive = _log_still_written(broker)
         problems = cpp_round_trip(broker.namesrv_addr) if round_trip and alive else []
         memory_after = private_memory(pid)
     finally:
@@ -212,8 +216,23 @@ def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int =
         broker.kill()
     return CampaignResult(seed=seed, stats=stats, log=scan_log(broker.log_text()), alive=alive,
                           probe_errors=probe_errors, round_trip_problems=problems, escaped=escaped_paths(root),
+                          log_alive=log_alive,
                           memory_before=memory_before, memory_after=memory_after, exit_code=exit_code,
                           stop_error=stop_error)
+
+
+def _log_still_written(broker: BrokerProcess, timeout_s: float = 5.0) -> bool:
+    """Send one undecodable frame (the broker must log one warning for it) and see the log grow: a fuzz
+    frame that silenced the log would otherwise pass as 'no traceback'."""
+    size = broker.log_size()
+    with socket.create_connection(("127.0.0.1", broker.listen_port), timeout=timeout_s) as sock:
+        sock.sendall(b"\x00\x00\x00\x06\x00\x00\x00\x02{]")  # a JSON header that does not parse
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if broker.log_size() > size:
+                return True
+            time.sleep(0.05)
+    return False
 
 
 class _Progress:

@@ -73,6 +73,8 @@ class Soak:
         self.rng = random.Random(seed)
         self.log_offset = 0
         self.log = LogFindings()
+        self.fuzz_frames_at_last_sample = 0
+        self.log_silent_since: float | None = None
         self.corpus = {target: load_corpus(CORPUS_DIR, target) for target in ("broker", "namesrv")}
 
     async def run(self) -> SoakCounters:
@@ -187,6 +189,10 @@ class Soak:
         text = self.broker.log_text(self.log_offset)
         self.log_offset += len(text.encode("utf-8", "replace"))
         found = scan_log(text)
+        if self.counters.fuzz.frames > self.fuzz_frames_at_last_sample and not found.warnings:
+            # malformed frames were sent this minute, each worth a warning: the log has gone silent
+            self.log_silent_since = self.log_silent_since or (time.monotonic() - began) / 60
+        self.fuzz_frames_at_last_sample = self.counters.fuzz.frames
         self.log.tracebacks += found.tracebacks
         self.log.warnings += found.warnings
         self.log.errors += found.errors
@@ -261,8 +267,12 @@ def _report(soak: Soak, c: SoakCounters, alive: bool, exit_code: int | None) -> 
         print(f"  broker anonymous (heap) MiB: first {anon[0]:.1f}, last {anon[-1]:.1f}, max {max(anon):.1f}; "
               f"second half {anon_growth:+.1f} MiB over {span:.1f} min")
     print(soak.log.summary())
+    if soak.log_silent_since is not None:
+        print(f"  LOG SILENT from minute {soak.log_silent_since:.1f}: malformed frames were sent, no warning logged "
+              f"(tracebacks after that point cannot be seen)")
     print(f"  alive at the end: {alive}; exit code after SIGTERM: {exit_code}")
-    return alive and exit_code == 0 and not lost and not soak.log.tracebacks and not c.fuzz.hangs
+    return (alive and exit_code == 0 and not lost and not soak.log.tracebacks and not c.fuzz.hangs
+            and soak.log_silent_since is None)
 
 
 if __name__ == "__main__":

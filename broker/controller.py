@@ -443,9 +443,7 @@ class BrokerController:
     async def shutdown(self) -> None:
         """Stop accepting, answer what is in flight, flush, persist offsets."""
         grace = self.config.shutdown_grace_mills / 1000
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_until_done(self._tasks)
         await self.fast_failure.stop()
         await self.metrics.stop()
         for pr in self.pull_hold_service.shutdown():
@@ -475,6 +473,22 @@ _UPSTREAM_QUEUE_NAMES = {
     "client_manage": "clientManagerThreadPoolQueue", "consumer_manage": "consumerManagerThreadPoolQueue",
     "admin": "adminBrokerThreadPoolQueue",
 }
+
+
+async def cancel_until_done(tasks: list[asyncio.Task[None]], retry_s: float = 1.0) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again whatever is still running after ``retry_s``.
+
+    One cancel is not always enough on Python 3.11: ``asyncio.wait_for`` turns a cancellation that meets
+    an inner future which has just finished into that future's result or exception (gh-86296). The
+    registration loop then saw a failed connect to a bad name server, logged it, went round again, and
+    SIGTERM never finished (found by the fuzzer after an UPDATE_BROKER_CONFIG set namesrvAddr=1e9).
+    """
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=retry_s)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _runtime(ms: int) -> str:

@@ -29,13 +29,16 @@ def _truthy(value: str | None) -> bool:
 
 
 def parse_level(level: str) -> int:
-    """``"debug"``/``"WARN"``/``"20"`` → a logging level; ValueError with the accepted names otherwise."""
+    """``"debug"``/``"WARN"``/``"20"`` → a logging level (numbers 0..50); ValueError with the accepted names
+    otherwise."""
     text = level.strip().upper()
     if text == "WARN":
         text = "WARNING"
     if text in LEVELS:
         return getattr(logging, text)
-    if text.isdigit():
+    # A number above CRITICAL would silence the log for good (a fuzz run sent logLevel=99999999999999999999
+    # through UPDATE_BROKER_CONFIG and the broker logged nothing more, not even its refusals).
+    if text.isdigit() and int(text) <= logging.CRITICAL:
         return int(text)
     raise ValueError(f"unknown log level {level!r}; expected one of {', '.join(LEVELS)}")
 

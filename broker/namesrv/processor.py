@@ -30,6 +30,42 @@ FAQ_NO_TOPIC_ROUTE = "\nSee http://rocketmq.apache.org/docs/faq/ for further det
 _COMPACT_ROUTE_KEYS = orjson.OPT_SORT_KEYS
 
 
+_QUEUE_DATA_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
+
+
+def parse_registration(body: bytes) -> tuple[dict[str, dict], dict | None]:
+    """The topic config table and data version of a REGISTER_BROKER body (upstream's RegisterBrokerBody).
+
+    Raises ValueError naming what is wrong: a registration with the wrong shape must be refused before
+    it reaches the route table, where a wrong type would fail half-way through replacing a broker's topics.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"not a JSON object but {type(obj).__name__}")
+    wrapper = obj.get("topicConfigSerializeWrapper")
+    wrapper = {} if wrapper is None else wrapper
+    if not isinstance(wrapper, dict):
+        raise ValueError(f"topicConfigSerializeWrapper is not an object but {type(wrapper).__name__}")
+    table = wrapper.get("topicConfigTable")
+    table = {} if table is None else table
+    if not isinstance(table, dict):
+        raise ValueError(f"topicConfigTable is not an object but {type(table).__name__}")
+    for topic, tc in table.items():
+        if not isinstance(tc, dict):
+            raise ValueError(f"the topic config of {topic!r} is not an object but {type(tc).__name__}")
+        for name in _QUEUE_DATA_FIELDS:
+            value = tc.get(name, 0)
+            if type(value) is not int or not -2 ** 31 <= value < 2 ** 31:
+                raise ValueError(f"{name} of the topic {topic!r} is not an int32: {value!r}")
+    version = wrapper.get("dataVersion")
+    if version is not None and not isinstance(version, dict):
+        raise ValueError(f"dataVersion is not an object but {type(version).__name__}")
+    return table, version
+
+
 class NamesrvProcessor:
     def __init__(self, routes: RouteInfoManager, *,
                  topic_creator: Callable[[str], bool] | None = None) -> None:
@@ -58,12 +94,11 @@ class NamesrvProcessor:
         topic_table, data_version = None, None
         if request.body:
             try:
-                body = orjson.loads(bytes(request.body))
-                wrapper = body.get("topicConfigSerializeWrapper") or {}
-                topic_table = wrapper.get("topicConfigTable") or {}
-                data_version = wrapper.get("dataVersion")
-            except (orjson.JSONDecodeError, AttributeError) as exc:
-                return request.response(ResponseCode.SYSTEM_ERROR, f"register broker body is not valid JSON: {exc}")
+                topic_table, data_version = parse_registration(bytes(request.body))
+            except ValueError as exc:
+                log.warning("bad broker registration", broker_name=hdr.broker_name, broker_addr=hdr.broker_addr,
+                            error=str(exc))
+                return request.response(ResponseCode.SYSTEM_ERROR, f"register broker body: {exc}")
         self.routes.register_broker(hdr.cluster_name, hdr.broker_addr, hdr.broker_name, hdr.broker_id,
                                     hdr.ha_server_addr, topic_table, data_version)
         answer = RegisterBrokerResponseHeader(ha_server_addr="", master_addr="")

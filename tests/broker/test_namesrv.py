@@ -80,6 +80,28 @@ async def test_register_over_the_wire_and_cluster_info():
     assert topics == {"topicList": ["X"]}
 
 
+@pytest.mark.parametrize("body", [
+    b"[]", b"1", b"not json", b'{"topicConfigSerializeWrapper": true}',
+    b'{"topicConfigSerializeWrapper": {"topicConfigTable": false}}',
+    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": 1}}}',
+    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"perm": "abc"}}}}',
+    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"readQueueNums": [4]}}}}',
+    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"writeQueueNums": 1e99}}}}',
+    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {}, "dataVersion": [1]}}',
+])
+async def test_register_with_a_wrong_typed_body_is_refused_and_keeps_the_routes(body):
+    """Found by the fuzzer: a registration body of the wrong shape raised AttributeError/ValueError half-way
+    through replacing the broker's topics (a traceback, and a route table left half updated)."""
+    routes = registered()
+    proc = NamesrvProcessor(routes)
+    resp = await call(proc, RequestCode.REGISTER_BROKER, {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911",
+                                                           "clusterName": "DefaultCluster", "haServerAddr": "",
+                                                           "brokerId": "0"}, body)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("register broker body: ")
+    route = await call(proc, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+    assert route.code == ResponseCode.SUCCESS
+
+
 async def test_kv_config_round_trip():
     proc = NamesrvProcessor(RouteInfoManager(now_ms=Clock()))
     assert (await call(proc, RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"})).code == 22

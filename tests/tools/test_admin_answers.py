@@ -171,6 +171,9 @@ async def test_update_broker_config_25_changes_a_live_key(rocketmq_broker, admin
     ({"noSuchKey": "1"}, ResponseCode.SYSTEM_ERROR, "unknown configuration key 'noSuchKey'"),
     ({"listenPort": "1234"}, ResponseCode.SYSTEM_ERROR, "cannot change while the broker runs: listenPort"),
     ({"logLevel": "LOUD"}, ResponseCode.SYSTEM_ERROR, "unknown log level 'LOUD'"),
+    # found by the fuzzer: a number above CRITICAL silenced the broker's log for good
+    ({"logLevel": "99999999999999999999"}, ResponseCode.SYSTEM_ERROR, "unknown log level '99999999999999999999'"),
+    ({"logLevel": "51"}, ResponseCode.SYSTEM_ERROR, "unknown log level '51'"),
     ({"requestLogEnable": "1"}, ResponseCode.SYSTEM_ERROR, "requestLogEnable must be true or false"),
 ])
 async def test_update_broker_config_25_refusals(rocketmq_broker, admin, props, code, remark):

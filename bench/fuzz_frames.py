@@ -1,0 +1,717 @@
+"""A seeded generator of malformed and mutated remoting frames: what a careless or hostile client could send.
+
+``FrameMutator(seed)`` yields ``FuzzFrame``s, whole wire frames (the 4-byte total length included), from
+five families, so that every layer between the socket and the store sees bad input:
+
+* ``framing``: total lengths that lie (zero, negative, above the 16 MiB cap, shorter or longer than the
+  bytes that follow), header lengths past the frame, unknown serialization-type bytes, truncated frames.
+  The server is expected to close such a connection, so these go on a throwaway connection.
+* ``header``: a JSON or ROCKETMQ header for any request code, the served ones and unknown ones, whose
+  fields are dropped, emptied, of the wrong type (JSON numbers, booleans, arrays, objects, null where a
+  string belongs), out of range, huge, or hold NUL and newline; plus header-level lies (code as text,
+  opaque out of range, an extFields array, invalid JSON, ROCKETMQ lengths that overrun).
+* ``body``: a plausible header and a body of the kind the code takes (message, batch, heartbeat, lock
+  batch, check client config, register broker, subscription group, broker config properties), then
+  mutated: JSON values replaced by wrong types, batch element lengths that lie, random bytes.
+* ``corpus``: a frame recorded from a real client (``tests/fuzz/corpus/*.frames``) mutated at the byte
+  level (bit flips, cuts, splices, keeping the length prefix honest) or field by field.
+* ``valid``: an untouched corpus or template frame, so that state the mutants need (groups, topics,
+  consumers) exists.
+
+Names come from small pools: the fuzz topics and groups, upstream's reserved ones and illegal ones, never
+the broker's own name or cluster, so a fuzz run cannot take over the route of the topics it does not own.
+The generator touches nothing but a ``random.Random``; the same seed gives the same frames.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from remoting.codes import LanguageCode, RequestCode
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.errors import RemotingCommandError
+from remoting.frame import DEFAULT_FRAME_MAX, FrameDecoder
+
+CORPUS_DIR = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"
+
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+#: Topics a fuzz run may create and write to; the real-client round trip uses its own fresh topic.
+FUZZ_TOPICS = ("FuzzT0", "FuzzT1", "FuzzT2", "%RETRY%FuzzG0", "%DLQ%FuzzG1")
+FUZZ_GROUPS = ("FuzzG0", "FuzzG1", "FuzzG2", "CID_Fuzz")
+#: Upstream's reserved and system names: sends and admin requests on them must be refused or handled.
+SYSTEM_TOPICS = ("TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                 "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "RMQ_SYS_TRACE_TOPIC",
+                 "DefaultCluster")
+#: Names no file or folder may be made of (issue 13 item 2); each must be refused before the store.
+ILLEGAL_NAMES = ("", " ", "a/b", "../FuzzEscape", "x/../../FuzzEscape", "N\u0000", "NL\n", "T" * 300, "\u00e9t\u00e9",
+                 "%RETRY%", "%DLQ%", ".", "..", "a\\b", "FuzzT0 ", "*", "||")
+FUZZ_BROKER_NAMES = ("FuzzBroker", "FuzzBroker2")
+FUZZ_CLUSTERS = ("FuzzCluster",)
+SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "CID_RMQ_SYS_TRANS", "SELF_TEST_C_GROUP")
+
+_PROPERTY_NAMES = ("KEYS", "TAGS", "DELAY", "WAIT", "UNIQ_KEY", "TRAN_MSG", "PGROUP", "RETRY_TOPIC", "REAL_TOPIC",
+                   "REAL_QID", "MAX_OFFSET", "MIN_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+                   "MSG_REGION", "TRACE_ON", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "__STARTDELIVERTIME",
+                   "CLUSTER", "MSG_TYPE", "ORIGIN_MESSAGE_ID", "RECONSUME_TIME", "MAX_RECONSUME_TIMES",
+                   "CONSUME_START_TIME", "SHARDING_KEY", "userKey")
+
+_CODES = tuple(int(c) for c in RequestCode)
+#: Codes the name server port serves (the embedded name server answers everything else as unsupported).
+NAMESRV_CODES = tuple(int(c) for c in (
+    RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
+    RequestCode.GET_BROKER_CLUSTER_INFO, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.PUT_KV_CONFIG,
+    RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.GET_KVLIST_BY_NAMESPACE, RequestCode.QUERY_DATA_VERSION,
+    RequestCode.GET_NAMESRV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+    RequestCode.GET_UNIT_TOPIC_LIST))
+#: The header fields of each request code and the kind of value each takes (see ``FrameMutator._value``).
+_FIELD_KINDS: dict[int, dict[str, str]] = {
+    RequestCode.SEND_MESSAGE: {"producerGroup": "group", "topic": "topic", "defaultTopic": "deftopic",
+                               "defaultTopicQueueNums": "qnum", "queueId": "qid", "sysFlag": "sysflag",
+                               "bornTimestamp": "ts", "flag": "int", "properties": "props",
+                               "reconsumeTimes": "int", "unitMode": "bool", "batch": "bool",
+                               "maxReconsumeTimes": "int"},
+    RequestCode.SEND_MESSAGE_V2: {"a": "group", "b": "topic", "c": "deftopic", "d": "qnum", "e": "qid",
+                                  "f": "sysflag", "g": "ts", "h": "int", "i": "props", "j": "int", "k": "bool",
+                                  "l": "int", "m": "bool"},
+    RequestCode.PULL_MESSAGE: {"consumerGroup": "group", "topic": "topic", "queueId": "qid",
+                               "queueOffset": "offset", "maxMsgNums": "int", "sysFlag": "pullflag",
+                               "commitOffset": "offset", "suspendTimeoutMillis": "suspend", "subVersion": "ts",
+                               "subscription": "expr", "expressionType": "exprtype"},
+    RequestCode.QUERY_MESSAGE: {"topic": "topic", "key": "key", "maxNum": "int", "beginTimestamp": "ts",
+                                "endTimestamp": "ts"},
+    RequestCode.QUERY_CONSUMER_OFFSET: {"consumerGroup": "group", "topic": "topic", "queueId": "qid"},
+    RequestCode.UPDATE_CONSUMER_OFFSET: {"consumerGroup": "group", "topic": "topic", "queueId": "qid",
+                                         "commitOffset": "offset"},
+    RequestCode.UPDATE_AND_CREATE_TOPIC: {"topic": "topic", "defaultTopic": "deftopic", "readQueueNums": "qnum",
+                                          "writeQueueNums": "qnum", "perm": "perm", "topicFilterType": "filtertype",
+                                          "order": "bool", "topicSysFlag": "int"},
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {"topic": "topic", "queueId": "qid", "timestamp": "ts"},
+    RequestCode.GET_MAX_OFFSET: {"topic": "topic", "queueId": "qid"},
+    RequestCode.GET_MIN_OFFSET: {"topic": "topic", "queueId": "qid"},
+    RequestCode.GET_EARLIEST_MSG_STORETIME: {"topic": "topic", "queueId": "qid"},
+    RequestCode.VIEW_MESSAGE_BY_ID: {"offset": "offset"},
+    RequestCode.UNREGISTER_CLIENT: {"clientID": "client", "producerGroup": "group", "consumerGroup": "group"},
+    RequestCode.CONSUMER_SEND_MSG_BACK: {"offset": "offset", "group": "group", "delayLevel": "int",
+                                         "originMsgId": "msgid", "originTopic": "topic", "unitMode": "bool",
+                                         "maxReconsumeTimes": "int"},
+    RequestCode.END_TRANSACTION: {"producerGroup": "group", "tranStateTableOffset": "offset",
+                                  "commitLogOffset": "offset", "commitOrRollback": "tranflag", "msgId": "msgid",
+                                  "fromTransactionCheck": "bool", "transactionId": "key"},
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: {"consumerGroup": "group"},
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: {"consumerGroup": "group"},
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: {"producerGroup": "group"},
+    RequestCode.GET_CONSUME_STATS: {"consumerGroup": "group", "topic": "topic"},
+    RequestCode.GET_TOPIC_STATS_INFO: {"topic": "topic"},
+    RequestCode.DELETE_TOPIC_IN_BROKER: {"topic": "topic"},
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: {"groupName": "group"},
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: {"topic": "topic"},
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: {"topic": "topic", "group": "group", "timestamp": "ts",
+                                                "isForce": "bool"},
+    RequestCode.GET_CONSUMER_RUNNING_INFO: {"consumerGroup": "group", "clientId": "client", "jstackEnable": "bool"},
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: {"consumerGroup": "group", "clientId": "client", "msgId": "msgid",
+                                           "brokerName": "brokername"},
+    RequestCode.VIEW_BROKER_STATS_DATA: {"statsName": "statsname", "statsKey": "key"},
+    RequestCode.FAULT_INJECT: {"kind": "key", "target": "key", "durationMs": "int", "value": "key"},
+    RequestCode.GET_TOPIC_CONFIG: {"topic": "topic"},
+    RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: {"group": "group"},
+    RequestCode.QUERY_CONSUME_QUEUE: {"topic": "topic", "queueId": "qid", "index": "offset", "count": "int",
+                                      "consumerGroup": "group"},
+    RequestCode.QUERY_CONSUME_TIME_SPAN: {"topic": "topic", "group": "group"},
+    RequestCode.QUERY_CORRECTION_OFFSET: {"topic": "topic", "compareGroup": "group", "filterGroups": "group"},
+    RequestCode.CLONE_GROUP_OFFSET: {"srcGroup": "group", "destGroup": "group", "topic": "topic",
+                                     "offline": "bool"},
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: {"topic": "topic", "acceptStandardJsonOnly": "bool"},
+    RequestCode.REGISTER_BROKER: {"brokerName": "brokername", "brokerAddr": "addr", "clusterName": "cluster",
+                                  "haServerAddr": "addr", "brokerId": "brokerid", "compressed": "bool",
+                                  "bodyCrc32": "int"},
+    RequestCode.UNREGISTER_BROKER: {"brokerName": "brokername", "brokerAddr": "addr", "clusterName": "cluster",
+                                    "brokerId": "brokerid"},
+    RequestCode.GET_TOPICS_BY_CLUSTER: {"cluster": "cluster"},
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: {"topic": "topic", "clusterName": "cluster"},
+    RequestCode.PUT_KV_CONFIG: {"namespace": "key", "key": "key", "value": "key"},
+    RequestCode.GET_KV_CONFIG: {"namespace": "key", "key": "key"},
+    RequestCode.DELETE_KV_CONFIG: {"namespace": "key", "key": "key"},
+    RequestCode.GET_KVLIST_BY_NAMESPACE: {"namespace": "key"},
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: {"brokerName": "brokername"},
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: {"brokerName": "brokername"},
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: {"accessKey": "key", "secretKey": "key", "whiteRemoteAddress": "addr",
+                                               "defaultTopicPerm": "aclperm", "defaultGroupPerm": "aclperm",
+                                               "admin": "bool", "topicPerms": "key", "groupPerms": "key"},
+    RequestCode.DELETE_ACL_CONFIG: {"accessKey": "key"},
+    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: {"globalWhiteAddrs": "addr"},
+}
+_FIELD_KINDS[RequestCode.SEND_BATCH_MESSAGE] = _FIELD_KINDS[RequestCode.SEND_MESSAGE_V2]
+_FIELD_KINDS[RequestCode.SEND_REPLY_MESSAGE] = _FIELD_KINDS[RequestCode.SEND_MESSAGE]
+_FIELD_KINDS[RequestCode.SEND_REPLY_MESSAGE_V2] = _FIELD_KINDS[RequestCode.SEND_MESSAGE_V2]
+_FIELD_KINDS[RequestCode.LITE_PULL_MESSAGE] = _FIELD_KINDS[RequestCode.PULL_MESSAGE]
+
+#: Keys UPDATE_BROKER_CONFIG may set during a fuzz run: harmless ones, and risky ones only with values no
+#: validation may accept (a fuzz run must not legitimately switch the broker read-only or shrink its limits).
+_SAFE_CONFIG_KEYS = ("flushIntervalCommitLog", "brokerFastFailureEnable", "notAConfigKey", "", "=",
+                     "clientCallbackExecutorThreads")
+_RISKY_CONFIG_KEYS = ("brokerPermission", "maxMessageSize", "listenPort", "fileReservedTime",
+                      "faultInjectionEnable", "autoCreateTopicEnable", "logLevel", "requestLogEnable",
+                      "storePathRootDir", "brokerName", "namesrvAddr", "flushDiskType", "brokerRole",
+                      "aclEnable", "maxTransferCountOnMessageInMemory", "sendMessageThreadPoolNums")
+_INVALID_CONFIG_VALUES = ("", "abc", "-1", "99999999999999999999", "1e9", "0x10", "\u0000", "nan", "true false",
+                          "-2147483649", " ", "\\", "${x}")
+
+#: Subscription expressions, TAG and SQL92 (the fuzz broker has enablePropertyFilter=true): legal ones, broken
+#: ones, and ones built to exhaust a recursive parser or a cache.
+_EXPRESSIONS = ("*", "", "TagA", "TagA || TagB", "TagA ||", "||", "x" * 500, "\u0000", "a > 1", "a BETWEEN 1 AND",
+                "((((", "a IN ('x')", "a IS NULL", "a IS NOT NULL AND b = 'x'", "a = 'x", "a > 1 AND", "NOT",
+                "a BETWEEN 3 AND 1", "a IN ()", "a > 99999999999999999999", "a > 1e999", "a > -9223372036854775809",
+                "a = TRUE", "a <> b", "(" * 500 + "a > 1" + ")" * 500, "NOT " * 500 + "a > 1",
+                " OR ".join(["a > 1"] * 2000), "a IN (" + ",".join(f"'{i}'" for i in range(3000)) + ")",
+                "'x' = 'x'", "1 = 1", "a > 'x'", "a LIKE '%'", "\u00e9 > 1", "a\u0000 > 1")
+
+_STATS_NAMES = ("TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "SNDBCK_PUT_NUMS", "BROKER_PUT_NUMS", "x")
+
+
+@dataclass(frozen=True, slots=True)
+class FuzzFrame:
+    """Bytes to write as they are; ``closes``: the server should drop the connection after them."""
+
+    data: bytes
+    family: str
+    code: int | None
+    closes: bool = False
+
+
+def load_corpus(directory: Path = CORPUS_DIR, target: str = "broker") -> list[bytes]:
+    """Every frame recorded for ``target`` ("broker" or "namesrv"): the ``*_<target>.frames`` files in
+    ``directory``, each a client-to-server byte stream as a recording proxy saw it."""
+    frames: list[bytes] = []
+    for path in sorted(directory.glob(f"*_{target}.frames")):
+        decoder = FrameDecoder(max_frame=DEFAULT_FRAME_MAX)
+        for frame in decoder.feed(path.read_bytes()):
+            frames.append(_I32.pack(len(frame)) + bytes(frame))
+    return frames
+
+
+class FrameMutator:
+    """Deterministic frame source: ``FrameMutator(seed).frames(n)``; ``target`` is "broker" or "namesrv"."""
+
+    def __init__(self, seed: int | str, corpus: Sequence[bytes] = (), *, target: str = "broker",
+                 large_bodies: bool = False, illegal_names: Sequence[str] = ILLEGAL_NAMES) -> None:
+        self.rng = random.Random(seed)
+        self.illegal_names = tuple(illegal_names) or ("FuzzT0",)
+        self.corpus = [f for f in corpus if self._decodes(f)]
+        self.target = target
+        self.large_bodies = large_bodies
+        self.opaque = 1_000_000
+
+    @staticmethod
+    def _decodes(frame: bytes) -> bool:
+        try:
+            RemotingCommand.decode(frame[4:])
+        except Exception:  # noqa: BLE001 - a corpus file may hold a frame our decoder refuses; skip it
+            return False
+        return True
+
+    def frames(self, count: int) -> Iterator[FuzzFrame]:
+        for _ in range(count):
+            yield self.next()
+
+    def next(self) -> FuzzFrame:
+        r = self.rng.random()
+        if r < 0.05:
+            return self._framing()
+        if r < 0.40:
+            frame = self._header()
+        elif r < 0.70:
+            frame = self._body()
+        elif r < 0.92 and self.corpus:
+            frame = self._corpus_mutant()
+        else:
+            frame = self._valid()
+        if not frame.closes and _closes_connection(frame.data):
+            return FuzzFrame(frame.data, frame.family, frame.code, closes=True)
+        return frame
+
+    # -- pools ------------------------------------------------------------------------------------
+    def _code(self) -> int:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.05:
+            return rng.choice((-1, 0, 1, 9999, 32767, -32768, 65535, 2 ** 31, 400, 5000, 5002))
+        if self.target == "namesrv" and r < 0.75:
+            return rng.choice(NAMESRV_CODES)
+        if r < 0.45:
+            return rng.choice(tuple(_FIELD_KINDS))
+        return rng.choice(_CODES)
+
+    def _name(self, pool: Sequence[str]) -> str:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.12:
+            return rng.choice(self.illegal_names)
+        if r < 0.2:
+            return rng.choice(SYSTEM_TOPICS)
+        return rng.choice(pool)
+
+    def _value(self, kind: str) -> str:
+        rng = self.rng
+        if kind == "topic":
+            return self._name(FUZZ_TOPICS)
+        if kind == "deftopic":
+            return rng.choice(("TBW102", "TBW102", "FuzzT0", ""))
+        if kind == "group":
+            r = rng.random()
+            if r < 0.1:
+                return rng.choice(SYSTEM_GROUPS)
+            return self._name(FUZZ_GROUPS)
+        if kind == "qid":
+            return str(rng.choice((0, 0, 1, 2, 3, 7, 8, 15, 16, -1, 255, 1024, 2 ** 31 - 1)))
+        if kind == "qnum":
+            return str(rng.choice((1, 4, 8, 16, 0, -1, 1025, 65536)))
+        if kind == "offset":
+            return str(rng.choice((0, 0, 1, 5, 100, -1, 2 ** 31, 2 ** 63 - 1, rng.randrange(0, 1 << 20))))
+        if kind == "int":
+            return str(rng.choice((0, 1, 2, 3, 16, 18, 19, 32, -1, -2 ** 31, 2 ** 31 - 1)))
+        if kind == "ts":
+            return str(rng.choice((0, 1_700_000_000_000, 4_102_444_800_000, -1, 2 ** 63 - 1)))
+        if kind == "bool":
+            return rng.choice(("true", "false", "TRUE", "1", "0", "yes", ""))
+        if kind == "sysflag":
+            return str(rng.choice((0, 0, 1, 2, 4, 8, 16, 32, 0x10 | 0x4, 0xFF, -1)))
+        if kind == "pullflag":
+            return str(rng.choice((0, 1, 2, 3, 4, 6, 7, 8, 15, -1)))
+        if kind == "suspend":
+            return str(rng.choice((0, 1, 5, 20, 100)))
+        if kind == "tranflag":
+            return str(rng.choice((0, 4, 8, 12, 1, -1)))
+        if kind == "props":
+            return self._properties()
+        if kind == "expr":
+            return rng.choice(_EXPRESSIONS)
+        if kind == "exprtype":
+            return rng.choice(("TAG", "SQL92", "", "sql92", "XPATH"))
+        if kind == "perm":
+            return str(rng.choice((6, 2, 4, 7, 0, 1, -1, 255)))
+        if kind == "aclperm":
+            return rng.choice(("PUB", "SUB", "PUB|SUB", "DENY", "x", ""))
+        if kind == "filtertype":
+            return rng.choice(("SINGLE_TAG", "MULTI_TAG", "", "X"))
+        if kind == "client":
+            return rng.choice(("127.0.0.1@fuzz", "127.0.0.1@fuzz2", "", "x" * 300, "c\u0000"))
+        if kind == "msgid":
+            return rng.choice(("7F00000100002A9F0000000000000000", "7F00000100002A9F00000000000000ZZ", "", "abc",
+                               "AC11000100002A9F", "0" * 40, "7F000001" + "F" * 24))
+        if kind == "key":
+            return rng.choice(("k", "", "key 1", "x" * 200, "\u0000", "ORDER_TOPIC_CONFIG", "a=b"))
+        if kind == "brokername":
+            return rng.choice(FUZZ_BROKER_NAMES + ("", "x" * 300))
+        if kind == "cluster":
+            return rng.choice(FUZZ_CLUSTERS + ("", "C\u0000"))
+        if kind == "addr":
+            return rng.choice(("127.0.0.1:1", "127.0.0.1:99999", "", "::1", "x:y", "127.0.0.1", "*"))
+        if kind == "brokerid":
+            return str(rng.choice((0, 1, 2, -1, 2 ** 63 - 1)))
+        if kind == "statsname":
+            return rng.choice(_STATS_NAMES)
+        return "x"
+
+    def _properties(self) -> str:
+        rng = self.rng
+        parts = []
+        for _ in range(rng.randrange(0, 5)):
+            name = rng.choice(_PROPERTY_NAMES)
+            value = rng.choice(("1", "abc", "", "-1", "19", "99", "TagA", "k1 k2", "true", "2147483648",
+                                str(rng.randrange(0, 10 ** 6)), "FuzzT0", "\u0000"))
+            parts.append(f"{name}\x01{value}\x02")
+        text = "".join(parts)
+        r = rng.random()
+        if r < 0.05:
+            text += "dangling\x01"
+        elif r < 0.1:
+            text = "\x02\x01\x01\x02"
+        return text
+
+    # -- families -----------------------------------------------------------------------------------
+    def _next_opaque(self) -> int:
+        self.opaque += 1
+        return self.opaque
+
+    def _ext(self, code: int) -> dict[str, str]:
+        kinds = _FIELD_KINDS.get(code)
+        if kinds is None:
+            return {self.rng.choice(("topic", "group", "x", "consumerGroup")): self._value("topic")} \
+                if self.rng.random() < 0.5 else {}
+        return {name: self._value(kind) for name, kind in kinds.items()}
+
+    def _command(self, code: int, ext: dict[str, str], body: bytes | None, serialize_type: int | None = None,
+                 flag: int = 0) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, ext, body, opaque=self._next_opaque())
+        cmd.flag = flag
+        cmd.serialize_type = serialize_type if serialize_type is not None else (1 if self.rng.random() < 0.3 else 0)
+        if not -32768 <= code <= 32767:
+            cmd.serialize_type = 0  # the ROCKETMQ header has an int16 code: only JSON can carry this one
+        cmd.language = self.rng.choice(("JAVA", "CPP", "GO", "PYTHON"))
+        return cmd
+
+    def _valid(self) -> FuzzFrame:
+        if self.corpus and self.rng.random() < 0.6:
+            frame = self.rng.choice(self.corpus)
+            return FuzzFrame(frame, "valid", self._code_of(frame))
+        code = self._code()
+        cmd = self._command(code, self._ext(code), self._body_for(code))
+        return FuzzFrame(cmd.to_bytes(), "valid", code)
+
+    def _header(self) -> FuzzFrame:
+        rng = self.rng
+        code = self._code()
+        ext: dict = self._ext(code)
+        for _ in range(rng.randrange(1, 4)):
+            self._mutate_ext(ext)
+        body = self._body_for(code) if rng.random() < 0.5 else None
+        flag = rng.choice((0, 0, 0, 0, FLAG_ONEWAY, FLAG_RESPONSE, 0xFF, -1, 4))
+        if rng.random() < 0.45:
+            return FuzzFrame(self._json_frame(code, ext, body, flag), "header", code)
+        cmd = self._command(code, {k: str(v) for k, v in ext.items()}, body, serialize_type=1,
+                            flag=flag if 0 <= flag < 2 ** 31 else 0)
+        try:
+            data = cmd.to_bytes()
+        except Exception:  # noqa: BLE001 - an unencodable mutant (a code beyond int16): send it as JSON
+            return FuzzFrame(self._json_frame(code, ext, body, flag), "header", code)
+        if rng.random() < 0.3:
+            data = self._lie_in_rocketmq_header(data)
+        return FuzzFrame(data, "header", code)
+
+    def _mutate_ext(self, ext: dict) -> None:
+        rng = self.rng
+        if not ext or rng.random() < 0.1:
+            ext[rng.choice(("topic", "group", "queueId", "unknownField", "", "a" * 100))] = "x"
+            return
+        key = rng.choice(sorted(ext))
+        r = rng.random()
+        if r < 0.2:
+            del ext[key]
+        elif r < 0.3:
+            ext[key] = ""
+        elif r < 0.55:
+            ext[key] = rng.choice((0, -1, 1.5, 2 ** 64, -(2 ** 63) - 1, True, False, None, [], {}, ["x"],
+                                   {"a": 1}, "1e3", "0x10", " 1", "1 ", "NaN", "١٢"))
+        elif r < 0.7:
+            ext[key] = rng.choice(("-1", "-2147483649", "2147483648", "9223372036854775808",
+                                   "99999999999999999999999999", "-0", "+5"))
+        elif r < 0.85:
+            ext[key] = rng.choice(self.illegal_names)
+        else:
+            ext[key] = "Z" * rng.choice((1024, 1024, 1024, 70_000))
+
+    def _json_frame(self, code: int, ext: dict, body: bytes | None, flag: int) -> bytes:
+        rng = self.rng
+        header: dict = {"code": code, "extFields": ext, "flag": flag, "language": rng.choice(("JAVA", "CPP", "X")),
+                        "opaque": self._next_opaque(), "serializeTypeCurrentRPC": "JSON", "version": 409}
+        r = rng.random()
+        if r < 0.05:
+            header["code"] = rng.choice((str(code), None, [code], 1.5, 2 ** 40))
+        elif r < 0.1:
+            header["opaque"] = rng.choice(("1", None, 2 ** 40, -1, 1.5))
+        elif r < 0.15:
+            header["extFields"] = rng.choice(([], "x", None, 1, [["topic", "x"]]))
+        elif r < 0.2:
+            header["version"] = rng.choice(("x", None, 2 ** 40, -5))
+        elif r < 0.25:
+            header["remark"] = rng.choice(("r" * 100_000, "r" * 100, None, 1, {"x": 1}))
+        elif r < 0.28:
+            header["flag"] = rng.choice(("1", None, 2 ** 40, 1.5))
+        elif r < 0.3:
+            del header[rng.choice(sorted(header))]
+        try:
+            text = json.dumps(header).encode()
+        except (TypeError, ValueError):
+            text = b"{}"
+        r = rng.random()
+        if r < 0.04:
+            text = text[: rng.randrange(0, len(text) + 1)]
+        elif r < 0.06:
+            text = rng.choice((b"[]", b"null", b"1", b"\"x\"", b"{\"code\":", b"\xff\xfe", b"{}" * 3))
+        return _frame(0, text, body or b"")
+
+    def _lie_in_rocketmq_header(self, data: bytes) -> bytes:
+        """Overwrite one of the ROCKETMQ header's inner length fields with a lie (remark, ext, a key)."""
+        rng = self.rng
+        hlen = _U32.unpack_from(data, 4)[0] & 0xFFFFFF
+        header = bytearray(data[8:8 + hlen])
+        # code(2) language(1) version(2) opaque(4) flag(4) then remark length at 13
+        if len(header) < 17:
+            return data
+        pos = rng.choice((13, 13, len(header) - 4 if len(header) > 21 else 13))
+        header[pos:pos + 4] = _I32.pack(rng.choice((-1, 0, 1, 2 ** 31 - 1, len(header), len(header) + 1, 65536)))
+        if rng.random() < 0.3:
+            header[2] = rng.randrange(0, 256)  # language byte: an unknown language
+        return _frame(1, bytes(header), data[8 + hlen:])
+
+    def _body(self) -> FuzzFrame:
+        rng = self.rng
+        code = rng.choice(tuple(_BODY_CODES)) if self.target == "broker" or rng.random() < 0.3 else \
+            int(RequestCode.REGISTER_BROKER)
+        ext = self._ext(code)
+        if rng.random() < 0.2:
+            self._mutate_ext(ext)
+        body = self._body_for(code)
+        r = rng.random()
+        if r < 0.6:
+            body = self._mutate_body(body)
+        cmd = self._command(code, {k: str(v) for k, v in ext.items()}, body)
+        return FuzzFrame(cmd.to_bytes(), "body", code)
+
+    def _mutate_body(self, body: bytes) -> bytes:
+        rng = self.rng
+        if body[:1] in (b"{", b"[") and rng.random() < 0.7:
+            try:
+                obj = json.loads(body)
+            except ValueError:
+                obj = None
+            if obj is not None:
+                for _ in range(rng.randrange(1, 4)):
+                    obj = _mutate_json(rng, obj)
+                return json.dumps(obj).encode()
+        return _mutate_bytes(rng, body)
+
+    def _body_for(self, code: int) -> bytes | None:
+        maker = _BODY_CODES.get(code)
+        if maker is None:
+            return self.rng.choice((None, None, b"", b"{}", b"x" * 10, self.rng.randbytes(16)))
+        return maker(self)
+
+    def _message_body(self) -> bytes:
+        rng = self.rng
+        size = rng.choice((0, 1, 16, 128, 1024, 4096))
+        if self.large_bodies and rng.random() < 0.02:
+            size = rng.choice((256 * 1024, 4 * 1024 * 1024, 4 * 1024 * 1024 + 1))
+        return rng.randbytes(size)
+
+    def _batch_body(self) -> bytes:
+        rng = self.rng
+        out = bytearray()
+        for _ in range(rng.randrange(1, 6)):
+            body = rng.randbytes(rng.choice((0, 1, 20, 300)))
+            props = self._properties().encode()
+            total = 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(props)
+            out += struct.pack(">iiiii", total, 0, zlib.crc32(body) & 0x7FFFFFFF, 0, len(body))
+            out += body + struct.pack(">h", len(props)) + props
+        if rng.random() < 0.1:
+            out = bytearray(zlib.compress(bytes(out)))  # as the C++ client sends a large batch (sysFlag 1)
+        return bytes(out)
+
+    def _heartbeat_body(self) -> bytes:
+        rng = self.rng
+        group = self._value("group")
+        sub = {"classFilterMode": False, "topic": self._value("topic"), "subString": self._value("expr"),
+               "tagsSet": ["TagA"], "codeSet": [12345], "subVersion": 1, "expressionType": self._value("exprtype")}
+        data = {"clientID": self._value("client"),
+                "producerDataSet": [{"groupName": self._value("group")}],
+                "consumerDataSet": [{"groupName": group, "consumeType": rng.choice(("CONSUME_PASSIVELY",
+                                                                                    "CONSUME_ACTIVELY", "X")),
+                                     "messageModel": rng.choice(("CLUSTERING", "BROADCASTING", "X")),
+                                     "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                                     "subscriptionDataSet": [sub], "unitMode": False}]}
+        return json.dumps(data).encode()
+
+    def _lock_body(self) -> bytes:
+        mqs = [{"topic": self._value("topic"), "brokerName": "broker-a", "queueId": self.rng.randrange(-1, 9)}
+               for _ in range(self.rng.randrange(0, 4))]
+        return json.dumps({"consumerGroup": self._value("group"), "clientId": self._value("client"),
+                           "onlyThisBroker": False, "mqSet": mqs}).encode()
+
+    def _check_config_body(self) -> bytes:
+        return json.dumps({"clientId": self._value("client"), "group": self._value("group"),
+                           "subscriptionData": {"topic": self._value("topic"), "subString": self._value("expr"),
+                                                "expressionType": self._value("exprtype"), "subVersion": 1,
+                                                "tagsSet": [], "codeSet": [], "classFilterMode": False}}).encode()
+
+    def _register_body(self) -> bytes:
+        topics = {}
+        for _ in range(self.rng.randrange(0, 3)):
+            name = self.rng.choice(FUZZ_TOPICS + self.illegal_names[:6])
+            topics[name] = {"topicName": name, "readQueueNums": int(self._value("qnum")),
+                            "writeQueueNums": int(self._value("qnum")), "perm": int(self._value("perm")),
+                            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+        return json.dumps({"topicConfigSerializeWrapper": {
+            "topicConfigTable": topics, "dataVersion": {"timestamp": 1, "counter": self.rng.randrange(0, 9)}},
+            "filterServerList": []}).encode()
+
+    def _group_body(self) -> bytes:
+        return json.dumps({"groupName": self._value("group"), "consumeEnable": True,
+                           "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
+                           "retryQueueNums": int(self._value("qnum")), "retryMaxTimes": int(self._value("int")),
+                           "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+                           "notifyConsumerIdsChangedEnable": True}).encode()
+
+    def _config_body(self) -> bytes:
+        rng = self.rng
+        lines = []
+        for _ in range(rng.randrange(1, 4)):
+            if rng.random() < 0.5:
+                value = rng.choice(("1", "true", "false", "100") + _INVALID_CONFIG_VALUES)
+                lines.append(f"{rng.choice(_SAFE_CONFIG_KEYS)}={value}")
+            else:
+                lines.append(f"{rng.choice(_RISKY_CONFIG_KEYS)}={rng.choice(_INVALID_CONFIG_VALUES)}")
+        return "\n".join(lines).encode()
+
+    def _reset_body(self) -> bytes:
+        return json.dumps({"offsetTable": {"x": 1}}).encode()
+
+    def _code_of(self, frame: bytes) -> int | None:
+        try:
+            return RemotingCommand.decode(frame[4:]).code
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _corpus_mutant(self) -> FuzzFrame:
+        rng = self.rng
+        frame = rng.choice(self.corpus)
+        code = self._code_of(frame)
+        if rng.random() < 0.5:
+            cmd = RemotingCommand.decode(frame[4:])
+            cmd.opaque = self._next_opaque()
+            ext = dict(cmd.ext_fields)
+            for _ in range(rng.randrange(1, 3)):
+                self._mutate_ext(ext)
+            if cmd.body and rng.random() < 0.5:
+                cmd.body = self._mutate_body(bytes(cmd.body))
+            if rng.random() < 0.5:
+                return FuzzFrame(self._json_frame(cmd.code, ext, cmd.body, cmd.flag), "corpus", code)
+            cmd.ext_fields = {str(k): ("" if v is None else str(v)) for k, v in ext.items()}
+            return FuzzFrame(cmd.to_bytes(), "corpus", code)
+        payload = frame[4:]
+        if rng.random() < 0.25 and len(self.corpus) > 1:
+            other = rng.choice(self.corpus)[4:]
+            cut = rng.randrange(0, len(payload) + 1)
+            payload = payload[:cut] + other[rng.randrange(0, len(other) + 1):]
+        else:
+            payload = _mutate_bytes(rng, payload)
+        if not payload:
+            payload = b"\0"
+        return FuzzFrame(_I32.pack(len(payload)) + payload, "corpus", code)
+
+    def _framing(self) -> FuzzFrame:
+        rng = self.rng
+        cmd = self._command(int(RequestCode.GET_BROKER_RUNTIME_INFO), {}, b"body")
+        good = cmd.to_bytes()
+        payload = good[4:]
+        r = rng.randrange(9)
+        if r == 0:
+            data = _I32.pack(rng.choice((0, -1, -2 ** 31))) + payload
+        elif r == 1:
+            data = _I32.pack(rng.choice((DEFAULT_FRAME_MAX + 1, 2 ** 31 - 1, 64 * 1024 * 1024))) + payload
+        elif r == 2:
+            data = _I32.pack(len(payload) + rng.randrange(1, 64)) + payload  # longer than sent: waits, then EOF
+        elif r == 3:
+            data = _I32.pack(max(1, len(payload) - rng.randrange(1, 8))) + payload  # shorter: garbage follows
+        elif r == 4:
+            data = _frame(rng.randrange(2, 256), payload[4:4 + (_U32.unpack_from(payload)[0] & 0xFFFFFF)], b"")
+        elif r == 5:
+            data = _I32.pack(len(payload)) + _U32.pack((rng.randrange(2) << 24) | 0xFFFFFF) + payload[4:]
+        elif r == 6:
+            data = good[: rng.randrange(1, len(good))]  # truncated, then the connection closes
+        elif r == 7:
+            data = _I32.pack(rng.choice((1, 2, 3))) + b"\x00" * 3
+        else:
+            data = rng.randbytes(rng.randrange(1, 200))
+        return FuzzFrame(data, "framing", None, closes=True)
+
+
+def _closes_connection(data: bytes) -> bool:
+    """Whether the server drops the connection at this frame (a header too broken to answer: no opaque).
+
+    Such a frame goes on a connection of its own: the frames written after it on a shared connection would
+    be thrown away unread, and the run would test far fewer frames than it counts.
+    """
+    if len(data) < 8 or _I32.unpack_from(data)[0] != len(data) - 4:
+        return True
+    try:
+        RemotingCommand.decode(data[4:])
+    except RemotingCommandError as exc:
+        return exc.opaque is None or bool(exc.flag & FLAG_RESPONSE)
+    except Exception:  # noqa: BLE001 - the server's decoder would fail the same way
+        return True
+    return False
+
+
+def _frame(serialize_type: int, header: bytes, body: bytes) -> bytes:
+    return _I32.pack(4 + len(header) + len(body)) + _U32.pack((serialize_type << 24) | len(header)) + header + body
+
+
+def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randrange(1, 5)):
+        r = rng.random()
+        if not buf or r < 0.15:
+            buf[rng.randrange(0, len(buf) + 1):0] = rng.randbytes(rng.randrange(1, 16))
+        elif r < 0.55:
+            i = rng.randrange(len(buf))
+            buf[i] ^= 1 << rng.randrange(8)
+        elif r < 0.7:
+            i = rng.randrange(len(buf))
+            buf[i] = rng.choice((0, 0xFF, 0x7F, 0x80, 0x22, 0x7B, 0x01, 0x02))
+        elif r < 0.85:
+            cut = rng.randrange(len(buf))
+            del buf[cut:cut + rng.randrange(1, 32)]
+        else:
+            i = rng.randrange(max(1, len(buf) - 3))
+            buf[i:i + 4] = _I32.pack(rng.choice((-1, 0, 2 ** 31 - 1, len(buf), 65535)))
+    return bytes(buf)
+
+
+_WRONG_TYPES: tuple = (None, 0, -1, 2 ** 63, 1.5, True, "", "x", [], {}, [1, "a"], {"k": [None]}, "\u0000")
+
+
+def _wrong(rng: random.Random):  # type: ignore[no-untyped-def]
+    """A fresh wrong-typed value (a copy: a shared list mutated later would make the JSON circular)."""
+    return copy.deepcopy(rng.choice(_WRONG_TYPES))
+
+
+def _mutate_json(rng: random.Random, obj):  # type: ignore[no-untyped-def]
+    """Replace one value anywhere in ``obj`` with a value of the wrong type, or drop or add a key."""
+    if isinstance(obj, dict) and obj and rng.random() < 0.7:
+        key = rng.choice(sorted(obj, key=str))
+        r = rng.random()
+        if r < 0.15:
+            del obj[key]
+        elif r < 0.25:
+            obj["unexpected"] = _wrong(rng)
+        elif r < 0.6 or not isinstance(obj[key], (dict, list)):
+            obj[key] = _wrong(rng)
+        else:
+            obj[key] = _mutate_json(rng, obj[key])
+        return obj
+    if isinstance(obj, list) and obj and rng.random() < 0.7:
+        i = rng.randrange(len(obj))
+        obj[i] = _mutate_json(rng, obj[i]) if rng.random() < 0.6 else _wrong(rng)
+        return obj
+    return rng.choice((_wrong(rng), [obj], {"x": obj}))
+
+
+_BODY_CODES = {
+    int(RequestCode.SEND_MESSAGE): FrameMutator._message_body,
+    int(RequestCode.SEND_MESSAGE_V2): FrameMutator._message_body,
+    int(RequestCode.SEND_REPLY_MESSAGE): FrameMutator._message_body,
+    int(RequestCode.SEND_REPLY_MESSAGE_V2): FrameMutator._message_body,
+    int(RequestCode.SEND_BATCH_MESSAGE): FrameMutator._batch_body,
+    int(RequestCode.HEART_BEAT): FrameMutator._heartbeat_body,
+    int(RequestCode.LOCK_BATCH_MQ): FrameMutator._lock_body,
+    int(RequestCode.UNLOCK_BATCH_MQ): FrameMutator._lock_body,
+    int(RequestCode.CHECK_CLIENT_CONFIG): FrameMutator._check_config_body,
+    int(RequestCode.REGISTER_BROKER): FrameMutator._register_body,
+    int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP): FrameMutator._group_body,
+    int(RequestCode.UPDATE_BROKER_CONFIG): FrameMutator._config_body,
+    int(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET): FrameMutator._reset_body,
+    int(RequestCode.CONSUME_MESSAGE_DIRECTLY): FrameMutator._message_body,
+}
+
+LANGUAGES = tuple(lc.name for lc in LanguageCode)

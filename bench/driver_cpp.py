@@ -169,9 +169,9 @@ class _CppConsumer:
         """The C++ client rebalances on its own (every 10 s and when notified)."""
 
     async def caught_up(self) -> bool:
-        from mqclient import Admin
+        from mqclient import AdminClient
 
-        async with Admin(self.load.spec.namesrv, credentials=self.load.spec.credentials()) as admin:
+        async with AdminClient(self.load.spec.namesrv, credentials=self.load.spec.credentials()) as admin:
             route = await admin.route(self.topic)
             if route is None:
                 return False

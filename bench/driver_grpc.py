@@ -194,9 +194,9 @@ class _GrpcConsumer:
                 await asyncio.sleep(0.2)
 
     async def caught_up(self) -> bool:
-        from mqclient import Admin
+        from mqclient import AdminClient
 
-        async with Admin(self.load.spec.namesrv) as admin:
+        async with AdminClient(self.load.spec.namesrv) as admin:
             route = await admin.route(self.topic)
             if route is None:
                 return False

@@ -105,15 +105,15 @@ def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_
 async def prepare_topics(namesrv: str, topics: list[str], queues: int, credentials: Any = None) -> dict[str, Any]:
     """Check the name server answers, then create the run's topics on every master (with ACL on, creating
     topics needs an admin account's ``credentials``)."""
-    from mqclient import Admin, MQClientError
+    from mqclient import AdminClient, MQClientError
 
-    async with Admin(namesrv, timeout_s=3.0, credentials=credentials) as admin:
+    async with AdminClient(namesrv, timeout_s=3.0, credentials=credentials) as admin:
         try:
             await admin.ping_namesrv()
         except MQClientError as exc:
             raise RunError(f"cannot use name server {namesrv}: {exc}") from None
         try:
-            brokers = await admin.cluster_info()
+            brokers = await admin.brokers()
             for t in topics:
                 await admin.create_topic_everywhere(t, queues)
         except MQClientError as exc:

@@ -38,7 +38,7 @@ import structlog
 from bench.fuzz_campaign import FUZZ_BROKER_SETTINGS, LogFindings, private_memory, scan_log
 from bench.fuzz_driver import FuzzStats, run_fuzz
 from bench.fuzz_frames import CORPUS_DIR, load_corpus
-from mqclient import Admin, ConsumerConfig, Message, Producer, ProducerConfig
+from mqclient import AdminClient, ConsumerConfig, Message, Producer, ProducerConfig
 from mqclient.consumer import PushConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
@@ -79,7 +79,7 @@ class Soak:
 
     async def run(self) -> SoakCounters:
         ns = self.broker.namesrv_addr
-        async with Admin(ns) as admin:
+        async with AdminClient(ns) as admin:
             for topic in TOPICS:
                 await admin.create_topic_everywhere(topic, 4)
         consumers = []
@@ -150,13 +150,13 @@ class Soak:
                     next_at = time.monotonic()  # behind by more than a second: do not burst to catch up
 
     async def _admin(self) -> None:
-        async with Admin(self.broker.namesrv_addr) as admin:
+        async with AdminClient(self.broker.namesrv_addr) as admin:
             n = 0
             while not self.stop.is_set():
                 n += 1
                 addr = self.broker.broker_addr
                 topic = TOPICS[n % len(TOPICS)]
-                calls = [admin.runtime_info(addr), admin.cluster_info(), admin.route(topic),
+                calls = [admin.runtime_info(addr), admin.brokers(), admin.route(topic),
                          admin.max_offset(addr, topic, n % 4), admin.consumer_offset(addr, f"SoakG_{topic}", topic, 0)]
                 if n % 30 == 0:
                     calls.append(admin.create_topic(addr, f"SoakAdmin{n % 7}", 2))

@@ -304,10 +304,10 @@ class _Load:
                          consume_ms=now_ms())
 
     async def fault_loop(self) -> None:
-        from mqclient import Admin
+        from mqclient import AdminClient, AdminError
 
-        async with Admin(self.spec.namesrv, credentials=self.spec.credentials()) as admin:
-            brokers = [b.master for b in await admin.cluster_info() if b.master]
+        async with AdminClient(self.spec.namesrv, credentials=self.spec.credentials()) as admin:
+            brokers = [b.master for b in await admin.brokers() if b.master]
             for fault in sorted(self.scen.faults, key=lambda f: f.at_s):
                 await asyncio.sleep(max(0.0, (self.t0 + fault.at_s * 1000 - now_ms()) / 1000))
                 for addr in brokers:
@@ -315,7 +315,10 @@ class _Load:
                     try:
                         resp = await admin.fault_inject(addr, fault.kind, duration_ms=fault.duration_ms,
                                                         value=fault.value or None, target=fault.target)
-                        status, remark = ("OK" if resp.code == 0 else f"CODE_{resp.code}"), resp.remark
+                        status, remark = "OK", resp.remark
+                    except AdminError as exc:  # refused (a code) or not delivered (no code)
+                        status = f"CODE_{exc.code}" if exc.code is not None else "ERROR"
+                        remark = exc.remark if exc.code is not None else repr(exc)
                     except Exception as exc:  # recorded, not fatal: the run goes on without the fault
                         status, remark = "ERROR", repr(exc)
                     self.buf.add("fault", send_ms=sent, ack_ms=now_ms(), error_kind=fault.kind, status=status,

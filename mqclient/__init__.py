@@ -5,7 +5,7 @@ client's rules where they matter for measurements: send retries and timeouts, UN
 long-polling pulls, rebalance and offset commits.
 """
 
-from mqclient.admin import Admin, BrokerInfo
+from mqclient.admin import AdminClient, AdminError, BrokerInfo
 from mqclient.consumer import ConsumerConfig, PushConsumer, allocate_averagely
 from mqclient.errors import (AttemptError, MQBrokerError, MQClientError, NameServerUnreachableError,
                              SendFailedError, TopicRouteError)
@@ -14,8 +14,8 @@ from mqclient.producer import Producer, ProducerConfig, SendResult, error_kind
 from mqclient.route import MessageQueue, TopicRoute
 
 __all__ = [
-    "Admin", "AttemptError", "BrokerInfo", "ConsumerConfig", "MQBrokerError", "MQClientError", "Message",
-    "MessageExt", "MessageQueue", "NameServerUnreachableError", "Producer", "ProducerConfig", "PushConsumer",
+    "AdminClient", "AdminError", "AttemptError", "BrokerInfo", "ConsumerConfig", "MQBrokerError", "MQClientError",
+    "Message", "MessageExt", "MessageQueue", "NameServerUnreachableError", "Producer", "ProducerConfig", "PushConsumer",
     "SendFailedError", "SendResult", "TopicRoute", "TopicRouteError", "allocate_averagely", "decode_messages",
     "error_kind",
 ]

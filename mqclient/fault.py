@@ -1,5 +1,5 @@
 """FAULT_INJECT (5001), mini-rocketmq's own admin request, from the client side: the one place its request
-is built, for mqadmin, the embedded broker, mqclient's Admin, benchmarks and tests.
+is built, for mqadmin, the embedded broker, mqclient's AdminClient, benchmarks and tests.
 
 ``inject_fault`` / ``inject_fault_async`` raise ``FaultInjectionError`` with the broker's remark when it
 refuses (unknown kind, bad duration, ``faultInjectionEnable=false``). The kinds are described with the

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mqclient.admin_client import (
+from mqclient.admin import (
     LONG_MAX,
     ORDER_TOPIC_CONFIG,
     AdminClient,

@@ -12,15 +12,14 @@ import time
 
 import pytest
 
-from broker.config import build_config
 from broker.controller import BrokerController
-from broker.tools.embedded import free_port
 from broker.topic import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
 from broker.transaction.check import CHECK_GROUP
+from broker_helpers import start_broker
 from mqclient.message import Message
 from mqclient.producer import ProducerConfig
 from mqclient.transaction import LocalTransactionState, TransactionProducer
@@ -37,24 +36,24 @@ TIMEOUT_MS = 400
 
 
 class Broker:
+    """``broker_helpers.start_broker`` with this file's transaction timings; a restart keeps its ports and store."""
+
     def __init__(self, root, **overrides: str) -> None:
+        assert root.name == "store", "start_broker keeps its store in <tmp_path>/store"
         self.root = root
-        self.port, self.ns_port = free_port(), free_port()
-        items = {"listenPort": str(self.port), "namesrvListenPort": str(self.ns_port),
-                 "storePathRootDir": str(root), "brokerIP1": "127.0.0.1", "brokerName": "broker-a",
-                 "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1",
-                 "mappedFileSizeCommitLog": str(1024 * 1024), "transactionTimeOut": str(TIMEOUT_MS),
-                 "transactionCheckInterval": "100", "flushConsumerOffsetInterval": "200", **overrides}
-        self.config, _ = build_config(items.items())
+        self.overrides = {"transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": "100",
+                          "flushConsumerOffsetInterval": "200", **overrides}
         self.controller: BrokerController | None = None
 
     @property
     def namesrv(self) -> str:
-        return f"127.0.0.1:{self.ns_port}"
+        return f"127.0.0.1:{self.config.namesrv_listen_port}"
 
     async def start(self) -> Broker:
-        self.controller = BrokerController(self.config)
-        await self.controller.start()
+        self.controller = await start_broker(self.root.parent, **self.overrides)
+        self.config = self.controller.config
+        self.overrides.update(listenPort=str(self.config.listen_port),
+                              namesrvListenPort=str(self.config.namesrv_listen_port))
         return self
 
     async def stop(self) -> None:

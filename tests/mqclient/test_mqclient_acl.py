@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from bench.broker_proc import SMALL_STORE, BrokerProcess
-from mqclient import Admin, ConsumerConfig, Message, Producer, ProducerConfig, PushConsumer, SendFailedError
+from mqclient import AdminClient, ConsumerConfig, Message, Producer, ProducerConfig, PushConsumer, SendFailedError
 from remoting.signature import SessionCredentials
 
 USER = SessionCredentials("mqc_user", "mqc_secret")
@@ -30,7 +30,7 @@ def acl_broker(tmp_path_factory):
 
 async def test_signed_producer_and_consumer_round_trip(acl_broker):
     ns = acl_broker.namesrv
-    async with Admin(ns, credentials=ADMIN) as admin:
+    async with AdminClient(ns, credentials=ADMIN) as admin:
         await admin.create_topic_everywhere("mqc-acl", 2)
     async with Producer(ns, ProducerConfig(group="pg-acl"), credentials=USER) as p:
         sent = {(await p.send(Message("mqc-acl", f"m{i}".encode()))).msg_id for i in range(10)}

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from bench.broker_proc import SMALL_STORE, BrokerProcess, free_port
-from mqclient import (Admin, ConsumerConfig, Message, NameServerUnreachableError, Producer, ProducerConfig,
-                      PushConsumer, SendFailedError)
+from mqclient import (AdminClient, AdminError, ConsumerConfig, Message, NameServerUnreachableError, Producer,
+                      ProducerConfig, PushConsumer, SendFailedError)
 
 _topics = itertools.count()
 
@@ -23,7 +23,7 @@ def broker(tmp_path_factory):
 
 async def new_topic(ns: str, queues: int = 4) -> str:
     topic = f"mqc-{next(_topics)}"
-    async with Admin(ns) as admin:
+    async with AdminClient(ns) as admin:
         await admin.create_topic_everywhere(topic, queues)
     return topic
 
@@ -109,7 +109,7 @@ async def test_two_consumers_split_the_queues(broker):
 async def test_page_cache_stall_answers_busy(broker):
     ns = broker.namesrv
     topic = await new_topic(ns)
-    async with Admin(ns) as admin, Producer(ns, ProducerConfig(send_timeout_ms=5000)) as p:
+    async with AdminClient(ns) as admin, Producer(ns, ProducerConfig(send_timeout_ms=5000)) as p:
         await p.send(Message(topic, b"warm"))
         resp = await admin.fault_inject(broker.broker_addr, "stall_append", duration_ms=2500)
         assert resp.code == 0, resp.remark
@@ -141,16 +141,17 @@ async def test_timeouts_retry_and_duplicate(broker):
 
 
 async def test_admin_runtime_info_and_bad_fault_kind(broker):
-    async with Admin(broker.namesrv) as admin:
+    async with AdminClient(broker.namesrv) as admin:
         info = await admin.runtime_info(broker.broker_addr)
         assert "brokerVersion" in info
-        resp = await admin.fault_inject(broker.broker_addr, "no_such_fault", duration_ms=10)
-        assert resp.code != 0 and "no_such_fault" in (resp.remark or "")
+        with pytest.raises(AdminError) as refused:
+            await admin.fault_inject(broker.broker_addr, "no_such_fault", duration_ms=10)
+        assert refused.value.code not in (None, 0) and "no_such_fault" in (refused.value.remark or "")
 
 
 async def test_unreachable_name_server_is_named():
     addr = f"127.0.0.1:{free_port()}"
-    async with Admin(addr, timeout_s=1.0) as admin:
+    async with AdminClient(addr, timeout_s=1.0) as admin:
         with pytest.raises(NameServerUnreachableError, match=addr.replace(".", r"\.")):
             await admin.ping_namesrv()
     async with Producer(addr) as p:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from tools_helpers import BackgroundLoop
 
-from mqclient.admin_client import AdminClient
+from mqclient.admin import AdminClient
 from remoting.client import RemotingClient
 
 

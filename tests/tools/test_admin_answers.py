@@ -13,7 +13,7 @@ import pytest
 import structlog.testing
 from tools_helpers import producer_heartbeat, pull, send_messages
 
-from mqclient.admin_client import (
+from mqclient.admin import (
     AdminError,
     MessageQueue,
     create_offset_msg_id,

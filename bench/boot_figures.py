@@ -5,7 +5,8 @@
 Each boot gets free loopback ports (name server, remoting, the gRPC endpoint with TLS, as by default) and a
 fresh temporary store, except that boots after the first of a tree reuse one store (a restart, as in
 production: the self-signed certificate under ``<store>/grpc-tls`` is there). Boot seconds run from exec to
-both the remoting and the gRPC port accepting a connection; memory is read from /proc/PID/smaps_rollup after
+both the remoting and the gRPC port accepting a connection (also as CPU seconds of the broker by then,
+less noisy on a shared machine); memory is read from /proc/PID/smaps_rollup after
 ``--idle`` seconds (private = Private_Clean + Private_Dirty; anon = Anonymous). ``--baseline-rev`` extracts that
 revision with ``git archive`` into a temp dir and measures it in the same run, boots interleaved.
 Runs only on 127.0.0.1.
@@ -43,6 +44,13 @@ def smaps_figures(pid: int) -> tuple[int, int]:
     return private, anon
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of ``pid`` so far (/proc/PID/stat): less noisy than wall time on a busy machine."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def accepting(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.05):
@@ -51,7 +59,7 @@ def accepting(port: int) -> bool:
         return False
 
 
-def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, int, int]:
+def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int]:
     ns, port, grpc = free_port(), free_port(), free_port()
     sets = [f"namesrvListenPort={ns}", f"listenPort={port}", f"grpcServerPort={grpc}", "grpcListenHost=127.0.0.1",
             "brokerIP1=127.0.0.1", f"storePathRootDir={store}"]
@@ -72,6 +80,7 @@ def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple
             if waiting:
                 time.sleep(0.002)
         boot_s = time.perf_counter() - start
+        boot_cpu = cpu_seconds(proc.pid)
         time.sleep(idle_s)
         private, anon = smaps_figures(proc.pid)
     finally:
@@ -81,7 +90,7 @@ def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return boot_s, private, anon
+    return boot_s, boot_cpu, private, anon
 
 
 def extract(rev: str, into: Path) -> Path:
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"this tree": REPO}
         if args.baseline_rev:
             trees = {f"baseline {args.baseline_rev}": extract(args.baseline_rev, Path(tmp) / "baseline"), **trees}
-        samples: dict[str, list[tuple[float, int, int]]] = {name: [] for name in trees}
+        samples: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in trees}
         firsts: dict[str, float] = {}
         for i in range(args.boots):
             for name, tree in trees.items():
@@ -112,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
                 if i == 0:
                     firsts[name] = figures[0]
                 samples[name].append(figures)
-        print(f"{'tree':<24} {'first boot s':>12} {'boot s (median)':>16} {'private MiB':>12} {'anon MiB':>9}"
-              f"   ({args.boots} boots, memory after {args.idle:g} s idle)")
+        print(f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'private MiB':>12} {'anon MiB':>9}"
+              f"   (medians of {args.boots} boots; memory after {args.idle:g} s idle)")
         for name, rows in samples.items():
-            print(f"{name:<24} {firsts[name]:12.3f} {statistics.median(r[0] for r in rows):16.3f} "
-                  f"{statistics.median(r[1] for r in rows) / MiB:12.1f} {statistics.median(r[2] for r in rows) / MiB:9.1f}",
+            med = [statistics.median(r[i] for r in rows) for i in range(4)]
+            print(f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} {med[3] / MiB:9.1f}",
                   flush=True)
     return 0
 

@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
               f"   (medians of {args.boots} boots; memory after {args.idle:g} s idle)")
         for name, rows in samples.items():
             med = [statistics.median(r[i] for r in rows) for i in range(4)]
-            print(f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} {med[3] / MiB:9.1f}",
-                  flush=True)
+            print(f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} "
+                  f"{med[3] / MiB:9.1f}", flush=True)
     return 0
 
 

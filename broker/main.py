@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
 
@@ -33,17 +34,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def run(config) -> int:
     from broker.controller import BrokerController
-    from proxy.server import GrpcServer
 
     controller = BrokerController(config)
-    grpc_server = GrpcServer(controller)  # the 5.x clients' endpoint (grpcServerPort, -1 disables)
+    grpc_server = None
+    if config.grpc_server_port >= 0:  # the 5.x clients' endpoint; -1 disables it and spares importing grpc
+        from proxy.server import GrpcServer
+
+        grpc_server = GrpcServer(controller)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await controller.start()
-        await grpc_server.start()
+        if grpc_server is not None:
+            await grpc_server.start()
     except (OSError, ConfigError) as exc:
         print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
         await controller.shutdown()
@@ -56,9 +61,14 @@ async def run(config) -> int:
     elif config.namesrv_addr:
         msg += f" and name server is {config.namesrv_addr}"
     print(msg, flush=True)
+    # what boot made (modules, configs, tables) lives until exit: out of the collector's generations, later
+    # collections do not walk it, and forked pages stay shared (issue 15)
+    gc.collect()
+    gc.freeze()
     await stop.wait()
     log.info("shutting down")
-    await grpc_server.stop(1.0)
+    if grpc_server is not None:
+        await grpc_server.stop(1.0)
     try:
         await controller.shutdown()
     except Exception:  # noqa: BLE001 - a stop that was asked for ends with 0; what went wrong is logged

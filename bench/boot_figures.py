@@ -1,0 +1,134 @@
+"""Boot time and idle private memory of ``python -m broker.main``, median of N boots, printed as figures.
+
+    python -m bench.boot_figures [--boots 5] [--idle 3] [--baseline-rev REV] [--default-store-size]
+
+Each boot gets free loopback ports (name server, remoting, the gRPC endpoint with TLS, as by default) and a
+fresh temporary store, except that boots after the first of a tree reuse one store (a restart, as in
+production: the self-signed certificate under ``<store>/grpc-tls`` is there). Boot seconds run from exec to
+both the remoting and the gRPC port accepting a connection (also as CPU seconds of the broker by then,
+less noisy on a shared machine); memory is read from /proc/PID/smaps_rollup after
+``--idle`` seconds (private = Private_Clean + Private_Dirty; anon = Anonymous). ``--baseline-rev`` extracts that
+revision with ``git archive`` into a temp dir and measures it in the same run, boots interleaved.
+Runs only on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+from broker.tools.embedded import free_port
+
+MiB = 1024 * 1024
+REPO = Path(__file__).resolve().parent.parent
+
+
+def smaps_figures(pid: int) -> tuple[int, int]:
+    """(Private_Clean + Private_Dirty, Anonymous) bytes of ``pid``."""
+    private = anon = 0
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                private += int(line.split()[1]) * 1024
+            elif line.startswith("Anonymous:"):
+                anon += int(line.split()[1]) * 1024
+    return private, anon
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of ``pid`` so far (/proc/PID/stat): less noisy than wall time on a busy machine."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def accepting(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.05):
+            return True
+    except OSError:
+        return False
+
+
+def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int]:
+    ns, port, grpc = free_port(), free_port(), free_port()
+    sets = [f"namesrvListenPort={ns}", f"listenPort={port}", f"grpcServerPort={grpc}", "grpcListenHost=127.0.0.1",
+            "brokerIP1=127.0.0.1", f"storePathRootDir={store}"]
+    if small_store:
+        sets.append(f"mappedFileSizeCommitLog={64 * MiB}")
+    argv = [sys.executable, "-m", "broker.main"] + [a for s in sets for a in ("--set", s)]
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        waiting = {port, grpc}
+        while waiting:
+            if proc.poll() is not None:
+                raise RuntimeError(f"broker in {tree} exited with {proc.returncode}")
+            if time.perf_counter() - start > 30:
+                raise RuntimeError(f"broker in {tree} did not open {sorted(waiting)} in 30 s")
+            waiting = {p for p in waiting if not accepting(p)}
+            if waiting:
+                time.sleep(0.002)
+        boot_s = time.perf_counter() - start
+        boot_cpu = cpu_seconds(proc.pid)
+        time.sleep(idle_s)
+        private, anon = smaps_figures(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return boot_s, boot_cpu, private, anon
+
+
+def extract(rev: str, into: Path) -> Path:
+    data = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boots", type=int, default=5)
+    parser.add_argument("--idle", type=float, default=3.0, help="seconds after boot before memory is read")
+    parser.add_argument("--baseline-rev", help="a git revision to measure in the same run, e.g. main")
+    parser.add_argument("--default-store-size", action="store_true",
+                        help="keep the 1 GiB commit-log file (default: 64 MiB, as in tests)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="boot-figures-") as tmp:
+        trees = {"this tree": REPO}
+        if args.baseline_rev:
+            trees = {f"baseline {args.baseline_rev}": extract(args.baseline_rev, Path(tmp) / "baseline"), **trees}
+        samples: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in trees}
+        firsts: dict[str, float] = {}
+        for i in range(args.boots):
+            for name, tree in trees.items():
+                store = Path(tmp) / f"store-{list(trees).index(name)}"
+                figures = one_boot(tree, store, args.idle, not args.default_store_size)
+                if i == 0:
+                    firsts[name] = figures[0]
+                samples[name].append(figures)
+        print(f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'private MiB':>12} {'anon MiB':>9}"
+              f"   (medians of {args.boots} boots; memory after {args.idle:g} s idle)")
+        for name, rows in samples.items():
+            med = [statistics.median(r[i] for r in rows) for i in range(4)]
+            print(f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} "
+                  f"{med[3] / MiB:9.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

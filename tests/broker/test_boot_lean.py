@@ -1,0 +1,56 @@
+"""What boot leaves behind (issue 15): no grpc when the 5.x endpoint is off, boot objects frozen out of the GC."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from broker.tools.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# runs broker.main's run() in a child, waits for the boot line's moment (remoting port open), reports, stops
+CHILD = """
+import asyncio, gc, os, signal, socket, sys
+from broker import main
+from broker.config import load_config
+
+config, _ = load_config(None, sys.argv[1:])
+
+async def go():
+    task = asyncio.create_task(main.run(config))
+    for _ in range(200):  # 10 s; a boot that never freezes reports False
+        await asyncio.sleep(0.05)
+        try:
+            socket.create_connection(("127.0.0.1", config.listen_port), timeout=0.2).close()
+        except OSError:
+            continue
+        if gc.get_freeze_count():
+            break
+    print("FIGURES", "grpc" in sys.modules, gc.get_freeze_count() > 0, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return await asyncio.wait_for(task, 20)
+
+sys.exit(asyncio.run(go()))
+"""
+
+
+def boot(tmp_path: Path, grpc_port: int) -> list[str]:
+    sets = [f"namesrvListenPort={free_port()}", f"listenPort={free_port()}", f"grpcServerPort={grpc_port}",
+            "grpcListenHost=127.0.0.1", "brokerIP1=127.0.0.1", f"storePathRootDir={tmp_path}",
+            f"mappedFileSizeCommitLog={4 * 1024 * 1024}"]
+    out = subprocess.run([sys.executable, "-c", CHILD, *sets], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("FIGURES ")]
+    assert len(lines) == 1, out.stdout
+    return lines[0]
+
+
+def test_grpc_is_not_imported_when_the_endpoint_is_off(tmp_path):
+    assert boot(tmp_path, -1) == ["False", "True"]
+
+
+def test_grpc_is_imported_when_the_endpoint_is_on(tmp_path):
+    assert boot(tmp_path, free_port()) == ["True", "True"]

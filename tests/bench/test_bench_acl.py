@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import yaml
 
+from bench_threads import run_plan_threaded
+
 from bench.broker_proc import SMALL_STORE, BrokerProcess
 from bench.cli import main as mqbench
-from bench.outcomes import OutcomeBuffer
 from bench.run import RunError, plan_run, prepare_topics
 from bench.scenario import parse_scenario
-from bench.worker import LocalBarrier, TaskSpec, run_task
+from bench.worker import TaskSpec
 from remoting.signature import SessionCredentials
 
 AK, SK = "bench_admin", "bench_secret"
@@ -56,25 +56,7 @@ def test_a_signed_run_sends_and_consumes_everything(acl_broker, driver):
     plan = plan_run(scen, run_id=f"acl-{driver}", namesrv=acl_broker.namesrv, tasks=2, progress_addr=None,
                     access_key=AK, secret_key=SK, grpc_endpoint=acl_broker.grpc_endpoint)
     asyncio.run(prepare_topics(acl_broker.namesrv, plan.topics, scen.queues_per_topic, SessionCredentials(AK, SK)))
-    barrier = LocalBarrier(len(plan.specs))
-    results: list = [None] * len(plan.specs)
-
-    def go(i: int) -> None:
-        try:
-            results[i] = run_task(plan.specs[i], barrier)
-        except BaseException as exc:  # surfaced below
-            results[i] = exc
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(plan.specs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    merged = OutcomeBuffer()
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-        merged.extend(r)
+    merged = run_plan_threaded(plan)
     names = list(merged.cols)
     events = [dict(zip(names, vals)) for vals in zip(*merged.cols.values())]
     sends = [e for e in events if e["event"] == "send"]

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 
 import pytest
+
+from bench_threads import run_plan_threaded
 
 from bench.broker_proc import SMALL_STORE, BrokerProcess
 from bench.outcomes import OutcomeBuffer
 from bench.run import plan_run, prepare_topics
 from bench.scenario import parse_scenario
-from bench.worker import LocalBarrier, run_task
 
 
 @pytest.fixture(scope="module")
@@ -25,26 +25,7 @@ def run_inprocess(broker, scen_dict: dict, run_id: str, tasks: int = 2) -> Outco
     scen = parse_scenario(scen_dict)
     plan = plan_run(scen, run_id=run_id, namesrv=broker.namesrv, tasks=tasks, progress_addr=None)
     asyncio.run(prepare_topics(broker.namesrv, plan.topics, scen.queues_per_topic))
-    barrier = LocalBarrier(len(plan.specs))
-    results: list[OutcomeBuffer | BaseException] = [None] * len(plan.specs)  # type: ignore[list-item]
-
-    def go(i: int) -> None:
-        try:
-            results[i] = run_task(plan.specs[i], barrier)
-        except BaseException as exc:  # surfaced below
-            results[i] = exc
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(plan.specs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    merged = OutcomeBuffer()
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-        merged.extend(r)
-    return merged
+    return run_plan_threaded(plan)
 
 
 def rows(buf: OutcomeBuffer, event: str) -> list[dict]:
@@ -106,25 +87,7 @@ def test_grpc_driver_records_every_message_through_the_5x_endpoint(broker):
     plan = plan_run(scen, run_id="drv-grpc", namesrv=broker.namesrv, tasks=2, progress_addr=None,
                     grpc_endpoint=broker.grpc_endpoint)
     asyncio.run(prepare_topics(broker.namesrv, plan.topics, scen.queues_per_topic))
-    barrier = LocalBarrier(len(plan.specs))
-    results: list = [None] * len(plan.specs)
-
-    def go(i: int) -> None:
-        try:
-            results[i] = run_task(plan.specs[i], barrier)
-        except BaseException as exc:  # surfaced below
-            results[i] = exc
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(plan.specs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    merged = OutcomeBuffer()
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-        merged.extend(r)
+    merged = run_plan_threaded(plan)
     sends = rows(merged, "send")
     consumed = Counter(r["seq"] for r in rows(merged, "consume"))
     assert len(sends) > 50 and all(r["status"] == "SEND_OK" for r in sends), sends[:3]

@@ -172,18 +172,7 @@ class _CppConsumer:
         from mqclient import AdminClient
 
         async with AdminClient(self.load.spec.namesrv, credentials=self.load.spec.credentials()) as admin:
-            route = await admin.route(self.topic)
-            if route is None:
-                return False
-            for q in route.read_queues():
-                addr = route.master_addr(q.broker_name)
-                if addr is None:
-                    continue
-                end = await admin.max_offset(addr, self.topic, q.queue_id)
-                committed = await admin.consumer_offset(addr, self.group, self.topic, q.queue_id)
-                if end > 0 and (committed is None or committed < end):
-                    return False
-        return True
+            return await admin.consumed_to_end(self.group, self.topic)
 
     def cached_messages(self) -> int:
         return 0  # not visible through the wheel

@@ -196,19 +196,8 @@ class _GrpcConsumer:
     async def caught_up(self) -> bool:
         from mqclient import AdminClient
 
-        async with AdminClient(self.load.spec.namesrv) as admin:
-            route = await admin.route(self.topic)
-            if route is None:
-                return False
-            for q in route.read_queues():
-                addr = route.master_addr(q.broker_name)
-                if addr is None:
-                    continue
-                end = await admin.max_offset(addr, self.topic, q.queue_id)
-                committed = await admin.consumer_offset(addr, self.group, self.topic, q.queue_id)
-                if end > 0 and (committed is None or committed < end):
-                    return False
-        return True
+        async with AdminClient(self.load.spec.namesrv, credentials=self.load.spec.credentials()) as admin:
+            return await admin.consumed_to_end(self.group, self.topic)
 
     def cached_messages(self) -> int:
         return 0

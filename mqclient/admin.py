@@ -415,6 +415,22 @@ class AdminClient:
             return None
         return int(resp.ext_fields.get("offset", "-1"))
 
+    async def consumed_to_end(self, group: str, topic: str) -> bool:
+        """Whether ``group`` has committed every read queue of ``topic`` up to its max offset (a drain's end;
+        False while the route is unknown)."""
+        route = await self.route(topic)
+        if route is None:
+            return False
+        for q in route.read_queues():
+            addr = route.master_addr(q.broker_name)
+            if addr is None:
+                continue
+            end = await self.max_offset(addr, topic, q.queue_id)
+            committed = await self.consumer_offset(addr, group, topic, q.queue_id)
+            if end > 0 and (committed is None or committed < end):
+                return False
+        return True
+
     async def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         """15 UPDATE_CONSUMER_OFFSET."""
         ext = encode_header(UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,

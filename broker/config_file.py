@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,32 @@ def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class OrderedWriter:
+    """Numbered snapshots of one file, written in the order they were taken.
+
+    A snapshot is taken on the event loop that owns the state and written in a worker thread; a periodic
+    write still running there must never land after a newer one (the final write made at shutdown)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._written_seq = 0
+
+    def take(self, payload: bytes) -> tuple[int, bytes]:
+        self._seq += 1
+        return self._seq, payload
+
+    def write(self, snap: tuple[int, bytes]) -> None:
+        """Write the snapshot unless a newer one is already on disk."""
+        seq, payload = snap
+        with self._lock:
+            if seq <= self._written_seq:
+                return
+            write_atomically(self.path, payload)
+            self._written_seq = seq
 
 
 def read_config(path: str | os.PathLike) -> Any | None:

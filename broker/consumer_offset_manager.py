@@ -6,12 +6,11 @@ upstream does; a crash can therefore replay up to that interval of messages (at-
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import structlog
 
-from broker.config_file import dumps, read_config, write_atomically
+from broker.config_file import OrderedWriter, dumps, read_config
 
 log = structlog.get_logger(__name__)
 
@@ -23,9 +22,7 @@ class ConsumerOffsetManager:
         self._path = Path(store_path_root_dir) / "config" / "consumerOffset.json"
         self.offset_table: dict[str, dict[int, int]] = {}
         self._dirty = False
-        self._snapshot_seq = 0
-        self._written_seq = 0
-        self._write_lock = threading.Lock()
+        self._writer = OrderedWriter(self._path)
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -88,15 +85,8 @@ class ConsumerOffsetManager:
         if not (self._dirty or force):
             return None
         self._dirty = False
-        self._snapshot_seq += 1
-        return self._snapshot_seq, self.snapshot()
+        return self._writer.take(self.snapshot())
 
     def write_snapshot(self, snap: tuple[int, bytes]) -> None:
-        """Write a snapshot unless a newer one is already on disk: a periodic write still running in a
-        thread must not land after the final one made at shutdown."""
-        seq, payload = snap
-        with self._write_lock:
-            if seq <= self._written_seq:
-                return
-            write_atomically(self._path, payload)
-            self._written_seq = seq
+        """Write a snapshot unless a newer one is already on disk (``OrderedWriter``)."""
+        self._writer.write(snap)

@@ -2,17 +2,16 @@
 
 ``PopService`` exports and imports the state; this file only reads and writes it, in order: a periodic
 write still running in a worker thread never lands after the final one made at shutdown (as
-consumerOffset.json's writer).
+consumerOffset.json, through config_file.OrderedWriter).
 """
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import structlog
 
-from broker.config_file import dumps, read_config, write_atomically
+from broker.config_file import OrderedWriter, dumps, read_config
 
 log = structlog.get_logger(__name__)
 
@@ -20,9 +19,7 @@ log = structlog.get_logger(__name__)
 class PopCheckpointFile:
     def __init__(self, store_path_root_dir: str) -> None:
         self.path = Path(store_path_root_dir) / "config" / "popCheckpoint.json"
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._written_seq = 0
+        self._writer = OrderedWriter(self.path)
 
     def read(self) -> dict | None:
         data = read_config(self.path)
@@ -33,13 +30,7 @@ class PopCheckpointFile:
 
     def take(self, state: dict) -> tuple[int, bytes]:
         """Number and serialize a state now (on the event loop); write it with ``write``, in a thread."""
-        self._seq += 1
-        return self._seq, dumps(state)
+        return self._writer.take(dumps(state))
 
     def write(self, snap: tuple[int, bytes]) -> None:
-        seq, payload = snap
-        with self._lock:
-            if seq <= self._written_seq:
-                return
-            write_atomically(self.path, payload)
-            self._written_seq = seq
+        self._writer.write(snap)

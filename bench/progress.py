@@ -115,7 +115,7 @@ class ProgressCollector:
     def _receive(self) -> None:
         try:
             data, _ = self._sock.recvfrom(65536)
-        except (TimeoutError, socket.timeout, OSError):
+        except (TimeoutError, OSError):
             return
         try:
             msg = json.loads(data)

@@ -225,7 +225,7 @@ def report(figs: dict[str, Figures]) -> str:
         out.append(f"{label:38} {_fmt(j, spec):>14} {_fmt(o, spec):>14} {_ratio(o, j):>10}")
     if ceiling and ceiling.send_tps:
         out.append(f"\nprotocol ceiling (pre-encoded SEND_OK, no store): {ceiling.send_tps:,.0f} send TPS")
-        for key, fig in (("java", java), ("ours", ours)):
+        for fig in (java, ours):
             if fig and fig.send_tps:
                 out.append(f"  {fig.name}: {fig.send_tps / ceiling.send_tps:.0%} of the ceiling")
     for fig in figs.values():

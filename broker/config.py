@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from store.config import MessageStoreConfig
 

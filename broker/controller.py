@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import structlog
@@ -38,11 +39,18 @@ from broker.processor.pull import PullMessageProcessor, wake_in_loop
 from broker.processor.send import SendMessageProcessor
 from broker.request_table import ADMIN, FAULT_INJECT, NotSupportedProcessor, broker_routes, namesrv_routes
 from broker.schedule import ScheduleMessageService
-from broker.timer import TIMER_TOPIC, TimerMessageService
 from broker.stats import BrokerStats
 from broker.subscription_group_manager import SubscriptionGroupManager
-from broker.topic import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, \
-    TopicConfig, check_topic_name
+from broker.timer import TIMER_TOPIC, TimerMessageService
+from broker.topic import (
+    DEFAULT_TOPIC,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TopicConfig,
+    check_topic_name,
+)
 from broker.topic_config_manager import TopicConfigManager
 from broker.transaction.check import TransactionalMessageCheckService, send_to_producer, system_topic_creator
 from broker.transaction.service import TransactionalMessageService

@@ -27,7 +27,6 @@ from typing import Any
 
 import structlog
 
-
 log = structlog.get_logger(__name__)
 
 KINDS = ("stall_send_workers", "stall_queue", "stall_append", "drain_transient_pool", "slow_fsync", "clear")

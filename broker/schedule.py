@@ -43,6 +43,8 @@ from broker.message_const import MessageConst
 from broker.topic import SCHEDULE_TOPIC
 from store.message import (
     POS_STORE_TIMESTAMP as _POS_STORE_TIMESTAMP,
+)
+from store.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageExt,
     MessageExtBrokerInner,

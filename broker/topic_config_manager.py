@@ -7,17 +7,30 @@ change bumps the data version and calls ``on_change`` so the broker re-registers
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import structlog
 
 from broker.config import BrokerConfig
 from broker.config_file import dumps, read_config, write_atomically
 from broker.data_version import DataVersion
-from broker.topic import (BENCHMARK_TOPIC, DEFAULT_TOPIC, OFFSET_MOVED_EVENT, PERM_INHERIT, PERM_READ,
-                          PERM_WRITE, REPLY_TOPIC_POSTFIX, SCHEDULE_TOPIC, SELF_TEST_TOPIC, TRANS_HALF_TOPIC,
-                          TRANS_OP_HALF_TOPIC, TopicConfig, check_topic_name, is_system_topic)
+from broker.topic import (
+    BENCHMARK_TOPIC,
+    DEFAULT_TOPIC,
+    OFFSET_MOVED_EVENT,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    REPLY_TOPIC_POSTFIX,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TopicConfig,
+    check_topic_name,
+    is_system_topic,
+)
 
 log = structlog.get_logger(__name__)
 

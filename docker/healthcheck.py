@@ -28,9 +28,9 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 GET_BROKER_RUNTIME_INFO = 28
 SUCCESS = 0
@@ -185,7 +185,7 @@ def _is_broker(argv: Sequence[str]) -> bool:
 def find_broker_argv(proc: Path = Path("/proc")) -> list[str] | None:
     """The command line of the first broker process visible in this PID namespace, if any."""
     try:
-        pids = sorted((int(p.name) for p in proc.iterdir() if p.name.isdigit()))
+        pids = sorted(int(p.name) for p in proc.iterdir() if p.name.isdigit())
     except OSError:
         return None
     for pid in pids:

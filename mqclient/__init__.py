@@ -7,8 +7,14 @@ long-polling pulls, rebalance and offset commits.
 
 from mqclient.admin import AdminClient, AdminError, BrokerInfo
 from mqclient.consumer import ConsumerConfig, PushConsumer, allocate_averagely
-from mqclient.errors import (AttemptError, MQBrokerError, MQClientError, NameServerUnreachableError,
-                             SendFailedError, TopicRouteError)
+from mqclient.errors import (
+                             AttemptError,
+                             MQBrokerError,
+                             MQClientError,
+                             NameServerUnreachableError,
+                             SendFailedError,
+                             TopicRouteError,
+)
 from mqclient.message import Message, MessageExt, decode_messages
 from mqclient.producer import Producer, ProducerConfig, SendResult, error_kind
 from mqclient.route import MessageQueue, TopicRoute

@@ -19,14 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from mqclient.errors import MQClientError, NameServerUnreachableError
-
 from mqclient.fastjson import parse_fastjson
 from mqclient.fault import fault_inject_request
 from mqclient.message import MessageExt, create_offset_msg_id  # noqa: F401 (re-exported for tools)
 from mqclient.message import decode_messages as _decode_records
 from mqclient.route import DEFAULT_TOPIC, MessageQueue, RouteCache, TopicRoute, split_namesrv
 from remoting.client import RemotingClient
-from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -49,6 +47,7 @@ from remoting.headers import (
     ViewMessageRequestHeader,
     encode_header,
 )
+from remoting.signature import SessionCredentials
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # name server KV namespace of ordered topics' queue layout
 MASTER_ID = "0"

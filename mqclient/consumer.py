@@ -32,14 +32,20 @@ from mqclient.message import MessageDecodeError, MessageExt, decode_messages
 from mqclient.route import MessageQueue, RouteCache, TopicRoute, split_namesrv
 from remoting.channel import Channel
 from remoting.client import RemotingClient
-from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
+from remoting.headers import (
+    GetConsumerListByGroupRequestHeader,
+    GetMaxOffsetRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    encode_header,
+)
+from remoting.signature import SessionCredentials
 from store.java_hash import java_string_hash
-from remoting.headers import (GetConsumerListByGroupRequestHeader, GetMaxOffsetRequestHeader,
-                              PullMessageRequestHeader, QueryConsumerOffsetRequestHeader,
-                              UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, encode_header)
 
 log = structlog.get_logger(__name__)
 

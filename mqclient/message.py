@@ -225,7 +225,7 @@ class UniqKeyGenerator:
         self._next_month = 0
 
     def _roll_month(self, now: int) -> None:
-        d = _dt.datetime.fromtimestamp(now / 1000, tz=_dt.timezone.utc)
+        d = _dt.datetime.fromtimestamp(now / 1000, tz=_dt.UTC)
         start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         nxt = (start + _dt.timedelta(days=32)).replace(day=1)
         self._month_start = int(start.timestamp() * 1000)

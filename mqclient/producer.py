@@ -12,7 +12,6 @@ busy answers that a retry hid.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import time
@@ -22,17 +21,22 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from mqclient.errors import (AttemptError, MQClientError, NameServerUnreachableError,
-                             SendFailedError, TopicRouteError)
-from mqclient.message import (PROPERTY_UNIQ_KEY, SYSFLAG_COMPRESSED, Message, UniqKeyGenerator, encode_batch,
-                              encode_properties)
+from mqclient.errors import AttemptError, MQClientError, NameServerUnreachableError, SendFailedError, TopicRouteError
+from mqclient.message import (
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_COMPRESSED,
+    Message,
+    UniqKeyGenerator,
+    encode_batch,
+    encode_properties,
+)
 from mqclient.route import DEFAULT_TOPIC, MessageQueue, RouteCache, TopicRoute, split_namesrv
 from remoting.client import RemotingClient
-from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from remoting.headers import SendMessageRequestHeaderV2, encode_header
+from remoting.signature import SessionCredentials
 
 log = structlog.get_logger(__name__)
 

@@ -7,7 +7,6 @@ servers before 4.9.4 write fastjson's unquoted numeric keys, so the parser accep
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -150,7 +149,7 @@ class RouteCache:
             except RemotingError as exc:
                 errors.append(f"{addr}: {exc}")
                 continue
-            except (OSError, asyncio.TimeoutError) as exc:  # defensive: transport-level surprises
+            except (TimeoutError, OSError) as exc:  # defensive: transport-level surprises
                 errors.append(f"{addr}: {exc!r}")
                 continue
             self._next_ns = (self._next_ns + i) % len(self.namesrv)

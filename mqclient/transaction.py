@@ -38,7 +38,6 @@ from mqclient.producer import Producer, ProducerConfig, SendResult
 from mqclient.route import MessageQueue
 from remoting.channel import Channel
 from remoting.client import RemotingClient
-from remoting.signature import SessionCredentials
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -48,6 +47,7 @@ from remoting.headers import (
     decode_header,
     encode_header,
 )
+from remoting.signature import SessionCredentials
 
 log = structlog.get_logger(__name__)
 

@@ -327,7 +327,7 @@ class SendMessageRequestHeaderV2:  # 310, 320 — J's short names, a..h required
     i: str | None = None  # properties
     j: int | None = None  # reconsumeTimes
     k: bool = False  # unitMode
-    l: int | None = None  # maxReconsumeTimes
+    l: int | None = None  # noqa: E741 (maxReconsumeTimes: V2's one-letter wire name)
     m: bool = False  # batch
     n: str | None = None  # brokerName (4.9.5+)
 

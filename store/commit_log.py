@@ -40,8 +40,8 @@ from store.message import (
     offset_msg_id_prefix,
     transaction_value,
 )
-from store.recovery import CommitLogRecovery
 from store.record_parser import DispatchRequest, RecordParser
+from store.recovery import CommitLogRecovery
 from store.results import AppendMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ import structlog
 
 from store.checkpoint import StoreCheckpoint
 from store.config import MessageStoreConfig
+from store.java_hash import JavaHasher, index_key_hash
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import RunBlocking
-from store.java_hash import JavaHasher, index_key_hash
 from store.message import MessageConst
 
 log = structlog.get_logger(__name__)

@@ -35,6 +35,7 @@ from store.config import (
     StoreConfigError,
 )
 from store.consume_queue import ConsumeQueue
+from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.fault import StoreFault
 from store.flush import (
     CommitLogFlusher,
@@ -51,13 +52,12 @@ from store.message import (
     MessageExt,
     MessageExtBrokerInner,
 )
+from store.message_reader import MessageReader, StoreNotReadableError
 from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
-from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
-from store.message_reader import MessageReader, StoreNotReadableError
-from store.recovery import RecoveryReport, StoreRecovery
 from store.put_message import MessagePutter
 from store.queue_manifest import QueueManifest
+from store.recovery import RecoveryReport, StoreRecovery
 from store.reput import ReputMessageService
 from store.results import (
     AppendMessageResult,

@@ -22,8 +22,15 @@ from typing import Any
 import structlog
 import yaml
 
-from broker.acl.account import ACCOUNT_KEYS, MIN_KEY_LENGTH, PlainAccount, account_config_json, check_keys, \
-    is_retry_topic, printable_resource
+from broker.acl.account import (
+    ACCOUNT_KEYS,
+    MIN_KEY_LENGTH,
+    PlainAccount,
+    account_config_json,
+    check_keys,
+    is_retry_topic,
+    printable_resource,
+)
 from broker.acl.errors import (
     FRAME_CHECK_ADMIN,
     FRAME_CHECK_DEFAULT,

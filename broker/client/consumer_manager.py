@@ -7,8 +7,9 @@ waiting for its 20 s timer, as upstream's DefaultConsumerIdsChangeListener does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 

@@ -6,8 +6,8 @@ an expired lock may be taken by another client of the group.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 MessageQueueKey = tuple[str, str, int]  # (topic, brokerName, queueId)
 

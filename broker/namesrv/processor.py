@@ -9,7 +9,7 @@ falling back to TBW102 (protocol.md §8), and the C++ push consumer never retrie
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 import structlog
@@ -17,11 +17,20 @@ import structlog
 from broker.namesrv.route_info_manager import RouteInfoManager
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import (DeleteKVConfigRequestHeader, DeleteTopicFromNamesrvRequestHeader,
-                              GetKVConfigRequestHeader, GetKVConfigResponseHeader, GetRouteInfoRequestHeader,
-                              GetTopicsByClusterRequestHeader, PutKVConfigRequestHeader, RegisterBrokerRequestHeader,
-                              RegisterBrokerResponseHeader, UnRegisterBrokerRequestHeader, decode_header,
-                              encode_header)
+from remoting.headers import (
+    DeleteKVConfigRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetKVConfigRequestHeader,
+    GetKVConfigResponseHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    PutKVConfigRequestHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+    decode_header,
+    encode_header,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -7,8 +7,9 @@ has not re-registered for 120 s is dropped, as upstream's name server does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 

@@ -10,9 +10,14 @@ import orjson
 
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import (GetConsumerListByGroupRequestHeader, QueryConsumerOffsetRequestHeader,
-                              QueryConsumerOffsetResponseHeader, UpdateConsumerOffsetRequestHeader, decode_header,
-                              encode_header)
+from remoting.headers import (
+    GetConsumerListByGroupRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+    decode_header,
+    encode_header,
+)
 from remoting.server import not_supported
 
 if TYPE_CHECKING:

@@ -18,16 +18,36 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.topic import (PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, TRANS_HALF_TOPIC, check_topic_name,
-                          dlq_topic, is_not_allowed_send_topic, is_writeable, retry_topic)
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers import (ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader,
-                              SendMessageRequestHeaderV2, decode_header)
 from broker.message_const import MessageConst
 from broker.timer import TimerPropertyError, park
-from store.message import (COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageExtBrokerInner,
-                           decode_properties, encode_properties, tags_hash)
+from broker.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    check_topic_name,
+    dlq_topic,
+    is_not_allowed_send_topic,
+    is_writeable,
+    retry_topic,
+)
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    decode_header,
+)
+from store.message import (
+    COMPRESSED_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageExtBrokerInner,
+    decode_properties,
+    encode_properties,
+    tags_hash,
+)
 from store.results import PutMessageStatus
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ from mqclient.admin import (
     AdminError,
     MessageQueue,
     StoredMessage,
-    message_json,
     decode_offset_msg_id,
+    message_json,
 )
 from remoting.codes import ResponseCode
 from remoting.headers import CreateAccessConfigRequestHeader

@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 import yaml
-
 from bench_threads import run_plan_threaded
 
 from bench.broker_proc import SMALL_STORE, BrokerProcess

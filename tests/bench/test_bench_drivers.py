@@ -6,7 +6,6 @@ import asyncio
 from collections import Counter
 
 import pytest
-
 from bench_threads import run_plan_threaded
 
 from bench.broker_proc import SMALL_STORE, BrokerProcess

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from bench_synth import T0, consume, send, write
 
 from bench.outcomes import OutcomeBuffer
 from bench.score import score_outcomes, write_score
-from bench_synth import T0, consume, send, write
 
 
 def _score(spark, tmp_path, buf, meta=None):

@@ -22,7 +22,6 @@ from bench.run import RunOptions, run_scenario
 from bench.scenario import DebugSpec, load_scenario
 from bench.session import get_session
 
-
 #: planted losses: consumed but "forgotten"; only the acknowledged ones count as lost (an early send
 #: can fail on a loaded machine)
 PLANTED = tuple(range(5, 25))

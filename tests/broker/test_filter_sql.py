@@ -246,13 +246,13 @@ def atoms(draw):
     return f"{name} IS NOT NULL", lambda p: name in p
 
 
-def _and(l, r):
-    a = l()
+def _and(left, right):
+    a = left()
     if a is ERR:
         return ERR
     if a is False:
         return False
-    b = r()
+    b = right()
     if b is ERR:
         return ERR
     if b is False:
@@ -260,13 +260,13 @@ def _and(l, r):
     return None if None in (a, b) else True
 
 
-def _or(l, r):
-    a = l()
+def _or(left, right):
+    a = left()
     if a is ERR:
         return ERR
     if a is True:
         return True
-    b = r()
+    b = right()
     if b is ERR:
         return ERR
     if b is True:

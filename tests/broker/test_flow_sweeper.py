@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import structlog
-
 from broker_helpers import Clock, FakeChannel
 
 from broker.fast_failure import BrokerFastFailure, SweptQueue

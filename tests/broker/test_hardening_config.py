@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from broker_helpers import start_broker
 
 from broker.config import ConfigError, build_config
 from remoting.codes import RequestCode, ResponseCode

@@ -347,7 +347,7 @@ async def test_the_offsets_file_bounds_what_a_start_after_a_crash_reads(rig, mon
     """delayOffset.json holds commitLogOffset: after a clean stop the CommitLog's end (nothing to look
     through on start); while delivering, never far behind the end (written ahead of a put otherwise)."""
     monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 4096)
-    for i in range(20):
+    for _i in range(20):
         await rig.store.put_message(_msg("Other", b"x" * 1000, None))  # 20 KB the level did not write
     await rig.store.put_message(_msg("T", b"late", 1))
     written = []

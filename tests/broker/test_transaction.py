@@ -11,6 +11,7 @@ import asyncio
 import time
 
 import pytest
+from broker_helpers import start_broker
 
 from broker.controller import BrokerController
 from broker.topic import (
@@ -19,7 +20,6 @@ from broker.topic import (
     TRANS_OP_HALF_TOPIC,
 )
 from broker.transaction.check import CHECK_GROUP
-from broker_helpers import start_broker
 from mqclient.message import Message
 from mqclient.producer import ProducerConfig
 from mqclient.transaction import LocalTransactionState, TransactionProducer

@@ -30,7 +30,7 @@ from compat_support import (
 pytestmark = pytest.mark.compat
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="the rocketmq==0.4.4 wheel is part of the test extra")
-from rocketmq.exceptions import ProducerSendSyncFailed
+from rocketmq.exceptions import ProducerSendSyncFailed  # noqa: E402 (after the importorskip)
 
 AK, SK = "acl_compat_user", "acl_compat_secret"
 ADMIN_AK, ADMIN_SK = "acl_compat_admin", "acl_compat_admin_secret"

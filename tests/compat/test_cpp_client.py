@@ -43,8 +43,8 @@ from compat_support import (
 pytestmark = pytest.mark.compat
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="the rocketmq==0.4.4 wheel is part of the test extra")
-from rocketmq.client import ProducerSendAsyncFailed, SendStatus
-from rocketmq.exceptions import ProducerSendSyncFailed
+from rocketmq.client import ProducerSendAsyncFailed, SendStatus  # noqa: E402 (after the importorskip)
+from rocketmq.exceptions import ProducerSendSyncFailed  # noqa: E402 (after the importorskip)
 
 CONSUME_TIMEOUT_S = 15.0
 MiB = 1024 * 1024

@@ -7,13 +7,21 @@ subprocess whose gRPC endpoint listens on a free loopback port.
 from __future__ import annotations
 
 import base64
-import time
 import subprocess
 import sys
+import time
 
 import pytest
-from compat_support import (REPO_ROOT, BrokerFactory, BrokerProcess, cpp_producer, cpp_pull_all, free_port,
-                            make_message, unique)
+from compat_support import (
+    REPO_ROOT,
+    BrokerFactory,
+    BrokerProcess,
+    cpp_producer,
+    cpp_pull_all,
+    free_port,
+    make_message,
+    unique,
+)
 from grpc_support import ClientVenvError, ensure_client_venv, run_client
 
 pytestmark = [pytest.mark.compat]

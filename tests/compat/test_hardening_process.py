@@ -18,7 +18,7 @@ from remoting.command import RemotingCommand
 pytestmark = pytest.mark.compat
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="the rocketmq==0.4.4 wheel is part of the test extra")
-from rocketmq.client import SendStatus
+from rocketmq.client import SendStatus  # noqa: E402 (after the importorskip)
 
 
 def _send_back(group: str) -> RemotingCommand:

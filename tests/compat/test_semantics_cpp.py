@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from compat_support import Collector, Received, cpp_producer, cpp_push_consumer, make_message, unique
-from compat_support import BrokerFactory
+from compat_support import BrokerFactory, Collector, Received, cpp_producer, cpp_push_consumer, make_message, unique
 
 from mqclient.message import Message
 from mqclient.producer import ProducerConfig

@@ -12,8 +12,7 @@ import json
 import subprocess
 
 import pytest
-from compat_support import NODE_DIR, unique
-from compat_support import BrokerFactory
+from compat_support import NODE_DIR, BrokerFactory, unique
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode

@@ -42,7 +42,7 @@ def produce(namesrv: str, topic: str, run_id: str, count: int, deadline_s: float
                 result = producer.send_sync(msg)
             except Exception as exc:  # the first send can race the topic's route creation
                 if time.monotonic() > end:
-                    raise SystemExit(f"send {i} failed until the deadline: {exc}")
+                    raise SystemExit(f"send {i} failed until the deadline: {exc}") from exc
                 time.sleep(0.5)
                 continue
             if result.status != SendStatus.OK:
@@ -110,7 +110,7 @@ def consume(namesrv: str, topic: str, run_id: str, count: int, deadline_s: float
                     consumer._handle, topic.encode(), ctypes.pointer(queues), ctypes.pointer(n)))
             except Exception as exc:  # no route yet, right after a restart
                 if time.monotonic() > end:
-                    raise SystemExit(f"no queues for {topic} before the deadline: {exc}")
+                    raise SystemExit(f"no queues for {topic} before the deadline: {exc}") from exc
                 time.sleep(0.5)
                 continue
             try:

@@ -31,9 +31,9 @@ from mqclient.fault import inject_fault
 pytestmark = pytest.mark.compat
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="the rocketmq==0.4.4 wheel is part of the test extra")
-from compat_support import CppClientLog, cpp_producer, make_message
-from rocketmq.client import SendStatus
-from rocketmq.exceptions import ProducerSendSyncFailed
+from compat_support import CppClientLog, cpp_producer, make_message  # noqa: E402 (after the importorskip)
+from rocketmq.client import SendStatus  # noqa: E402 (after the importorskip)
+from rocketmq.exceptions import ProducerSendSyncFailed  # noqa: E402 (after the importorskip)
 
 #: attempts of one sync send against one broker (retryTimes 2 → "times" 1, 3, 5 in the client's log)
 CPP_ATTEMPTS = 3

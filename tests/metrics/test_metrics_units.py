@@ -73,7 +73,10 @@ class Inner:
 async def test_wrapper_times_answers_parks_oneways_and_failures():
     m = RequestMetrics()
     ticks = iter([0.0, 0.004, 10.0, 10.002, 20.0, 20.5, 30.0, 30.001])
-    clock = lambda: next(ticks)
+
+    def clock():
+        return next(ticks)
+
     ok = InstrumentedProcessor(Inner(lambda r: r.response(ResponseCode.SUCCESS)), "send", m, clock=clock)
     resp = await ok.process_request(None, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2))
     assert resp.code == 0

@@ -9,8 +9,17 @@ from collections import Counter
 import pytest
 
 from bench.broker_proc import SMALL_STORE, BrokerProcess, free_port
-from mqclient import (AdminClient, AdminError, ConsumerConfig, Message, NameServerUnreachableError, Producer,
-                      ProducerConfig, PushConsumer, SendFailedError)
+from mqclient import (
+    AdminClient,
+    AdminError,
+    ConsumerConfig,
+    Message,
+    NameServerUnreachableError,
+    Producer,
+    ProducerConfig,
+    PushConsumer,
+    SendFailedError,
+)
 
 _topics = itertools.count()
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mqclient.consumer import ProcessQueue, allocate_averagely
-from store.java_hash import java_string_hash as _java_hash
 from mqclient.message import MessageExt
 from mqclient.route import MessageQueue
+from store.java_hash import java_string_hash as _java_hash
 
 
 def mqs(n: int) -> list[MessageQueue]:

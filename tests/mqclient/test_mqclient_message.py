@@ -8,10 +8,18 @@ import zlib
 
 import pytest
 
-from mqclient.message import (MAGIC_MESSAGE, Message, MessageDecodeError, UniqKeyGenerator, create_offset_msg_id,
-                              decode_messages, decode_properties, encode_batch, encode_properties)
-from mqclient.route import parse_route, split_namesrv
 from mqclient.errors import NameServerUnreachableError, TopicRouteError
+from mqclient.message import (
+    MAGIC_MESSAGE,
+    Message,
+    MessageDecodeError,
+    UniqKeyGenerator,
+    decode_messages,
+    decode_properties,
+    encode_batch,
+    encode_properties,
+)
+from mqclient.route import parse_route, split_namesrv
 
 
 def record(body: bytes, *, topic: str = "T", props: str = "UNIQ_KEY\x01ABC\x02KEYS\x01k1", queue_id: int = 3,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from mq_fakes import BROKERS, NAMESRV, FakeClient, ok, route_body, stall
+
 from mqclient import Message, Producer, ProducerConfig, SendFailedError
 from mqclient.message import decode_properties
 from remoting.codes import RequestCode

@@ -10,6 +10,7 @@ import struct
 import tracemalloc
 
 import pytest
+
 from remoting.client import RemotingClient
 from remoting.command import RemotingCommand
 from remoting.executor import RequestExecutor

@@ -101,7 +101,10 @@ def test_offset_by_time_binary_search(tmp_path):
     stamps = {i * 100: 1000 + i * 10 for i in range(50)}
     for i in range(50):
         cq.put_message_position_info(i * 100, 100, 0, i)
-    pick = lambda off, size: stamps[off]
+
+    def pick(off, size):
+        return stamps[off]
+
     assert cq.get_offset_in_queue_by_time(1000 + 17 * 10, pick, 0) == 17
     assert cq.get_offset_in_queue_by_time(1000 + 17 * 10 + 4, pick, 0) == 17
     assert cq.get_offset_in_queue_by_time(1000 + 17 * 10 + 6, pick, 0) == 18

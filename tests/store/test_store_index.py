@@ -35,7 +35,7 @@ async def test_query_by_keys_and_unique_key(store_factory):
 async def test_time_range_filters(store_factory):
     now = [1_800_000_000_000]
     s = await store_factory(now_ms=lambda: now[0])
-    for i in range(5):
+    for _i in range(5):
         now[0] += 10_000
         await s.put_message(make_msg(keys="same"))
     got = decode_records(s.query_message("T", "same", 32, 1_800_000_020_000, 1_800_000_040_000).body)

@@ -167,7 +167,7 @@ async def test_listener_is_called_after_dispatch(store_factory):
 async def test_offsets_and_times(store_factory):
     now = [1_800_000_000_000]
     s = await store_factory(now_ms=lambda: now[0])
-    for i in range(10):
+    for _i in range(10):
         now[0] += 1000
         await s.put_message(make_msg())
     assert s.get_max_offset_in_queue("T", 0) == 10

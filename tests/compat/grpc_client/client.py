@@ -11,11 +11,20 @@ import sys
 import threading
 import time
 
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
 from rocketmq.grpc_protocol import FilterType
-
-from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message, MessageListener,
-                      Producer, PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
-
 
 _EMIT_LOCK = threading.Lock()  # the push consumer calls listeners on several threads
 

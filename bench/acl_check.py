@@ -33,9 +33,20 @@ class _Channel:
 
 def signed_send(body: bytes) -> RemotingCommand:
     hdr = SendMessageRequestHeaderV2(
-        a="please_rename_unique_group_name", b="TopicTest", c="TBW102", d=4, e=3, f=0, g=1_700_000_000_123, h=0,
+        a="please_rename_unique_group_name",
+        b="TopicTest",
+        c="TBW102",
+        d=4,
+        e=3,
+        f=0,
+        g=1_700_000_000_123,
+        h=0,
         i="UNIQ_KEY\x017F0000010B5C18B4AAC2631A3A5A0000\x02WAIT\x01true\x02TAGS\x01TagA\x02",
-        j=0, k=False, l=16, m=False)
+        j=0,
+        k=False,
+        l=16,
+        m=False,
+    )
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr), body)
     sign_request_fields(request.ext_fields, body, SessionCredentials("bench_user", "bench_secret"))
     return request
@@ -50,10 +61,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         conf = Path(home) / "conf"
         conf.mkdir()
-        (conf / "plain_acl.yml").write_text(yaml.safe_dump({
-            "globalWhiteRemoteAddresses": ["10.0.0.*"],
-            "accounts": [{"accessKey": "bench_user", "secretKey": "bench_secret", "defaultTopicPerm": "DENY",
-                          "topicPerms": ["TopicTest=PUB|SUB"]}]}))
+        (conf / "plain_acl.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "globalWhiteRemoteAddresses": ["10.0.0.*"],
+                    "accounts": [
+                        {
+                            "accessKey": "bench_user",
+                            "secretKey": "bench_secret",
+                            "defaultTopicPerm": "DENY",
+                            "topicPerms": ["TopicTest=PUB|SUB"],
+                        }
+                    ],
+                }
+            )
+        )
         manager = PlainPermissionManager(home)
         manager.load()
     validator = PlainAccessValidator(manager)

@@ -61,8 +61,14 @@ def accepting(port: int) -> bool:
 
 def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int]:
     ns, port, grpc = free_port(), free_port(), free_port()
-    sets = [f"namesrvListenPort={ns}", f"listenPort={port}", f"grpcServerPort={grpc}", "grpcListenHost=127.0.0.1",
-            "brokerIP1=127.0.0.1", f"storePathRootDir={store}"]
+    sets = [
+        f"namesrvListenPort={ns}",
+        f"listenPort={port}",
+        f"grpcServerPort={grpc}",
+        "grpcListenHost=127.0.0.1",
+        "brokerIP1=127.0.0.1",
+        f"storePathRootDir={store}",
+    ]
     if small_store:
         sets.append(f"mappedFileSizeCommitLog={64 * MiB}")
     argv = [sys.executable, "-m", "broker.main"] + [a for s in sets for a in ("--set", s)]
@@ -105,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boots", type=int, default=5)
     parser.add_argument("--idle", type=float, default=3.0, help="seconds after boot before memory is read")
     parser.add_argument("--baseline-rev", help="a git revision to measure in the same run, e.g. main")
-    parser.add_argument("--default-store-size", action="store_true",
-                        help="keep the 1 GiB commit-log file (default: 64 MiB, as in tests)")
+    parser.add_argument(
+        "--default-store-size",
+        action="store_true",
+        help="keep the 1 GiB commit-log file (default: 64 MiB, as in tests)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="boot-figures-") as tmp:
         trees = {"this tree": REPO}
@@ -121,12 +130,17 @@ def main(argv: list[str] | None = None) -> int:
                 if i == 0:
                     firsts[name] = figures[0]
                 samples[name].append(figures)
-        print(f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'private MiB':>12} {'anon MiB':>9}"
-              f"   (medians of {args.boots} boots; memory after {args.idle:g} s idle)")
+        print(
+            f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'private MiB':>12} {'anon MiB':>9}"
+            f"   (medians of {args.boots} boots; memory after {args.idle:g} s idle)"
+        )
         for name, rows in samples.items():
             med = [statistics.median(r[i] for r in rows) for i in range(4)]
-            print(f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} "
-                  f"{med[3] / MiB:9.1f}", flush=True)
+            print(
+                f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} "
+                f"{med[3] / MiB:9.1f}",
+                flush=True,
+            )
     return 0
 
 

@@ -98,10 +98,17 @@ class BrokerProcess:
         log_path = self.log_path or (self.store_dir / "broker.log")
         self.log_path = log_path
         # A broker the benchmark starts for itself is reached over loopback only (brokerIP1 says so too).
-        sets = {"listenPort": str(self.listen_port), "namesrvListenPort": str(self.namesrv_port),
-                "storePathRootDir": str(self.store_dir), "brokerIP1": "127.0.0.1",
-                "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1",
-                "grpcServerPort": str(self.grpc_port), "grpcListenHost": "127.0.0.1", "grpcTlsEnable": "false"}
+        sets = {
+            "listenPort": str(self.listen_port),
+            "namesrvListenPort": str(self.namesrv_port),
+            "storePathRootDir": str(self.store_dir),
+            "brokerIP1": "127.0.0.1",
+            "listenHost": "127.0.0.1",
+            "namesrvListenHost": "127.0.0.1",
+            "grpcServerPort": str(self.grpc_port),
+            "grpcListenHost": "127.0.0.1",
+            "grpcTlsEnable": "false",
+        }
         if self.fault_injection:
             sets["faultInjectionEnable"] = "true"
         sets.update(self.config)
@@ -114,21 +121,30 @@ class BrokerProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         logf = open(log_path, "ab")  # noqa: SIM115 - owned by the reader thread
         started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                     cwd=root, start_new_session=True, preexec_fn=die_with_parent)
-        self._reader = threading.Thread(target=self._read_output, args=(logf,), daemon=True,
-                                        name="broker-output")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=root,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        self._reader = threading.Thread(target=self._read_output, args=(logf,), daemon=True, name="broker-output")
         self._reader.start()
         deadline = started + timeout_s
         while not self._booted.wait(0.05):
             if self.proc.poll() is not None:
                 self._reader.join(2)
-                raise BrokerStartError(f"the broker exited with code {self.proc.returncode} before booting; "
-                                       f"log {log_path}:\n{_tail(log_path)}")
+                raise BrokerStartError(
+                    f"the broker exited with code {self.proc.returncode} before booting; "
+                    f"log {log_path}:\n{_tail(log_path)}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
-                raise BrokerStartError(f"the broker did not print its boot line within {timeout_s}s; "
-                                       f"log {log_path}:\n{_tail(log_path)}")
+                raise BrokerStartError(
+                    f"the broker did not print its boot line within {timeout_s}s; log {log_path}:\n{_tail(log_path)}"
+                )
         self.boot_seconds = time.monotonic() - started
         self.rss_at_boot = rss_bytes(self.proc.pid)
         self.rss_peak = self.rss_at_boot or 0
@@ -173,10 +189,17 @@ class BrokerProcess:
         return proc.returncode
 
     def info(self) -> dict[str, object]:
-        return {"started_by_mqbench": True, "name": self.broker_name, "addr": self.broker_addr,
-                "namesrv": self.namesrv, "boot_time_s": None if self.boot_seconds is None else round(self.boot_seconds, 3),
-                "rss_at_boot_bytes": self.rss_at_boot, "rss_peak_bytes": self.rss_peak or None,
-                "config": dict(self.config), "fault_injection": self.fault_injection}
+        return {
+            "started_by_mqbench": True,
+            "name": self.broker_name,
+            "addr": self.broker_addr,
+            "namesrv": self.namesrv,
+            "boot_time_s": None if self.boot_seconds is None else round(self.boot_seconds, 3),
+            "rss_at_boot_bytes": self.rss_at_boot,
+            "rss_peak_bytes": self.rss_peak or None,
+            "config": dict(self.config),
+            "fault_injection": self.fault_injection,
+        }
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

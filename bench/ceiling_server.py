@@ -31,18 +31,28 @@ QUEUE_NUMS = 8
 
 
 def _pre_encoded(code: int, ext_fields: dict[str, str] | None = None, body: bytes | None = None) -> bytes:
-    return RemotingCommand(code=code, flag=FLAG_RESPONSE, ext_fields=ext_fields or {}, body=body,
-                           serialize_type=1).to_bytes()
+    return RemotingCommand(
+        code=code, flag=FLAG_RESPONSE, ext_fields=ext_fields or {}, body=body, serialize_type=1
+    ).to_bytes()
 
 
 def route_body(addr: str, broker_name: str = "ceiling") -> bytes:
     """A TopicRouteData naming this server as the only master of every topic."""
-    return orjson.dumps({
-        "brokerDatas": [{"brokerAddrs": {"0": addr}, "brokerName": broker_name, "cluster": "DefaultCluster"}],
-        "filterServerTable": {},
-        "queueDatas": [{"brokerName": broker_name, "perm": 6, "readQueueNums": QUEUE_NUMS,
-                        "topicSysFlag": 0, "writeQueueNums": QUEUE_NUMS}],
-    })
+    return orjson.dumps(
+        {
+            "brokerDatas": [{"brokerAddrs": {"0": addr}, "brokerName": broker_name, "cluster": "DefaultCluster"}],
+            "filterServerTable": {},
+            "queueDatas": [
+                {
+                    "brokerName": broker_name,
+                    "perm": 6,
+                    "readQueueNums": QUEUE_NUMS,
+                    "topicSysFlag": 0,
+                    "writeQueueNums": QUEUE_NUMS,
+                }
+            ],
+        }
+    )
 
 
 class CeilingProtocol(asyncio.Protocol):
@@ -76,16 +86,23 @@ def _code_and_opaque(frame: memoryview) -> tuple[int, int, bool]:
     if stype == 1:
         code, _lang, _ver, opaque, flag = struct.unpack_from(">hbhii", frame, 4)
     else:
-        header = orjson.loads(bytes(frame[4:4 + hlen]))
+        header = orjson.loads(bytes(frame[4 : 4 + hlen]))
         code, opaque, flag = header["code"], header["opaque"], header.get("flag", 0)
     return code, opaque, bool(flag & 2)
 
 
 async def serve(host: str, port: int, advertised: str | None = None) -> asyncio.Server:
     """Listen on host:port (0 picks a free port); routes name ``advertised`` or the address bound."""
-    send_ok = _pre_encoded(ResponseCode.SUCCESS, {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0",
-                                                  "queueOffset": "0", "MSG_REGION": "DefaultRegion",
-                                                  "TRACE_ON": "true"})
+    send_ok = _pre_encoded(
+        ResponseCode.SUCCESS,
+        {
+            "msgId": "7F00000100002A9F0000000000000000",
+            "queueId": "0",
+            "queueOffset": "0",
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        },
+    )
     answers = {int(code): send_ok for code in _SENDS}
     default = _pre_encoded(ResponseCode.SUCCESS)
     loop = asyncio.get_running_loop()

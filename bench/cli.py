@@ -27,8 +27,11 @@ def _err(msg: str) -> None:
 def _summary(score: dict[str, Any]) -> str:
     c, p, e = score["counts"], score["publish"], score["end_to_end"]["latency_ms"]
     lat = p["latency_ms"]
-    lost = (f"lost {c['lost']:,}" if c["lost"] is not None else
-            f"lost unknown (drain timed out with {c['unconsumed']:,} unconsumed)")
+    lost = (
+        f"lost {c['lost']:,}"
+        if c["lost"] is not None
+        else f"lost unknown (drain timed out with {c['unconsumed']:,} unconsumed)"
+    )
     from bench.expect import evaluate, verdict_line
 
     lines = [
@@ -44,8 +47,10 @@ def _summary(score: dict[str, Any]) -> str:
         lines.append("errors: " + ", ".join(f"{k}={v:,}" for k, v in score["errors"]["all_by_kind"].items()))
     b = score.get("broker") or {}
     if b.get("started_by_mqbench"):
-        lines.append(f"broker boot {b.get('boot_time_s')} s, RSS at boot {(b.get('rss_at_boot_bytes') or 0) / 2**20:.0f} "
-                     f"MiB, peak {(b.get('rss_peak_bytes') or 0) / 2**20:.0f} MiB")
+        lines.append(
+            f"broker boot {b.get('boot_time_s')} s, RSS at boot {(b.get('rss_at_boot_bytes') or 0) / 2**20:.0f} "
+            f"MiB, peak {(b.get('rss_peak_bytes') or 0) / 2**20:.0f} MiB"
+        )
     return "\n".join(lines)
 
 
@@ -81,8 +86,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if overrides:
         scen = dataclasses.replace(scen, **overrides)
     if args.namesrv is not None and (scen.faults or scen.message_faults):
-        print("mqbench: note: this scenario injects faults; they only work against our broker started with "
-              "faultInjectionEnable=true", file=sys.stderr)
+        print(
+            "mqbench: note: this scenario injects faults; they only work against our broker started with "
+            "faultInjectionEnable=true",
+            file=sys.stderr,
+        )
     spark_conf: dict[str, str] = {}
     for item in args.conf or []:
         key, sep, value = item.partition("=")
@@ -103,11 +111,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         _err("--protocol grpc against an existing cluster needs --grpc-endpoint HOST:PORT")
         return EXIT_BAD_INPUT
     try:
-        result = run_scenario(scen, RunOptions(out_dir=out, namesrv=args.namesrv, master=args.master,
-                                               driver=driver, tasks=args.tasks, progress=not args.quiet,
-                                               keep_store=args.keep_store, spark_conf=spark_conf,
-                                               access_key=args.ak, secret_key=args.sk,
-                                               grpc_endpoint=args.grpc_endpoint))
+        result = run_scenario(
+            scen,
+            RunOptions(
+                out_dir=out,
+                namesrv=args.namesrv,
+                master=args.master,
+                driver=driver,
+                tasks=args.tasks,
+                progress=not args.quiet,
+                keep_store=args.keep_store,
+                spark_conf=spark_conf,
+                access_key=args.ak,
+                secret_key=args.sk,
+                grpc_endpoint=args.grpc_endpoint,
+            ),
+        )
     except RunError as exc:
         _err(str(exc))
         return EXIT_FAILED
@@ -140,12 +159,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     deltas = compare(a, b, threshold=args.threshold, overrides=overrides, latency_floor_ms=args.latency_floor_ms)
     regressions = [d for d in deltas if d.regression]
     if args.json:
-        print(json.dumps([{"metric": d.metric.path, "a": d.a, "b": d.b, "change": d.change,
-                           "relative": d.relative, "regression": d.regression} for d in deltas], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "metric": d.metric.path,
+                        "a": d.a,
+                        "b": d.b,
+                        "change": d.change,
+                        "relative": d.relative,
+                        "regression": d.regression,
+                    }
+                    for d in deltas
+                ],
+                indent=2,
+            )
+        )
     else:
         print(format_table(deltas, name_a=Path(args.a).name or "A", name_b=Path(args.b).name or "B"))
-        print(f"\n{len(regressions)} regression(s) beyond {args.threshold:.0%}" +
-              (": " + ", ".join(d.metric.path for d in regressions) if regressions else ""))
+        print(
+            f"\n{len(regressions)} regression(s) beyond {args.threshold:.0%}"
+            + (": " + ", ".join(d.metric.path for d in regressions) if regressions else "")
+        )
     return EXIT_FAILED if regressions else EXIT_OK
 
 
@@ -236,35 +271,59 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--namesrv", help="HOST:PORT of the name server; default: start our broker for the run")
     r.add_argument("--master", default="local[*]", help="Spark master: local[*] (default), spark://HOST:PORT, k8s://…")
     r.add_argument("--out", help="output directory (default bench/out/<scenario>-<time>)")
-    r.add_argument("--driver", choices=("asyncio", "cpp", "grpc"),
-                   help="client driving the load (default: the scenario's)")
-    r.add_argument("--protocol", choices=("remoting", "grpc"),
-                   help="grpc: drive the 5.x endpoint (same as --driver grpc); remoting: the scenario's 4.x driver")
-    r.add_argument("--grpc-endpoint", help="HOST:PORT of the broker's gRPC endpoint, with --namesrv and --protocol grpc")
+    r.add_argument(
+        "--driver", choices=("asyncio", "cpp", "grpc"), help="client driving the load (default: the scenario's)"
+    )
+    r.add_argument(
+        "--protocol",
+        choices=("remoting", "grpc"),
+        help="grpc: drive the 5.x endpoint (same as --driver grpc); remoting: the scenario's 4.x driver",
+    )
+    r.add_argument(
+        "--grpc-endpoint", help="HOST:PORT of the broker's gRPC endpoint, with --namesrv and --protocol grpc"
+    )
     r.add_argument("--tasks", type=int, help="number of Spark load tasks (default: scenario or all cores)")
     r.add_argument("--duration", type=float, help="override the scenario's duration_s")
     r.add_argument("--warmup", type=float, help="override the scenario's warmup_s")
-    r.add_argument("--conf", action="append", metavar="KEY=VALUE",
-                   help="a Spark setting, repeatable (e.g. spark.kubernetes.container.image=…, "
-                        "spark.executor.memory=2g)")
+    r.add_argument(
+        "--conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark setting, repeatable (e.g. spark.kubernetes.container.image=…, spark.executor.memory=2g)",
+    )
     r.add_argument("--quiet", action="store_true", help="no live progress lines")
-    r.add_argument("--ak", default=os.environ.get("ROCKETMQ_ACCESS_KEY"),
-                   help="ACL access key every client signs with (default: $ROCKETMQ_ACCESS_KEY); creating the "
-                        "run's topics needs an admin account")
-    r.add_argument("--sk", default=os.environ.get("ROCKETMQ_SECRET_KEY"),
-                   help="ACL secret key (default: $ROCKETMQ_SECRET_KEY)")
-    r.add_argument("--keep-store", action="store_true",
-                   help="keep the store of the broker mqbench started (deleted after the run by default)")
+    r.add_argument(
+        "--ak",
+        default=os.environ.get("ROCKETMQ_ACCESS_KEY"),
+        help="ACL access key every client signs with (default: $ROCKETMQ_ACCESS_KEY); creating the "
+        "run's topics needs an admin account",
+    )
+    r.add_argument(
+        "--sk", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="ACL secret key (default: $ROCKETMQ_SECRET_KEY)"
+    )
+    r.add_argument(
+        "--keep-store",
+        action="store_true",
+        help="keep the store of the broker mqbench started (deleted after the run by default)",
+    )
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("compare", help="compare two scores; exit 1 on a regression")
     c.add_argument("a", help="baseline run directory or score.json")
     c.add_argument("b", help="candidate run directory or score.json")
     c.add_argument("--threshold", type=float, default=0.10, help="relative change counted as a regression (0.10)")
-    c.add_argument("--metric-threshold", action="append", metavar="METRIC=FRACTION",
-                   help="per-metric threshold, e.g. publish.latency_ms.p99=0.25")
-    c.add_argument("--latency-floor-ms", type=float, default=1.0,
-                   help="latency changes below this many ms never count as regressions (1.0)")
+    c.add_argument(
+        "--metric-threshold",
+        action="append",
+        metavar="METRIC=FRACTION",
+        help="per-metric threshold, e.g. publish.latency_ms.p99=0.25",
+    )
+    c.add_argument(
+        "--latency-floor-ms",
+        type=float,
+        default=1.0,
+        help="latency changes below this many ms never count as regressions (1.0)",
+    )
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_compare)
 

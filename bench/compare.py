@@ -31,8 +31,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("publish.latency_ms.max", "lower", "info"),
     *(Metric(f"end_to_end.latency_ms.{p}", "lower", "latency") for p in ("p50", "p95", "p99", "p99_9")),
     Metric("end_to_end.latency_ms.max", "lower", "info"),
-    *(Metric(f"counts.{c}", "lower", "count") for c in ("lost", "unconsumed", "duplicated", "out_of_order",
-                                                        "failed", "delivered_unacked", "duplicates_stored")),
+    *(
+        Metric(f"counts.{c}", "lower", "count")
+        for c in (
+            "lost",
+            "unconsumed",
+            "duplicated",
+            "out_of_order",
+            "failed",
+            "delivered_unacked",
+            "duplicates_stored",
+        )
+    ),
     Metric("counts.retries", "lower", "info"),
     Metric("errors.busy_total", "lower", "count"),
     Metric("backlog.max", "lower", "info"),
@@ -85,8 +95,14 @@ def _get(score: dict[str, Any], path: str) -> float | None:
     return float(cur)
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], *, threshold: float = 0.10,
-            overrides: dict[str, float] | None = None, latency_floor_ms: float = 1.0) -> list[Delta]:
+def compare(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    *,
+    threshold: float = 0.10,
+    overrides: dict[str, float] | None = None,
+    latency_floor_ms: float = 1.0,
+) -> list[Delta]:
     """``latency_floor_ms``: latency changes smaller than this are noise, whatever their ratio
     (0.2 → 0.3 ms is +50 % and means nothing)."""
     out = []
@@ -126,8 +142,20 @@ def format_table(deltas: list[Delta], *, name_a: str = "A", name_b: str = "B") -
         verdict = "REGRESSION" if d.regression else ("better" if d.improvement else "")
         if d.metric.kind == "info" and verdict == "":
             verdict = "(info)"
-        rows.append((d.metric.path, _fmt(d.a), _fmt(d.b), "—" if d.change is None else
-                     ("+" if d.change > 0 else "") + _fmt(d.change), rel, verdict))
+        rows.append(
+            (
+                d.metric.path,
+                _fmt(d.a),
+                _fmt(d.b),
+                "—" if d.change is None else ("+" if d.change > 0 else "") + _fmt(d.change),
+                rel,
+                verdict,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
-    return "\n".join("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) if i < 5 else c
-                               for i, c in enumerate(r)).rstrip() for r in rows)
+    return "\n".join(
+        "  ".join(
+            c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) if i < 5 else c for i, c in enumerate(r)
+        ).rstrip()
+        for r in rows
+    )

@@ -56,16 +56,19 @@ class BurstResult:
     early: int
 
     def line(self) -> str:
-        return (f"{self.name:<10} count={self.count} burst/s={self.burst_per_s:,.0f} "
-                f"delivered/s={self.delivered_per_s:,.0f} lateness_ms p50={self.p50_ms:.0f} "
-                f"p99={self.p99_ms:.0f} max={self.max_ms:.0f} early={self.early}")
+        return (
+            f"{self.name:<10} count={self.count} burst/s={self.burst_per_s:,.0f} "
+            f"delivered/s={self.delivered_per_s:,.0f} lateness_ms p50={self.p50_ms:.0f} "
+            f"p99={self.p99_ms:.0f} max={self.max_ms:.0f} early={self.early}"
+        )
 
 
 def load_baseline(rev: str) -> ModuleType:
     """broker/schedule.py as of git `rev`, imported as a module of its own."""
     root = Path(__file__).resolve().parent.parent
-    source = subprocess.run(["git", "show", f"{rev}:broker/schedule.py"], cwd=root, check=True,
-                            capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{rev}:broker/schedule.py"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
     path = Path(tempfile.mkdtemp(prefix="schedule-baseline-")) / "schedule_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("schedule_baseline", path)
@@ -86,17 +89,26 @@ def _records(store: MessageStore, topic: str, queue_id: int) -> list:
         offset = r.next_begin_offset
 
 
-async def run_burst(service_cls: type, name: str, count: int, level: int, body: bytes,
-                    timeout_s: float, queues: int = 1) -> BurstResult:
+async def run_burst(
+    service_cls: type, name: str, count: int, level: int, body: bytes, timeout_s: float, queues: int = 1
+) -> BurstResult:
     root = Path(tempfile.mkdtemp(prefix="delay-burst-"))
-    cfg = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 * 1024 * 1024,
-                             message_delay_level=LEVELS, message_index_enable=False)
+    cfg = MessageStoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=256 * 1024 * 1024,
+        message_delay_level=LEVELS,
+        message_index_enable=False,
+    )
     store = MessageStore(cfg)
     try:
         assert await store.load()
         await store.start()
-        service = service_cls(store=store, delay_levels_ms=cfg.delay_levels_ms(), store_path_root_dir=str(root),
-                              now_ms=lambda: time.time_ns() // 1_000_000)
+        service = service_cls(
+            store=store,
+            delay_levels_ms=cfg.delay_levels_ms(),
+            store_path_root_dir=str(root),
+            now_ms=lambda: time.time_ns() // 1_000_000,
+        )
 
         def arrived(topic, queue_id, *_):
             if topic == SCHEDULE_TOPIC:
@@ -107,13 +119,19 @@ async def run_burst(service_cls: type, name: str, count: int, level: int, body: 
         service.start()
         t0 = time.perf_counter()
         for i in range(count):
-            msg = MessageExtBrokerInner.create(TOPIC, body, queue_id=i % queues,
-                                               properties={"KEYS": str(i), "DELAY": str(level)},
-                                               born_host=("127.0.0.1", 5000), store_host=("127.0.0.1", 10911))
+            msg = MessageExtBrokerInner.create(
+                TOPIC,
+                body,
+                queue_id=i % queues,
+                properties={"KEYS": str(i), "DELAY": str(level)},
+                born_host=("127.0.0.1", 5000),
+                store_host=("127.0.0.1", 10911),
+            )
             put = await store.put_message(msg)
             assert put.is_ok(), put
         burst_s = time.perf_counter() - t0
         deadline = time.monotonic() + timeout_s
+
         def delivered_count() -> int:
             return sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(queues))
 
@@ -136,9 +154,16 @@ async def run_burst(service_cls: type, name: str, count: int, level: int, body: 
         got = np.array([stored_at[m.properties["KEYS"]] for m in parked], dtype=np.int64)
         lateness = got - due
         span_s = max(1, int(got.max() - got.min())) / 1000
-        return BurstResult(name, count, count / burst_s, count / span_s,
-                           float(np.percentile(lateness, 50)), float(np.percentile(lateness, 99)),
-                           float(lateness.max()), int((lateness < 0).sum()))
+        return BurstResult(
+            name,
+            count,
+            count / burst_s,
+            count / span_s,
+            float(np.percentile(lateness, 50)),
+            float(np.percentile(lateness, 99)),
+            float(lateness.max()),
+            int((lateness < 0).sum()),
+        )
     finally:
         await store.shutdown()
         shutil.rmtree(root, ignore_errors=True)
@@ -155,8 +180,10 @@ async def main_async(args: argparse.Namespace) -> None:
         except (subprocess.CalledProcessError, OSError) as exc:
             print(f"baseline skipped: cannot load broker/schedule.py at {args.baseline_rev}: {exc}")
     cases.append(("after", ScheduleMessageService))
-    print(f"burst of {args.count} messages of {args.body} B over {args.queues} queue(s) to delay level {args.level} "
-          f"({LEVELS.split()[args.level - 1]}), in-process store")
+    print(
+        f"burst of {args.count} messages of {args.body} B over {args.queues} queue(s) to delay level {args.level} "
+        f"({LEVELS.split()[args.level - 1]}), in-process store"
+    )
     results = []
     for name, cls in cases:
         result = await run_burst(cls, name, args.count, args.level, body, args.timeout, args.queues)
@@ -164,8 +191,10 @@ async def main_async(args: argparse.Namespace) -> None:
         results.append(result)
     if len(results) == 2:
         before, after = results
-        print(f"after/before: delivered/s x{after.delivered_per_s / before.delivered_per_s:.1f}, "
-              f"p99 lateness {before.p99_ms:.0f} -> {after.p99_ms:.0f} ms")
+        print(
+            f"after/before: delivered/s x{after.delivered_per_s / before.delivered_per_s:.1f}, "
+            f"p99 lateness {before.p99_ms:.0f} -> {after.p99_ms:.0f} ms"
+        )
 
 
 def main() -> None:
@@ -174,8 +203,12 @@ def main() -> None:
     parser.add_argument("--level", type=int, default=1, help="delay level (1 = 1s)")
     parser.add_argument("--body", type=int, default=128, help="body bytes")
     parser.add_argument("--baseline-rev", default=DEFAULT_BASELINE_REV)
-    parser.add_argument("--queues", type=int, default=1,
-                        help="real queues the burst's messages go to in turn (a producer spreads over them)")
+    parser.add_argument(
+        "--queues",
+        type=int,
+        default=1,
+        help="real queues the burst's messages go to in turn (a producer spreads over them)",
+    )
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the deliveries")
     args = parser.parse_args()

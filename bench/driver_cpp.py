@@ -88,6 +88,7 @@ class _CppProducer:
                         break
             msg = Message(self.spec.topic)
             msg.set_body(self.payload)
+
             def record(*args: Any, **kw: Any) -> None:
                 loop.call_soon_threadsafe(lambda: load.buf.add(*args, **kw))
 
@@ -95,16 +96,26 @@ class _CppProducer:
                 msg.set_property(k, v)
             warmup = now_ms() < warm_end
             began_ms, began = now_ms(), time.perf_counter()
-            row: dict[str, Any] = dict(topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
-                                       send_ms=began_ms, size=len(self.payload), attempts=1)
+            row: dict[str, Any] = dict(
+                topic=self.spec.topic,
+                producer=self.spec.id,
+                seq=seq,
+                warmup=warmup,
+                send_ms=began_ms,
+                size=len(self.payload),
+                attempts=1,
+            )
             try:
                 if scen.send_mode == "oneway":
                     self.producer.send_oneway(msg)
                     row.update(status=STATUS_ONEWAY)
                 else:
                     res = self.producer.send_sync(msg)
-                    row.update(status=_CPP_STATUS.get(int(res.status), "SEND_OK"), uniq_key=res.msg_id,
-                               queue_offset=int(res.offset))
+                    row.update(
+                        status=_CPP_STATUS.get(int(res.status), "SEND_OK"),
+                        uniq_key=res.msg_id,
+                        queue_offset=int(res.offset),
+                    )
             except Exception as exc:  # the wheel raises its own exception types
                 row.update(status=STATUS_FAILED, error_kind=cpp_error_kind(exc), remark=str(exc)[:500])
             row.update(ack_ms=now_ms(), latency_us=int((time.perf_counter() - began) * 1e6))
@@ -140,9 +151,18 @@ class _CppConsumer:
             time.sleep(self.delay)
         consumed_at = now_ms()
         props = {k: (msg.get_property(k) or b"").decode() for k in ("BENCH_RUN", "BENCH_PRODUCER", "BENCH_SEQ")}
-        row = dict(topic=msg.topic, props=props, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
-                   born_ms=msg.born_timestamp, store_ms=msg.store_timestamp, msg_id=msg.id, uniq=msg.id,
-                   size=len(msg.body), consume_ms=consumed_at)
+        row = dict(
+            topic=msg.topic,
+            props=props,
+            queue_id=msg.queue_id,
+            queue_offset=msg.queue_offset,
+            born_ms=msg.born_timestamp,
+            store_ms=msg.store_timestamp,
+            msg_id=msg.id,
+            uniq=msg.id,
+            size=len(msg.body),
+            consume_ms=consumed_at,
+        )
         assert self.loop is not None
         self.loop.call_soon_threadsafe(lambda: self.load.record_consume(self.id, self.group, **row))
 
@@ -194,8 +214,9 @@ class CppDriver:
         try:
             import rocketmq.client  # noqa: F401
         except Exception as exc:  # ImportError, or the bundled .so failing to load
-            raise RuntimeError(f"the cpp driver needs the 'rocketmq' wheel (pip install rocketmq==0.4.4): {exc}") \
-                from None
+            raise RuntimeError(
+                f"the cpp driver needs the 'rocketmq' wheel (pip install rocketmq==0.4.4): {exc}"
+            ) from None
 
     def make_producer(self, load: _Load, spec: ProducerSpec) -> _CppProducer:
         return _CppProducer(load, spec)

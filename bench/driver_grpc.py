@@ -23,6 +23,7 @@ from bench.outcomes import STATUS_FAILED
 if TYPE_CHECKING:
     from bench.worker import ConsumerSpec, ProducerSpec, _Load
 
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -30,8 +31,9 @@ def now_ms() -> int:
 class _Endpoint:
     """One channel and stub per task, with the metadata every call carries."""
 
-    def __init__(self, address: str, client_id: str, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+    def __init__(
+        self, address: str, client_id: str, access_key: str | None = None, secret_key: str | None = None
+    ) -> None:
         import grpc
 
         from proxy.auth import signed_metadata
@@ -49,8 +51,12 @@ def _endpoint(load: _Load) -> _Endpoint:
     if ep is None:
         if not load.spec.grpc_endpoint:
             raise RuntimeError("the grpc driver needs the broker's gRPC endpoint (mqbench --grpc-endpoint HOST:PORT)")
-        ep = _Endpoint(load.spec.grpc_endpoint, f"mqbench-{os.getpid()}-{load.spec.worker}-{uuid.uuid4().hex[:8]}",
-                       load.spec.access_key, load.spec.secret_key)
+        ep = _Endpoint(
+            load.spec.grpc_endpoint,
+            f"mqbench-{os.getpid()}-{load.spec.worker}-{uuid.uuid4().hex[:8]}",
+            load.spec.access_key,
+            load.spec.secret_key,
+        )
         load._grpc_endpoint = ep  # type: ignore[attr-defined]
     return ep
 
@@ -84,8 +90,15 @@ class _GrpcProducer:
         c = load.scen.client
         request = self._request(seq, t0, load.buf.add)
         began_ms, began = now_ms(), time.perf_counter()
-        row: dict[str, Any] = dict(topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=began_ms < warm_end,
-                                   send_ms=began_ms, size=len(self.payload), attempts=1)
+        row: dict[str, Any] = dict(
+            topic=self.spec.topic,
+            producer=self.spec.id,
+            seq=seq,
+            warmup=began_ms < warm_end,
+            send_ms=began_ms,
+            size=len(self.payload),
+            attempts=1,
+        )
         try:
             response = await self.ep.stub.SendMessage(request, metadata=self.ep.meta, timeout=c.send_timeout_ms / 1000)
             entry = response.entries[0] if response.entries else None
@@ -147,8 +160,10 @@ class _GrpcConsumer:
         from proxy.protocol import definition_pb2 as pb
         from proxy.protocol import service_pb2 as spb
 
-        await self.ep.stub.Heartbeat(spb.HeartbeatRequest(group=pb.Resource(name=self.group),
-                                                          client_type=pb.SIMPLE_CONSUMER), metadata=self.ep.meta)
+        await self.ep.stub.Heartbeat(
+            spb.HeartbeatRequest(group=pb.Resource(name=self.group), client_type=pb.SIMPLE_CONSUMER),
+            metadata=self.ep.meta,
+        )
 
     async def rebalance(self) -> None:
         """POP needs none: every consumer of the group pops from every queue."""
@@ -164,8 +179,10 @@ class _GrpcConsumer:
             group=pb.Resource(name=self.group),
             message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=-1),
             filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-            batch_size=min(32, max(1, c.pull_batch_size)), invisible_duration=Duration(seconds=30),
-            long_polling_timeout=Duration(seconds=1))
+            batch_size=min(32, max(1, c.pull_batch_size)),
+            invisible_duration=Duration(seconds=30),
+            long_polling_timeout=Duration(seconds=1),
+        )
         while True:
             try:
                 handles = []
@@ -177,15 +194,28 @@ class _GrpcConsumer:
                     if self.delay:
                         await asyncio.sleep(self.delay)
                     self.load.record_consume(
-                        self.id, self.group, topic=m.topic.name, props=dict(m.user_properties), queue_id=sp.queue_id,
-                        queue_offset=sp.queue_offset, born_ms=sp.born_timestamp.ToMilliseconds(),
-                        store_ms=sp.store_timestamp.ToMilliseconds(), msg_id=sp.message_id, uniq=sp.message_id,
-                        size=len(m.body), consume_ms=now_ms())
+                        self.id,
+                        self.group,
+                        topic=m.topic.name,
+                        props=dict(m.user_properties),
+                        queue_id=sp.queue_id,
+                        queue_offset=sp.queue_offset,
+                        born_ms=sp.born_timestamp.ToMilliseconds(),
+                        store_ms=sp.store_timestamp.ToMilliseconds(),
+                        msg_id=sp.message_id,
+                        uniq=sp.message_id,
+                        size=len(m.body),
+                        consume_ms=now_ms(),
+                    )
                     handles.append(spb.AckMessageEntry(message_id=sp.message_id, receipt_handle=sp.receipt_handle))
                 if handles:
-                    await self.ep.stub.AckMessage(spb.AckMessageRequest(
-                        group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic), entries=handles),
-                        metadata=self.ep.meta, timeout=10)
+                    await self.ep.stub.AckMessage(
+                        spb.AckMessageRequest(
+                            group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic), entries=handles
+                        ),
+                        metadata=self.ep.meta,
+                        timeout=10,
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a busy or restarting broker: count it, go on

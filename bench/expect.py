@@ -28,8 +28,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "out_of_order": {"min": 0, "max": 0},
     "failed": {"min": 0, "max": 0},
 }
-COUNT_KEYS = ("sent", "acked", "failed", "retries", "consumed_unique", "unconsumed", "lost", "duplicated",
-              "redelivered", "duplicates_stored", "delivered_unacked", "out_of_order")
+COUNT_KEYS = (
+    "sent",
+    "acked",
+    "failed",
+    "retries",
+    "consumed_unique",
+    "unconsumed",
+    "lost",
+    "duplicated",
+    "redelivered",
+    "duplicates_stored",
+    "delivered_unacked",
+    "out_of_order",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +76,7 @@ def key_problem(key: str) -> str | None:
     kind, dot, name = key.partition(".")
     if dot and kind in ("busy", "errors") and name:
         return None
-    return (f"unknown expectation '{key}' (a count: {', '.join(COUNT_KEYS)}; busy_total; busy.<KIND>; "
-            f"errors.<KIND>)")
+    return f"unknown expectation '{key}' (a count: {', '.join(COUNT_KEYS)}; busy_total; busy.<KIND>; errors.<KIND>)"
 
 
 def parse_expect(path: str, value: Any, problems: list[str]) -> dict[str, Expect]:

@@ -84,12 +84,20 @@ class ModeResult:
         o = Counter(a.outcome for a in window)
         waited = sum(lat) / (self.senders * self.stall_ms)
         told = sorted(self.first_answer_ms().values())
-        return {"mode": self.mode, "attempts": len(lat), "stored": o["OK"],
-                **{tag: o[tag] for tag in BUSY_TAGS}, "client timeout": o["CLIENT_TIMEOUT"],
-                "other": sum(n for k, n in o.items() if k not in ("OK", "CLIENT_TIMEOUT", *BUSY_TAGS)),
-                "p50 ms": percentile(lat, 50), "p90 ms": percentile(lat, 90), "p99 ms": percentile(lat, 99),
-                "max ms": lat[-1] if lat else float("nan"), "time waiting": f"{waited:.0%}",
-                "first answer p50/max ms": f"{percentile(told, 50):.0f}/{told[-1]:.0f}" if told else "n/a"}
+        return {
+            "mode": self.mode,
+            "attempts": len(lat),
+            "stored": o["OK"],
+            **{tag: o[tag] for tag in BUSY_TAGS},
+            "client timeout": o["CLIENT_TIMEOUT"],
+            "other": sum(n for k, n in o.items() if k not in ("OK", "CLIENT_TIMEOUT", *BUSY_TAGS)),
+            "p50 ms": percentile(lat, 50),
+            "p90 ms": percentile(lat, 90),
+            "p99 ms": percentile(lat, 99),
+            "max ms": lat[-1] if lat else float("nan"),
+            "time waiting": f"{waited:.0%}",
+            "first answer p50/max ms": f"{percentile(told, 50):.0f}/{told[-1]:.0f}" if told else "n/a",
+        }
 
     def first_answer_ms(self) -> dict[int, float]:
         """Per sender: from the stall's start to the first answer (or client timeout) it got after it."""
@@ -101,8 +109,17 @@ class ModeResult:
 
 
 def send_request(topic: str, seq: int) -> RemotingCommand:
-    hdr = SendMessageRequestHeaderV2(a="PG_bench_ff", b=topic, c="TBW102", d=4, e=seq % 4, f=0,
-                                     g=time.time_ns() // 1_000_000, h=0, i=f"KEYS\x01k{seq}")
+    hdr = SendMessageRequestHeaderV2(
+        a="PG_bench_ff",
+        b=topic,
+        c="TBW102",
+        d=4,
+        e=seq % 4,
+        f=0,
+        g=time.time_ns() // 1_000_000,
+        h=0,
+        i=f"KEYS\x01k{seq}",
+    )
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr), b"x" * 256)
 
 
@@ -163,8 +180,10 @@ async def run_mode(addr: str, fast_failure: bool, args: argparse.Namespace) -> M
         loop = asyncio.get_running_loop()
         result.stall_at = loop.time() + 1.0
         stop_at = result.stall_at + args.stall_ms / 1000 + 0.5
-        senders = [asyncio.create_task(sender(addr, topic, stop_at, args.timeout_ms / 1000, result, i))
-                   for i in range(args.senders)]
+        senders = [
+            asyncio.create_task(sender(addr, topic, stop_at, args.timeout_ms / 1000, result, i))
+            for i in range(args.senders)
+        ]
         await asyncio.sleep(max(0.0, result.stall_at - loop.time()))
         await inject_fault_async(addr, "stall_append", duration_ms=args.stall_ms, client=ctl)
         await asyncio.gather(*senders)
@@ -214,9 +233,13 @@ def tick_costs(queued: int) -> list[dict[str, object]]:
     busy = [False]
     send = RequestExecutor("send", 1, queued * 2, now_ms=lambda: now[0])
     pull = RequestExecutor("pull", 1, 10, now_ms=lambda: now[0])
-    ff = BrokerFastFailure(send_executor=send,
-                           queues=[SweptQueue(send, lambda: 200), SweptQueue(pull, lambda: 5000)],
-                           is_page_cache_busy=lambda: busy[0], now_ms=lambda: now[0], enabled=lambda: True)
+    ff = BrokerFastFailure(
+        send_executor=send,
+        queues=[SweptQueue(send, lambda: 200), SweptQueue(pull, lambda: 5000)],
+        is_page_cache_busy=lambda: busy[0],
+        now_ms=lambda: now[0],
+        enabled=lambda: True,
+    )
     channel = NullChannel()
     request = send_request("T", 1)
 
@@ -232,10 +255,18 @@ def tick_costs(queued: int) -> list[dict[str, object]]:
         ff.clean_expired_request()
     idle_us = (time.perf_counter() - t0) / ticks * 1e6
     assert len(send.queue) == queued
-    rows.append({"case": f"{queued:,} queued, none expired", "answered": 0, "tick µs": idle_us,
-                 "per answered request µs": float("nan")})
-    for label, expire in (("all expired → [TIMEOUT_CLEAN_QUEUE]", True), ("page cache busy → [PCBUSY_CLEAN_QUEUE]",
-                                                                           False)):
+    rows.append(
+        {
+            "case": f"{queued:,} queued, none expired",
+            "answered": 0,
+            "tick µs": idle_us,
+            "per answered request µs": float("nan"),
+        }
+    )
+    for label, expire in (
+        ("all expired → [TIMEOUT_CLEAN_QUEUE]", True),
+        ("page cache busy → [PCBUSY_CLEAN_QUEUE]", False),
+    ):
         fill()
         if expire:
             now[0] += 200
@@ -245,8 +276,14 @@ def tick_costs(queued: int) -> list[dict[str, object]]:
         dt = time.perf_counter() - t0
         busy[0] = False
         assert answered == queued and not send.queue
-        rows.append({"case": f"{queued:,} queued, {label}", "answered": answered, "tick µs": dt * 1e6,
-                     "per answered request µs": dt / answered * 1e6})
+        rows.append(
+            {
+                "case": f"{queued:,} queued, {label}",
+                "answered": answered,
+                "tick µs": dt * 1e6,
+                "per answered request µs": dt / answered * 1e6,
+            }
+        )
     return rows
 
 
@@ -270,21 +307,29 @@ def main(argv: list[str] | None = None) -> int:
             with broker:
                 time.sleep(1.2)  # the sweeper starts 1 s after boot
                 results = asyncio.run(part1(broker.broker_addr, args))
-        print(f"\n1) {args.senders} senders, one message at a time, client timeout {args.timeout_ms} ms; "
-              f"the append lock held {args.stall_ms} ms (FAULT_INJECT stall_append) 1 s into the run; "
-              "default osPageCacheBusyTimeOutMills 1000, waitTimeMillsInSendQueue 200, "
-              "sendMessageThreadPoolNums min(cpus,4)")
+        print(
+            f"\n1) {args.senders} senders, one message at a time, client timeout {args.timeout_ms} ms; "
+            f"the append lock held {args.stall_ms} ms (FAULT_INJECT stall_append) 1 s into the run; "
+            "default osPageCacheBusyTimeOutMills 1000, waitTimeMillsInSendQueue 200, "
+            "sendMessageThreadPoolNums min(cpus,4)"
+        )
         print_table([r.row() for r in results])
         on, off = (sorted(r.first_answer_ms().values()) for r in results)
-        print(f"   senders answered within 300 ms of the stall's start: ON {sum(x <= 300 for x in on)}/{len(on)}, "
-              f"OFF {sum(x <= 300 for x in off)}/{len(off)}; median time to that first answer: "
-              f"ON {statistics.median(on):.0f} ms, OFF {statistics.median(off):.0f} ms "
-              f"({statistics.median(off) / statistics.median(on):.1f}x)")
-        print("   'time waiting' = the senders' time spent waiting for answers during the stall; "
-              "'first answer' = per sender, from the stall's start to its first answer (or its own timeout)")
+        print(
+            f"   senders answered within 300 ms of the stall's start: ON {sum(x <= 300 for x in on)}/{len(on)}, "
+            f"OFF {sum(x <= 300 for x in off)}/{len(off)}; median time to that first answer: "
+            f"ON {statistics.median(on):.0f} ms, OFF {statistics.median(off):.0f} ms "
+            f"({statistics.median(off) / statistics.median(on):.1f}x)"
+        )
+        print(
+            "   'time waiting' = the senders' time spent waiting for answers during the stall; "
+            "'first answer' = per sender, from the stall's start to its first answer (or its own timeout)"
+        )
 
-    print(f"\n2) sweeper tick cost (BrokerFastFailure.clean_expired_request, in-process, {sys.implementation.name} "
-          f"{sys.version.split()[0]})")
+    print(
+        f"\n2) sweeper tick cost (BrokerFastFailure.clean_expired_request, in-process, {sys.implementation.name} "
+        f"{sys.version.split()[0]})"
+    )
     print_table(tick_costs(args.queued))
     return 0
 

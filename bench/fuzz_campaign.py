@@ -48,8 +48,13 @@ from compat_support import (  # noqa: E402
 
 #: Broker settings for a fuzz run: a small commit-log file (fuzz sends are small), ACL and fault injection off,
 #: SQL92 filtering on (so that subscriptions reach the SQL parser).
-FUZZ_BROKER_SETTINGS = ("mappedFileSizeCommitLog=67108864", "aclEnable=false", "faultInjectionEnable=false",
-                        "enablePropertyFilter=true", "filterSupportRetry=true")
+FUZZ_BROKER_SETTINGS = (
+    "mappedFileSizeCommitLog=67108864",
+    "aclEnable=false",
+    "faultInjectionEnable=false",
+    "enablePropertyFilter=true",
+    "filterSupportRetry=true",
+)
 
 TRACEBACK_MARK = "Traceback (most recent call last)"
 
@@ -63,8 +68,9 @@ class LogFindings:
     errors: int = 0
 
     def summary(self, limit: int = 15) -> str:
-        lines = [f"broker log: {len(self.tracebacks)} tracebacks, {self.errors} error lines, "
-                 f"{self.warnings} warning lines"]
+        lines = [
+            f"broker log: {len(self.tracebacks)} tracebacks, {self.errors} error lines, {self.warnings} warning lines"
+        ]
         counts: dict[str, int] = {}
         for t in self.tracebacks:
             counts[t] = counts.get(t, 0) + 1
@@ -94,11 +100,12 @@ def scan_log(text: str) -> LogFindings:
         if isinstance(exc, str) and TRACEBACK_MARK in exc:
             last = exc.strip().splitlines()[-1] if exc.strip() else ""
             where = [ln.strip() for ln in exc.splitlines() if ln.strip().startswith("File ")]
-            found.tracebacks.append(f"{entry.get('event')} code={entry.get('code')}: {last[:160]} "
-                                    f"[{where[-1][:140] if where else '?'}]")
+            found.tracebacks.append(
+                f"{entry.get('event')} code={entry.get('code')}: {last[:160]} [{where[-1][:140] if where else '?'}]"
+            )
     for i, line in enumerate(raw_lines):
         if TRACEBACK_MARK in line:
-            tail = next((ln for ln in raw_lines[i + 1:] if ln and not ln.startswith((" ", "\t"))), "")
+            tail = next((ln for ln in raw_lines[i + 1 :] if ln and not ln.startswith((" ", "\t"))), "")
             found.tracebacks.append(f"(raw) {tail[:200]}")
     return found
 
@@ -115,9 +122,12 @@ def private_memory(pid: int) -> dict[str, int]:
                     values[parts[0][:-1]] = int(parts[1])
     except OSError:
         return {}
-    return {"rss_kb": values.get("Rss", 0), "pss_kb": values.get("Pss", 0),
-            "uss_kb": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0),
-            "anon_kb": values.get("Anonymous", 0)}
+    return {
+        "rss_kb": values.get("Rss", 0),
+        "pss_kb": values.get("Pss", 0),
+        "uss_kb": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0),
+        "anon_kb": values.get("Anonymous", 0),
+    }
 
 
 def escaped_paths(root: Path) -> list[Path]:
@@ -162,30 +172,55 @@ class CampaignResult:
 
     @property
     def ok(self) -> bool:
-        return (self.alive and not self.probe_errors and not self.round_trip_problems and not self.escaped
-                and not self.log.tracebacks and not self.stats.hangs and self.exit_code == 0 and self.log_alive)
+        return (
+            self.alive
+            and not self.probe_errors
+            and not self.round_trip_problems
+            and not self.escaped
+            and not self.log.tracebacks
+            and not self.stats.hangs
+            and self.exit_code == 0
+            and self.log_alive
+        )
 
     def report(self) -> str:
-        lines = [f"fuzz campaign seed={self.seed!r}: {'PASSED' if self.ok else 'FAILED'} "
-                 f"(replay: python -m bench.fuzz_campaign --seed {self.seed} --frames {self.stats.frames})",
-                 self.stats.summary(), self.log.summary(),
-                 f"process alive after the fuzz: {self.alive}; probes: {self.probe_errors or 'both ports answer'}; "
-                 f"log still written: {self.log_alive}",
-                 f"real-client round trip: {self.round_trip_problems or 'nothing lost'}",
-                 f"paths made from illegal names: {[str(p) for p in self.escaped[:10]] or 'none'}",
-                 f"private memory before: {self.memory_before}; after: {self.memory_after}",
-                 f"exit code after SIGTERM: {self.exit_code} {self.stop_error}"]
+        lines = [
+            f"fuzz campaign seed={self.seed!r}: {'PASSED' if self.ok else 'FAILED'} "
+            f"(replay: python -m bench.fuzz_campaign --seed {self.seed} --frames {self.stats.frames})",
+            self.stats.summary(),
+            self.log.summary(),
+            f"process alive after the fuzz: {self.alive}; probes: {self.probe_errors or 'both ports answer'}; "
+            f"log still written: {self.log_alive}",
+            f"real-client round trip: {self.round_trip_problems or 'nothing lost'}",
+            f"paths made from illegal names: {[str(p) for p in self.escaped[:10]] or 'none'}",
+            f"private memory before: {self.memory_before}; after: {self.memory_after}",
+            f"exit code after SIGTERM: {self.exit_code} {self.stop_error}",
+        ]
         return "\n".join(lines)
 
 
-def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int = 8, namesrv_connections: int = 2,
-                 corpus_dir: Path = CORPUS_DIR, round_trip: bool = True, large_bodies: bool = False,
-                 illegal_names: Sequence[str] = ILLEGAL_NAMES, progress_every_s: float = 0.0) -> CampaignResult:
+def run_campaign(
+    root: Path,
+    *,
+    seed: int | str,
+    frames: int,
+    connections: int = 8,
+    namesrv_connections: int = 2,
+    corpus_dir: Path = CORPUS_DIR,
+    round_trip: bool = True,
+    large_bodies: bool = False,
+    illegal_names: Sequence[str] = ILLEGAL_NAMES,
+    progress_every_s: float = 0.0,
+) -> CampaignResult:
     """Start a broker under ``root``, fuzz it, check it; the broker is stopped (SIGTERM) before returning."""
     namesrv_port = free_port()
-    broker = BrokerProcess(store_dir=root / "run" / "store", log_path=root / "run" / "broker.log",
-                           listen_port=free_port(avoid=[namesrv_port]), namesrv_port=namesrv_port,
-                           extra_args=tuple(a for kv in FUZZ_BROKER_SETTINGS for a in ("--set", kv)))
+    broker = BrokerProcess(
+        store_dir=root / "run" / "store",
+        log_path=root / "run" / "broker.log",
+        listen_port=free_port(avoid=[namesrv_port]),
+        namesrv_port=namesrv_port,
+        extra_args=tuple(a for kv in FUZZ_BROKER_SETTINGS for a in ("--set", kv)),
+    )
     broker.start()
     try:
         assert broker.proc is not None
@@ -193,10 +228,21 @@ def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int =
         memory_before = private_memory(pid)
         corpus = {target: load_corpus(corpus_dir, target) for target in ("broker", "namesrv")}
         progress = _Progress(frames, progress_every_s, pid) if progress_every_s else None
-        stats = asyncio.run(run_fuzz("127.0.0.1", broker.listen_port, broker.namesrv_port, seed=seed, frames=frames,
-                                     connections=connections, namesrv_connections=namesrv_connections,
-                                     corpus=corpus, large_bodies=large_bodies, illegal_names=illegal_names,
-                                     progress=progress.add if progress else None))
+        stats = asyncio.run(
+            run_fuzz(
+                "127.0.0.1",
+                broker.listen_port,
+                broker.namesrv_port,
+                seed=seed,
+                frames=frames,
+                connections=connections,
+                namesrv_connections=namesrv_connections,
+                corpus=corpus,
+                large_bodies=large_bodies,
+                illegal_names=illegal_names,
+                progress=progress.add if progress else None,
+            )
+        )
         alive = broker.running
         probe_errors: list[str] = []
         for port, target in ((broker.listen_port, "broker"), (broker.namesrv_port, "namesrv")):
@@ -214,11 +260,20 @@ def run_campaign(root: Path, *, seed: int | str, frames: int, connections: int =
         except BrokerError as exc:  # still running after SIGTERM: killed; the report says so
             exit_code, stop_error = None, str(exc).splitlines()[0]
         broker.kill()
-    return CampaignResult(seed=seed, stats=stats, log=scan_log(broker.log_text()), alive=alive,
-                          probe_errors=probe_errors, round_trip_problems=problems, escaped=escaped_paths(root),
-                          log_alive=log_alive,
-                          memory_before=memory_before, memory_after=memory_after, exit_code=exit_code,
-                          stop_error=stop_error)
+    return CampaignResult(
+        seed=seed,
+        stats=stats,
+        log=scan_log(broker.log_text()),
+        alive=alive,
+        probe_errors=probe_errors,
+        round_trip_problems=problems,
+        escaped=escaped_paths(root),
+        log_alive=log_alive,
+        memory_before=memory_before,
+        memory_after=memory_after,
+        exit_code=exit_code,
+        stop_error=stop_error,
+    )
 
 
 def _log_still_written(broker: BrokerProcess, timeout_s: float = 5.0) -> bool:
@@ -249,8 +304,11 @@ class _Progress:
         if now - self.last >= self.every_s:
             self.last = now
             mem = private_memory(self.pid)
-            print(f"  {self.done:,}/{self.total:,} frames, {self.done / (now - self.started):,.0f}/s, "
-                  f"broker USS {mem.get('uss_kb', 0) / 1024:.0f} MiB", flush=True)
+            print(
+                f"  {self.done:,}/{self.total:,} frames, {self.done / (now - self.started):,.0f}/s, "
+                f"broker USS {mem.get('uss_kb', 0) / 1024:.0f} MiB",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,9 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--namesrv-connections", type=int, default=2)
     ap.add_argument("--large-bodies", action="store_true", help="now and then a body of about maxMessageSize")
-    ap.add_argument("--skip-names", default="",
-                    help="leave out the illegal names containing any of these characters (e.g. to fuzz a build "
-                         "that does not validate NUL or '/' in names yet: --skip-names '/\\0')")
+    ap.add_argument(
+        "--skip-names",
+        default="",
+        help="leave out the illegal names containing any of these characters (e.g. to fuzz a build "
+        "that does not validate NUL or '/' in names yet: --skip-names '/\\0')",
+    )
     ap.add_argument("--no-round-trip", action="store_true", help="skip the C++ wheel round trip")
     ap.add_argument("--keep", type=Path, help="run in this directory and keep the store and broker log")
     args = ap.parse_args(argv)
@@ -270,13 +331,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fuzz-campaign-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        print(f"fuzz campaign: seed {seed}, {args.frames:,} frames over {args.connections} connections; "
-              f"broker log {root / 'run' / 'broker.log'}", flush=True)
-        result = run_campaign(root, seed=seed, frames=args.frames, connections=args.connections,
-                              namesrv_connections=args.namesrv_connections, round_trip=not args.no_round_trip,
-                              large_bodies=args.large_bodies, progress_every_s=10.0,
-                              illegal_names=[n for n in ILLEGAL_NAMES
-                                             if not any(c in n for c in args.skip_names.replace("\\0", "\0"))])
+        print(
+            f"fuzz campaign: seed {seed}, {args.frames:,} frames over {args.connections} connections; "
+            f"broker log {root / 'run' / 'broker.log'}",
+            flush=True,
+        )
+        result = run_campaign(
+            root,
+            seed=seed,
+            frames=args.frames,
+            connections=args.connections,
+            namesrv_connections=args.namesrv_connections,
+            round_trip=not args.no_round_trip,
+            large_bodies=args.large_bodies,
+            progress_every_s=10.0,
+            illegal_names=[n for n in ILLEGAL_NAMES if not any(c in n for c in args.skip_names.replace("\\0", "\0"))],
+        )
         print(result.report(), flush=True)
     return 0 if result.ok else 1
 

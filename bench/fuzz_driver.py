@@ -51,11 +51,13 @@ class FuzzStats:
 
     def summary(self) -> str:
         rate = self.frames / self.elapsed_s if self.elapsed_s else 0.0
-        lines = [f"frames sent: {self.frames} ({self.bytes / 1e6:.1f} MB) in {self.elapsed_s:.1f} s = {rate:,.0f}/s",
-                 f"  by family: {dict(sorted(self.by_family.items()))}",
-                 f"  responses by code: {dict(self.responses.most_common())}",
-                 f"  connections the server closed: {self.server_closes}; throwaway connections: {self.throwaways}; "
-                 f"connect errors: {self.connect_errors}; hangs: {len(self.hangs)}"]
+        lines = [
+            f"frames sent: {self.frames} ({self.bytes / 1e6:.1f} MB) in {self.elapsed_s:.1f} s = {rate:,.0f}/s",
+            f"  by family: {dict(sorted(self.by_family.items()))}",
+            f"  responses by code: {dict(self.responses.most_common())}",
+            f"  connections the server closed: {self.server_closes}; throwaway connections: {self.throwaways}; "
+            f"connect errors: {self.connect_errors}; hangs: {len(self.hangs)}",
+        ]
         if self.system_error_remarks:
             lines.append("  SYSTEM_ERROR remarks (top 12):")
             lines += [f"    {n:6d}  {remark}" for remark, n in self.system_error_remarks.most_common(12)]
@@ -135,8 +137,9 @@ class _Connection:
 def sentinel(target: str, opaque: int) -> RemotingCommand:
     """A cheap, always-valid request: its answer shows the connection's frames before it were processed."""
     if target == "namesrv":
-        return RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": "fuzz", "key": "sentinel"},
-                                       opaque=opaque)
+        return RemotingCommand.request(
+            RequestCode.GET_KV_CONFIG, {"namespace": "fuzz", "key": "sentinel"}, opaque=opaque
+        )
     return RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "FuzzT0", "queueId": "0"}, opaque=opaque)
 
 
@@ -159,9 +162,19 @@ async def _throwaway(host: str, port: int, frame: FuzzFrame, stats: FuzzStats, g
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
 
-async def _worker(index: int, host: str, port: int, target: str, mutator: FrameMutator, count: int, burst: int,
-                  sentinel_timeout_s: float, stats: FuzzStats, gate: asyncio.Semaphore,
-                  progress: Callable[[int], None] | None) -> None:
+async def _worker(
+    index: int,
+    host: str,
+    port: int,
+    target: str,
+    mutator: FrameMutator,
+    count: int,
+    burst: int,
+    sentinel_timeout_s: float,
+    stats: FuzzStats,
+    gate: asyncio.Semaphore,
+    progress: Callable[[int], None] | None,
+) -> None:
     conn = _Connection(stats)
     await conn.open(host, port)
     pending: set[asyncio.Task[None]] = set()
@@ -198,8 +211,10 @@ async def _worker(index: int, host: str, port: int, target: str, mutator: FrameM
             except TimeoutError:
                 if conn.closed.is_set():
                     continue
-                stats.hangs.append(f"{target} connection {index}: no answer to a sentinel within "
-                                   f"{sentinel_timeout_s:.0f} s after frames with codes {recent}")
+                stats.hangs.append(
+                    f"{target} connection {index}: no answer to a sentinel within "
+                    f"{sentinel_timeout_s:.0f} s after frames with codes {recent}"
+                )
                 await conn.close()
                 await _reopen(conn, host, port, stats)
     finally:
@@ -219,12 +234,22 @@ async def _reopen(conn: _Connection, host: str, port: int, stats: FuzzStats) -> 
     raise ConnectionError(f"cannot reconnect to {host}:{port}")
 
 
-async def run_fuzz(host: str, broker_port: int, namesrv_port: int, *, seed: int | str, frames: int,
-                   connections: int = 8, namesrv_connections: int = 2,
-                   corpus: Mapping[str, Sequence[bytes]] | None = None, burst: int = 32,
-                   sentinel_timeout_s: float = 15.0, large_bodies: bool = False,
-                   illegal_names: Sequence[str] = ILLEGAL_NAMES,
-                   progress: Callable[[int], None] | None = None) -> FuzzStats:
+async def run_fuzz(
+    host: str,
+    broker_port: int,
+    namesrv_port: int,
+    *,
+    seed: int | str,
+    frames: int,
+    connections: int = 8,
+    namesrv_connections: int = 2,
+    corpus: Mapping[str, Sequence[bytes]] | None = None,
+    burst: int = 32,
+    sentinel_timeout_s: float = 15.0,
+    large_bodies: bool = False,
+    illegal_names: Sequence[str] = ILLEGAL_NAMES,
+    progress: Callable[[int], None] | None = None,
+) -> FuzzStats:
     """Send ``frames`` frames over ``connections`` connections (the first ``namesrv_connections`` of them to
     the name server port) and return what happened. ``corpus`` maps "broker"/"namesrv" to recorded frames."""
     stats = FuzzStats()
@@ -235,11 +260,14 @@ async def run_fuzz(host: str, broker_port: int, namesrv_port: int, *, seed: int 
         target = "namesrv" if i < namesrv_connections else "broker"
         port = namesrv_port if target == "namesrv" else broker_port
         share = frames // connections + (1 if i < frames % connections else 0)
-        mutator = FrameMutator(f"{seed}/{i}", (corpus or {}).get(target, ()), target=target,
-                               large_bodies=large_bodies,
-                               illegal_names=illegal_names)
-        workers.append(_worker(i, host, port, target, mutator, share, burst, sentinel_timeout_s, stats, gate,
-                               progress))
+        mutator = FrameMutator(
+            f"{seed}/{i}",
+            (corpus or {}).get(target, ()),
+            target=target,
+            large_bodies=large_bodies,
+            illegal_names=illegal_names,
+        )
+        workers.append(_worker(i, host, port, target, mutator, share, burst, sentinel_timeout_s, stats, gate, progress))
     await asyncio.gather(*workers)
     stats.elapsed_s = time.monotonic() - started
     return stats

@@ -48,66 +48,190 @@ _U32 = struct.Struct(">I")
 FUZZ_TOPICS = ("FuzzT0", "FuzzT1", "FuzzT2", "%RETRY%FuzzG0", "%DLQ%FuzzG1")
 FUZZ_GROUPS = ("FuzzG0", "FuzzG1", "FuzzG2", "CID_Fuzz")
 #: Upstream's reserved and system names: sends and admin requests on them must be refused or handled.
-SYSTEM_TOPICS = ("TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                 "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "RMQ_SYS_TRACE_TOPIC",
-                 "DefaultCluster")
+SYSTEM_TOPICS = (
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+    "RMQ_SYS_TRACE_TOPIC",
+    "DefaultCluster",
+)
 #: Names no file or folder may be made of (issue 13 item 2); each must be refused before the store.
-ILLEGAL_NAMES = ("", " ", "a/b", "../FuzzEscape", "x/../../FuzzEscape", "N\u0000", "NL\n", "T" * 300, "\u00e9t\u00e9",
-                 "%RETRY%", "%DLQ%", ".", "..", "a\\b", "FuzzT0 ", "*", "||")
+ILLEGAL_NAMES = (
+    "",
+    " ",
+    "a/b",
+    "../FuzzEscape",
+    "x/../../FuzzEscape",
+    "N\u0000",
+    "NL\n",
+    "T" * 300,
+    "\u00e9t\u00e9",
+    "%RETRY%",
+    "%DLQ%",
+    ".",
+    "..",
+    "a\\b",
+    "FuzzT0 ",
+    "*",
+    "||",
+)
 FUZZ_BROKER_NAMES = ("FuzzBroker", "FuzzBroker2")
 FUZZ_CLUSTERS = ("FuzzCluster",)
 SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "CID_RMQ_SYS_TRANS", "SELF_TEST_C_GROUP")
 
-_PROPERTY_NAMES = ("KEYS", "TAGS", "DELAY", "WAIT", "UNIQ_KEY", "TRAN_MSG", "PGROUP", "RETRY_TOPIC", "REAL_TOPIC",
-                   "REAL_QID", "MAX_OFFSET", "MIN_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-                   "MSG_REGION", "TRACE_ON", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "__STARTDELIVERTIME",
-                   "CLUSTER", "MSG_TYPE", "ORIGIN_MESSAGE_ID", "RECONSUME_TIME", "MAX_RECONSUME_TIMES",
-                   "CONSUME_START_TIME", "SHARDING_KEY", "userKey")
+_PROPERTY_NAMES = (
+    "KEYS",
+    "TAGS",
+    "DELAY",
+    "WAIT",
+    "UNIQ_KEY",
+    "TRAN_MSG",
+    "PGROUP",
+    "RETRY_TOPIC",
+    "REAL_TOPIC",
+    "REAL_QID",
+    "MAX_OFFSET",
+    "MIN_OFFSET",
+    "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "MSG_REGION",
+    "TRACE_ON",
+    "INSTANCE_ID",
+    "CORRELATION_ID",
+    "REPLY_TO_CLIENT",
+    "__STARTDELIVERTIME",
+    "CLUSTER",
+    "MSG_TYPE",
+    "ORIGIN_MESSAGE_ID",
+    "RECONSUME_TIME",
+    "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME",
+    "SHARDING_KEY",
+    "userKey",
+)
 
 _CODES = tuple(int(c) for c in RequestCode)
 #: Codes the name server port serves (the embedded name server answers everything else as unsupported).
-NAMESRV_CODES = tuple(int(c) for c in (
-    RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
-    RequestCode.GET_BROKER_CLUSTER_INFO, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-    RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.PUT_KV_CONFIG,
-    RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-    RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.GET_KVLIST_BY_NAMESPACE, RequestCode.QUERY_DATA_VERSION,
-    RequestCode.GET_NAMESRV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
-    RequestCode.GET_UNIT_TOPIC_LIST))
+NAMESRV_CODES = tuple(
+    int(c)
+    for c in (
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        RequestCode.GET_BROKER_CLUSTER_INFO,
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        RequestCode.GET_TOPICS_BY_CLUSTER,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.GET_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.GET_KVLIST_BY_NAMESPACE,
+        RequestCode.QUERY_DATA_VERSION,
+        RequestCode.GET_NAMESRV_CONFIG,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+        RequestCode.GET_UNIT_TOPIC_LIST,
+    )
+)
 #: The header fields of each request code and the kind of value each takes (see ``FrameMutator._value``).
 _FIELD_KINDS: dict[int, dict[str, str]] = {
-    RequestCode.SEND_MESSAGE: {"producerGroup": "group", "topic": "topic", "defaultTopic": "deftopic",
-                               "defaultTopicQueueNums": "qnum", "queueId": "qid", "sysFlag": "sysflag",
-                               "bornTimestamp": "ts", "flag": "int", "properties": "props",
-                               "reconsumeTimes": "int", "unitMode": "bool", "batch": "bool",
-                               "maxReconsumeTimes": "int"},
-    RequestCode.SEND_MESSAGE_V2: {"a": "group", "b": "topic", "c": "deftopic", "d": "qnum", "e": "qid",
-                                  "f": "sysflag", "g": "ts", "h": "int", "i": "props", "j": "int", "k": "bool",
-                                  "l": "int", "m": "bool"},
-    RequestCode.PULL_MESSAGE: {"consumerGroup": "group", "topic": "topic", "queueId": "qid",
-                               "queueOffset": "offset", "maxMsgNums": "int", "sysFlag": "pullflag",
-                               "commitOffset": "offset", "suspendTimeoutMillis": "suspend", "subVersion": "ts",
-                               "subscription": "expr", "expressionType": "exprtype"},
-    RequestCode.QUERY_MESSAGE: {"topic": "topic", "key": "key", "maxNum": "int", "beginTimestamp": "ts",
-                                "endTimestamp": "ts"},
+    RequestCode.SEND_MESSAGE: {
+        "producerGroup": "group",
+        "topic": "topic",
+        "defaultTopic": "deftopic",
+        "defaultTopicQueueNums": "qnum",
+        "queueId": "qid",
+        "sysFlag": "sysflag",
+        "bornTimestamp": "ts",
+        "flag": "int",
+        "properties": "props",
+        "reconsumeTimes": "int",
+        "unitMode": "bool",
+        "batch": "bool",
+        "maxReconsumeTimes": "int",
+    },
+    RequestCode.SEND_MESSAGE_V2: {
+        "a": "group",
+        "b": "topic",
+        "c": "deftopic",
+        "d": "qnum",
+        "e": "qid",
+        "f": "sysflag",
+        "g": "ts",
+        "h": "int",
+        "i": "props",
+        "j": "int",
+        "k": "bool",
+        "l": "int",
+        "m": "bool",
+    },
+    RequestCode.PULL_MESSAGE: {
+        "consumerGroup": "group",
+        "topic": "topic",
+        "queueId": "qid",
+        "queueOffset": "offset",
+        "maxMsgNums": "int",
+        "sysFlag": "pullflag",
+        "commitOffset": "offset",
+        "suspendTimeoutMillis": "suspend",
+        "subVersion": "ts",
+        "subscription": "expr",
+        "expressionType": "exprtype",
+    },
+    RequestCode.QUERY_MESSAGE: {
+        "topic": "topic",
+        "key": "key",
+        "maxNum": "int",
+        "beginTimestamp": "ts",
+        "endTimestamp": "ts",
+    },
     RequestCode.QUERY_CONSUMER_OFFSET: {"consumerGroup": "group", "topic": "topic", "queueId": "qid"},
-    RequestCode.UPDATE_CONSUMER_OFFSET: {"consumerGroup": "group", "topic": "topic", "queueId": "qid",
-                                         "commitOffset": "offset"},
-    RequestCode.UPDATE_AND_CREATE_TOPIC: {"topic": "topic", "defaultTopic": "deftopic", "readQueueNums": "qnum",
-                                          "writeQueueNums": "qnum", "perm": "perm", "topicFilterType": "filtertype",
-                                          "order": "bool", "topicSysFlag": "int"},
+    RequestCode.UPDATE_CONSUMER_OFFSET: {
+        "consumerGroup": "group",
+        "topic": "topic",
+        "queueId": "qid",
+        "commitOffset": "offset",
+    },
+    RequestCode.UPDATE_AND_CREATE_TOPIC: {
+        "topic": "topic",
+        "defaultTopic": "deftopic",
+        "readQueueNums": "qnum",
+        "writeQueueNums": "qnum",
+        "perm": "perm",
+        "topicFilterType": "filtertype",
+        "order": "bool",
+        "topicSysFlag": "int",
+    },
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {"topic": "topic", "queueId": "qid", "timestamp": "ts"},
     RequestCode.GET_MAX_OFFSET: {"topic": "topic", "queueId": "qid"},
     RequestCode.GET_MIN_OFFSET: {"topic": "topic", "queueId": "qid"},
     RequestCode.GET_EARLIEST_MSG_STORETIME: {"topic": "topic", "queueId": "qid"},
     RequestCode.VIEW_MESSAGE_BY_ID: {"offset": "offset"},
     RequestCode.UNREGISTER_CLIENT: {"clientID": "client", "producerGroup": "group", "consumerGroup": "group"},
-    RequestCode.CONSUMER_SEND_MSG_BACK: {"offset": "offset", "group": "group", "delayLevel": "int",
-                                         "originMsgId": "msgid", "originTopic": "topic", "unitMode": "bool",
-                                         "maxReconsumeTimes": "int"},
-    RequestCode.END_TRANSACTION: {"producerGroup": "group", "tranStateTableOffset": "offset",
-                                  "commitLogOffset": "offset", "commitOrRollback": "tranflag", "msgId": "msgid",
-                                  "fromTransactionCheck": "bool", "transactionId": "key"},
+    RequestCode.CONSUMER_SEND_MSG_BACK: {
+        "offset": "offset",
+        "group": "group",
+        "delayLevel": "int",
+        "originMsgId": "msgid",
+        "originTopic": "topic",
+        "unitMode": "bool",
+        "maxReconsumeTimes": "int",
+    },
+    RequestCode.END_TRANSACTION: {
+        "producerGroup": "group",
+        "tranStateTableOffset": "offset",
+        "commitLogOffset": "offset",
+        "commitOrRollback": "tranflag",
+        "msgId": "msgid",
+        "fromTransactionCheck": "bool",
+        "transactionId": "key",
+    },
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: {"consumerGroup": "group"},
     RequestCode.GET_CONSUMER_CONNECTION_LIST: {"consumerGroup": "group"},
     RequestCode.GET_PRODUCER_CONNECTION_LIST: {"producerGroup": "group"},
@@ -116,27 +240,49 @@ _FIELD_KINDS: dict[int, dict[str, str]] = {
     RequestCode.DELETE_TOPIC_IN_BROKER: {"topic": "topic"},
     RequestCode.DELETE_SUBSCRIPTIONGROUP: {"groupName": "group"},
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: {"topic": "topic"},
-    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: {"topic": "topic", "group": "group", "timestamp": "ts",
-                                                "isForce": "bool"},
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: {
+        "topic": "topic",
+        "group": "group",
+        "timestamp": "ts",
+        "isForce": "bool",
+    },
     RequestCode.GET_CONSUMER_RUNNING_INFO: {"consumerGroup": "group", "clientId": "client", "jstackEnable": "bool"},
-    RequestCode.CONSUME_MESSAGE_DIRECTLY: {"consumerGroup": "group", "clientId": "client", "msgId": "msgid",
-                                           "brokerName": "brokername"},
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: {
+        "consumerGroup": "group",
+        "clientId": "client",
+        "msgId": "msgid",
+        "brokerName": "brokername",
+    },
     RequestCode.VIEW_BROKER_STATS_DATA: {"statsName": "statsname", "statsKey": "key"},
     RequestCode.FAULT_INJECT: {"kind": "key", "target": "key", "durationMs": "int", "value": "key"},
     RequestCode.GET_TOPIC_CONFIG: {"topic": "topic"},
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: {"group": "group"},
-    RequestCode.QUERY_CONSUME_QUEUE: {"topic": "topic", "queueId": "qid", "index": "offset", "count": "int",
-                                      "consumerGroup": "group"},
+    RequestCode.QUERY_CONSUME_QUEUE: {
+        "topic": "topic",
+        "queueId": "qid",
+        "index": "offset",
+        "count": "int",
+        "consumerGroup": "group",
+    },
     RequestCode.QUERY_CONSUME_TIME_SPAN: {"topic": "topic", "group": "group"},
     RequestCode.QUERY_CORRECTION_OFFSET: {"topic": "topic", "compareGroup": "group", "filterGroups": "group"},
-    RequestCode.CLONE_GROUP_OFFSET: {"srcGroup": "group", "destGroup": "group", "topic": "topic",
-                                     "offline": "bool"},
+    RequestCode.CLONE_GROUP_OFFSET: {"srcGroup": "group", "destGroup": "group", "topic": "topic", "offline": "bool"},
     RequestCode.GET_ROUTEINFO_BY_TOPIC: {"topic": "topic", "acceptStandardJsonOnly": "bool"},
-    RequestCode.REGISTER_BROKER: {"brokerName": "brokername", "brokerAddr": "addr", "clusterName": "cluster",
-                                  "haServerAddr": "addr", "brokerId": "brokerid", "compressed": "bool",
-                                  "bodyCrc32": "int"},
-    RequestCode.UNREGISTER_BROKER: {"brokerName": "brokername", "brokerAddr": "addr", "clusterName": "cluster",
-                                    "brokerId": "brokerid"},
+    RequestCode.REGISTER_BROKER: {
+        "brokerName": "brokername",
+        "brokerAddr": "addr",
+        "clusterName": "cluster",
+        "haServerAddr": "addr",
+        "brokerId": "brokerid",
+        "compressed": "bool",
+        "bodyCrc32": "int",
+    },
+    RequestCode.UNREGISTER_BROKER: {
+        "brokerName": "brokername",
+        "brokerAddr": "addr",
+        "clusterName": "cluster",
+        "brokerId": "brokerid",
+    },
     RequestCode.GET_TOPICS_BY_CLUSTER: {"cluster": "cluster"},
     RequestCode.DELETE_TOPIC_IN_NAMESRV: {"topic": "topic", "clusterName": "cluster"},
     RequestCode.PUT_KV_CONFIG: {"namespace": "key", "key": "key", "value": "key"},
@@ -145,9 +291,16 @@ _FIELD_KINDS: dict[int, dict[str, str]] = {
     RequestCode.GET_KVLIST_BY_NAMESPACE: {"namespace": "key"},
     RequestCode.WIPE_WRITE_PERM_OF_BROKER: {"brokerName": "brokername"},
     RequestCode.ADD_WRITE_PERM_OF_BROKER: {"brokerName": "brokername"},
-    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: {"accessKey": "key", "secretKey": "key", "whiteRemoteAddress": "addr",
-                                               "defaultTopicPerm": "aclperm", "defaultGroupPerm": "aclperm",
-                                               "admin": "bool", "topicPerms": "key", "groupPerms": "key"},
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: {
+        "accessKey": "key",
+        "secretKey": "key",
+        "whiteRemoteAddress": "addr",
+        "defaultTopicPerm": "aclperm",
+        "defaultGroupPerm": "aclperm",
+        "admin": "bool",
+        "topicPerms": "key",
+        "groupPerms": "key",
+    },
     RequestCode.DELETE_ACL_CONFIG: {"accessKey": "key"},
     RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: {"globalWhiteAddrs": "addr"},
 }
@@ -158,23 +311,86 @@ _FIELD_KINDS[RequestCode.LITE_PULL_MESSAGE] = _FIELD_KINDS[RequestCode.PULL_MESS
 
 #: Keys UPDATE_BROKER_CONFIG may set during a fuzz run: harmless ones, and risky ones only with values no
 #: validation may accept (a fuzz run must not legitimately switch the broker read-only or shrink its limits).
-_SAFE_CONFIG_KEYS = ("flushIntervalCommitLog", "brokerFastFailureEnable", "notAConfigKey", "", "=",
-                     "clientCallbackExecutorThreads")
-_RISKY_CONFIG_KEYS = ("brokerPermission", "maxMessageSize", "listenPort", "fileReservedTime",
-                      "faultInjectionEnable", "autoCreateTopicEnable", "logLevel", "requestLogEnable",
-                      "storePathRootDir", "brokerName", "namesrvAddr", "flushDiskType", "brokerRole",
-                      "aclEnable", "maxTransferCountOnMessageInMemory", "sendMessageThreadPoolNums")
-_INVALID_CONFIG_VALUES = ("", "abc", "-1", "99999999999999999999", "1e9", "0x10", "\u0000", "nan", "true false",
-                          "-2147483649", " ", "\\", "${x}")
+_SAFE_CONFIG_KEYS = (
+    "flushIntervalCommitLog",
+    "brokerFastFailureEnable",
+    "notAConfigKey",
+    "",
+    "=",
+    "clientCallbackExecutorThreads",
+)
+_RISKY_CONFIG_KEYS = (
+    "brokerPermission",
+    "maxMessageSize",
+    "listenPort",
+    "fileReservedTime",
+    "faultInjectionEnable",
+    "autoCreateTopicEnable",
+    "logLevel",
+    "requestLogEnable",
+    "storePathRootDir",
+    "brokerName",
+    "namesrvAddr",
+    "flushDiskType",
+    "brokerRole",
+    "aclEnable",
+    "maxTransferCountOnMessageInMemory",
+    "sendMessageThreadPoolNums",
+)
+_INVALID_CONFIG_VALUES = (
+    "",
+    "abc",
+    "-1",
+    "99999999999999999999",
+    "1e9",
+    "0x10",
+    "\u0000",
+    "nan",
+    "true false",
+    "-2147483649",
+    " ",
+    "\\",
+    "${x}",
+)
 
 #: Subscription expressions, TAG and SQL92 (the fuzz broker has enablePropertyFilter=true): legal ones, broken
 #: ones, and ones built to exhaust a recursive parser or a cache.
-_EXPRESSIONS = ("*", "", "TagA", "TagA || TagB", "TagA ||", "||", "x" * 500, "\u0000", "a > 1", "a BETWEEN 1 AND",
-                "((((", "a IN ('x')", "a IS NULL", "a IS NOT NULL AND b = 'x'", "a = 'x", "a > 1 AND", "NOT",
-                "a BETWEEN 3 AND 1", "a IN ()", "a > 99999999999999999999", "a > 1e999", "a > -9223372036854775809",
-                "a = TRUE", "a <> b", "(" * 500 + "a > 1" + ")" * 500, "NOT " * 500 + "a > 1",
-                " OR ".join(["a > 1"] * 2000), "a IN (" + ",".join(f"'{i}'" for i in range(3000)) + ")",
-                "'x' = 'x'", "1 = 1", "a > 'x'", "a LIKE '%'", "\u00e9 > 1", "a\u0000 > 1")
+_EXPRESSIONS = (
+    "*",
+    "",
+    "TagA",
+    "TagA || TagB",
+    "TagA ||",
+    "||",
+    "x" * 500,
+    "\u0000",
+    "a > 1",
+    "a BETWEEN 1 AND",
+    "((((",
+    "a IN ('x')",
+    "a IS NULL",
+    "a IS NOT NULL AND b = 'x'",
+    "a = 'x",
+    "a > 1 AND",
+    "NOT",
+    "a BETWEEN 3 AND 1",
+    "a IN ()",
+    "a > 99999999999999999999",
+    "a > 1e999",
+    "a > -9223372036854775809",
+    "a = TRUE",
+    "a <> b",
+    "(" * 500 + "a > 1" + ")" * 500,
+    "NOT " * 500 + "a > 1",
+    " OR ".join(["a > 1"] * 2000),
+    "a IN (" + ",".join(f"'{i}'" for i in range(3000)) + ")",
+    "'x' = 'x'",
+    "1 = 1",
+    "a > 'x'",
+    "a LIKE '%'",
+    "\u00e9 > 1",
+    "a\u0000 > 1",
+)
 
 _STATS_NAMES = ("TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "SNDBCK_PUT_NUMS", "BROKER_PUT_NUMS", "x")
 
@@ -203,8 +419,15 @@ def load_corpus(directory: Path = CORPUS_DIR, target: str = "broker") -> list[by
 class FrameMutator:
     """Deterministic frame source: ``FrameMutator(seed).frames(n)``; ``target`` is "broker" or "namesrv"."""
 
-    def __init__(self, seed: int | str, corpus: Sequence[bytes] = (), *, target: str = "broker",
-                 large_bodies: bool = False, illegal_names: Sequence[str] = ILLEGAL_NAMES) -> None:
+    def __init__(
+        self,
+        seed: int | str,
+        corpus: Sequence[bytes] = (),
+        *,
+        target: str = "broker",
+        large_bodies: bool = False,
+        illegal_names: Sequence[str] = ILLEGAL_NAMES,
+    ) -> None:
         self.rng = random.Random(seed)
         self.illegal_names = tuple(illegal_names) or ("FuzzT0",)
         self.corpus = [f for f in corpus if self._decodes(f)]
@@ -245,7 +468,7 @@ class FrameMutator:
         rng = self.rng
         r = rng.random()
         if r < 0.05:
-            return rng.choice((-1, 0, 1, 9999, 32767, -32768, 65535, 2 ** 31, 400, 5000, 5002))
+            return rng.choice((-1, 0, 1, 9999, 32767, -32768, 65535, 2**31, 400, 5000, 5002))
         if self.target == "namesrv" and r < 0.75:
             return rng.choice(NAMESRV_CODES)
         if r < 0.45:
@@ -273,15 +496,15 @@ class FrameMutator:
                 return rng.choice(SYSTEM_GROUPS)
             return self._name(FUZZ_GROUPS)
         if kind == "qid":
-            return str(rng.choice((0, 0, 1, 2, 3, 7, 8, 15, 16, -1, 255, 1024, 2 ** 31 - 1)))
+            return str(rng.choice((0, 0, 1, 2, 3, 7, 8, 15, 16, -1, 255, 1024, 2**31 - 1)))
         if kind == "qnum":
             return str(rng.choice((1, 4, 8, 16, 0, -1, 1025, 65536)))
         if kind == "offset":
-            return str(rng.choice((0, 0, 1, 5, 100, -1, 2 ** 31, 2 ** 63 - 1, rng.randrange(0, 1 << 20))))
+            return str(rng.choice((0, 0, 1, 5, 100, -1, 2**31, 2**63 - 1, rng.randrange(0, 1 << 20))))
         if kind == "int":
-            return str(rng.choice((0, 1, 2, 3, 16, 18, 19, 32, -1, -2 ** 31, 2 ** 31 - 1)))
+            return str(rng.choice((0, 1, 2, 3, 16, 18, 19, 32, -1, -(2**31), 2**31 - 1)))
         if kind == "ts":
-            return str(rng.choice((0, 1_700_000_000_000, 4_102_444_800_000, -1, 2 ** 63 - 1)))
+            return str(rng.choice((0, 1_700_000_000_000, 4_102_444_800_000, -1, 2**63 - 1)))
         if kind == "bool":
             return rng.choice(("true", "false", "TRUE", "1", "0", "yes", ""))
         if kind == "sysflag":
@@ -307,8 +530,17 @@ class FrameMutator:
         if kind == "client":
             return rng.choice(("127.0.0.1@fuzz", "127.0.0.1@fuzz2", "", "x" * 300, "c\u0000"))
         if kind == "msgid":
-            return rng.choice(("7F00000100002A9F0000000000000000", "7F00000100002A9F00000000000000ZZ", "", "abc",
-                               "AC11000100002A9F", "0" * 40, "7F000001" + "F" * 24))
+            return rng.choice(
+                (
+                    "7F00000100002A9F0000000000000000",
+                    "7F00000100002A9F00000000000000ZZ",
+                    "",
+                    "abc",
+                    "AC11000100002A9F",
+                    "0" * 40,
+                    "7F000001" + "F" * 24,
+                )
+            )
         if kind == "key":
             return rng.choice(("k", "", "key 1", "x" * 200, "\u0000", "ORDER_TOPIC_CONFIG", "a=b"))
         if kind == "brokername":
@@ -318,7 +550,7 @@ class FrameMutator:
         if kind == "addr":
             return rng.choice(("127.0.0.1:1", "127.0.0.1:99999", "", "::1", "x:y", "127.0.0.1", "*"))
         if kind == "brokerid":
-            return str(rng.choice((0, 1, 2, -1, 2 ** 63 - 1)))
+            return str(rng.choice((0, 1, 2, -1, 2**63 - 1)))
         if kind == "statsname":
             return rng.choice(_STATS_NAMES)
         return "x"
@@ -328,8 +560,23 @@ class FrameMutator:
         parts = []
         for _ in range(rng.randrange(0, 5)):
             name = rng.choice(_PROPERTY_NAMES)
-            value = rng.choice(("1", "abc", "", "-1", "19", "99", "TagA", "k1 k2", "true", "2147483648",
-                                str(rng.randrange(0, 10 ** 6)), "FuzzT0", "\u0000"))
+            value = rng.choice(
+                (
+                    "1",
+                    "abc",
+                    "",
+                    "-1",
+                    "19",
+                    "99",
+                    "TagA",
+                    "k1 k2",
+                    "true",
+                    "2147483648",
+                    str(rng.randrange(0, 10**6)),
+                    "FuzzT0",
+                    "\u0000",
+                )
+            )
             parts.append(f"{name}\x01{value}\x02")
         text = "".join(parts)
         r = rng.random()
@@ -347,12 +594,16 @@ class FrameMutator:
     def _ext(self, code: int) -> dict[str, str]:
         kinds = _FIELD_KINDS.get(code)
         if kinds is None:
-            return {self.rng.choice(("topic", "group", "x", "consumerGroup")): self._value("topic")} \
-                if self.rng.random() < 0.5 else {}
+            return (
+                {self.rng.choice(("topic", "group", "x", "consumerGroup")): self._value("topic")}
+                if self.rng.random() < 0.5
+                else {}
+            )
         return {name: self._value(kind) for name, kind in kinds.items()}
 
-    def _command(self, code: int, ext: dict[str, str], body: bytes | None, serialize_type: int | None = None,
-                 flag: int = 0) -> RemotingCommand:
+    def _command(
+        self, code: int, ext: dict[str, str], body: bytes | None, serialize_type: int | None = None, flag: int = 0
+    ) -> RemotingCommand:
         cmd = RemotingCommand.request(code, ext, body, opaque=self._next_opaque())
         cmd.flag = flag
         cmd.serialize_type = serialize_type if serialize_type is not None else (1 if self.rng.random() < 0.3 else 0)
@@ -379,8 +630,9 @@ class FrameMutator:
         flag = rng.choice((0, 0, 0, 0, FLAG_ONEWAY, FLAG_RESPONSE, 0xFF, -1, 4))
         if rng.random() < 0.45:
             return FuzzFrame(self._json_frame(code, ext, body, flag), "header", code)
-        cmd = self._command(code, {k: str(v) for k, v in ext.items()}, body, serialize_type=1,
-                            flag=flag if 0 <= flag < 2 ** 31 else 0)
+        cmd = self._command(
+            code, {k: str(v) for k, v in ext.items()}, body, serialize_type=1, flag=flag if 0 <= flag < 2**31 else 0
+        )
         try:
             data = cmd.to_bytes()
         except Exception:  # noqa: BLE001 - an unencodable mutant (a code beyond int16): send it as JSON
@@ -401,11 +653,32 @@ class FrameMutator:
         elif r < 0.3:
             ext[key] = ""
         elif r < 0.55:
-            ext[key] = rng.choice((0, -1, 1.5, 2 ** 64, -(2 ** 63) - 1, True, False, None, [], {}, ["x"],
-                                   {"a": 1}, "1e3", "0x10", " 1", "1 ", "NaN", "١٢"))
+            ext[key] = rng.choice(
+                (
+                    0,
+                    -1,
+                    1.5,
+                    2**64,
+                    -(2**63) - 1,
+                    True,
+                    False,
+                    None,
+                    [],
+                    {},
+                    ["x"],
+                    {"a": 1},
+                    "1e3",
+                    "0x10",
+                    " 1",
+                    "1 ",
+                    "NaN",
+                    "١٢",
+                )
+            )
         elif r < 0.7:
-            ext[key] = rng.choice(("-1", "-2147483649", "2147483648", "9223372036854775808",
-                                   "99999999999999999999999999", "-0", "+5"))
+            ext[key] = rng.choice(
+                ("-1", "-2147483649", "2147483648", "9223372036854775808", "99999999999999999999999999", "-0", "+5")
+            )
         elif r < 0.85:
             ext[key] = rng.choice(self.illegal_names)
         else:
@@ -413,21 +686,28 @@ class FrameMutator:
 
     def _json_frame(self, code: int, ext: dict, body: bytes | None, flag: int) -> bytes:
         rng = self.rng
-        header: dict = {"code": code, "extFields": ext, "flag": flag, "language": rng.choice(("JAVA", "CPP", "X")),
-                        "opaque": self._next_opaque(), "serializeTypeCurrentRPC": "JSON", "version": 409}
+        header: dict = {
+            "code": code,
+            "extFields": ext,
+            "flag": flag,
+            "language": rng.choice(("JAVA", "CPP", "X")),
+            "opaque": self._next_opaque(),
+            "serializeTypeCurrentRPC": "JSON",
+            "version": 409,
+        }
         r = rng.random()
         if r < 0.05:
-            header["code"] = rng.choice((str(code), None, [code], 1.5, 2 ** 40))
+            header["code"] = rng.choice((str(code), None, [code], 1.5, 2**40))
         elif r < 0.1:
-            header["opaque"] = rng.choice(("1", None, 2 ** 40, -1, 1.5))
+            header["opaque"] = rng.choice(("1", None, 2**40, -1, 1.5))
         elif r < 0.15:
             header["extFields"] = rng.choice(([], "x", None, 1, [["topic", "x"]]))
         elif r < 0.2:
-            header["version"] = rng.choice(("x", None, 2 ** 40, -5))
+            header["version"] = rng.choice(("x", None, 2**40, -5))
         elif r < 0.25:
             header["remark"] = rng.choice(("r" * 100_000, "r" * 100, None, 1, {"x": 1}))
         elif r < 0.28:
-            header["flag"] = rng.choice(("1", None, 2 ** 40, 1.5))
+            header["flag"] = rng.choice(("1", None, 2**40, 1.5))
         elif r < 0.3:
             del header[rng.choice(sorted(header))]
         try:
@@ -438,27 +718,30 @@ class FrameMutator:
         if r < 0.04:
             text = text[: rng.randrange(0, len(text) + 1)]
         elif r < 0.06:
-            text = rng.choice((b"[]", b"null", b"1", b"\"x\"", b"{\"code\":", b"\xff\xfe", b"{}" * 3))
+            text = rng.choice((b"[]", b"null", b"1", b'"x"', b'{"code":', b"\xff\xfe", b"{}" * 3))
         return _frame(0, text, body or b"")
 
     def _lie_in_rocketmq_header(self, data: bytes) -> bytes:
         """Overwrite one of the ROCKETMQ header's inner length fields with a lie (remark, ext, a key)."""
         rng = self.rng
         hlen = _U32.unpack_from(data, 4)[0] & 0xFFFFFF
-        header = bytearray(data[8:8 + hlen])
+        header = bytearray(data[8 : 8 + hlen])
         # code(2) language(1) version(2) opaque(4) flag(4) then remark length at 13
         if len(header) < 17:
             return data
         pos = rng.choice((13, 13, len(header) - 4 if len(header) > 21 else 13))
-        header[pos:pos + 4] = _I32.pack(rng.choice((-1, 0, 1, 2 ** 31 - 1, len(header), len(header) + 1, 65536)))
+        header[pos : pos + 4] = _I32.pack(rng.choice((-1, 0, 1, 2**31 - 1, len(header), len(header) + 1, 65536)))
         if rng.random() < 0.3:
             header[2] = rng.randrange(0, 256)  # language byte: an unknown language
-        return _frame(1, bytes(header), data[8 + hlen:])
+        return _frame(1, bytes(header), data[8 + hlen :])
 
     def _body(self) -> FuzzFrame:
         rng = self.rng
-        code = rng.choice(tuple(_BODY_CODES)) if self.target == "broker" or rng.random() < 0.3 else \
-            int(RequestCode.REGISTER_BROKER)
+        code = (
+            rng.choice(tuple(_BODY_CODES))
+            if self.target == "broker" or rng.random() < 0.3
+            else int(RequestCode.REGISTER_BROKER)
+        )
         ext = self._ext(code)
         if rng.random() < 0.2:
             self._mutate_ext(ext)
@@ -511,46 +794,99 @@ class FrameMutator:
     def _heartbeat_body(self) -> bytes:
         rng = self.rng
         group = self._value("group")
-        sub = {"classFilterMode": False, "topic": self._value("topic"), "subString": self._value("expr"),
-               "tagsSet": ["TagA"], "codeSet": [12345], "subVersion": 1, "expressionType": self._value("exprtype")}
-        data = {"clientID": self._value("client"),
-                "producerDataSet": [{"groupName": self._value("group")}],
-                "consumerDataSet": [{"groupName": group, "consumeType": rng.choice(("CONSUME_PASSIVELY",
-                                                                                    "CONSUME_ACTIVELY", "X")),
-                                     "messageModel": rng.choice(("CLUSTERING", "BROADCASTING", "X")),
-                                     "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                                     "subscriptionDataSet": [sub], "unitMode": False}]}
+        sub = {
+            "classFilterMode": False,
+            "topic": self._value("topic"),
+            "subString": self._value("expr"),
+            "tagsSet": ["TagA"],
+            "codeSet": [12345],
+            "subVersion": 1,
+            "expressionType": self._value("exprtype"),
+        }
+        data = {
+            "clientID": self._value("client"),
+            "producerDataSet": [{"groupName": self._value("group")}],
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": rng.choice(("CONSUME_PASSIVELY", "CONSUME_ACTIVELY", "X")),
+                    "messageModel": rng.choice(("CLUSTERING", "BROADCASTING", "X")),
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [sub],
+                    "unitMode": False,
+                }
+            ],
+        }
         return json.dumps(data).encode()
 
     def _lock_body(self) -> bytes:
-        mqs = [{"topic": self._value("topic"), "brokerName": "broker-a", "queueId": self.rng.randrange(-1, 9)}
-               for _ in range(self.rng.randrange(0, 4))]
-        return json.dumps({"consumerGroup": self._value("group"), "clientId": self._value("client"),
-                           "onlyThisBroker": False, "mqSet": mqs}).encode()
+        mqs = [
+            {"topic": self._value("topic"), "brokerName": "broker-a", "queueId": self.rng.randrange(-1, 9)}
+            for _ in range(self.rng.randrange(0, 4))
+        ]
+        return json.dumps(
+            {
+                "consumerGroup": self._value("group"),
+                "clientId": self._value("client"),
+                "onlyThisBroker": False,
+                "mqSet": mqs,
+            }
+        ).encode()
 
     def _check_config_body(self) -> bytes:
-        return json.dumps({"clientId": self._value("client"), "group": self._value("group"),
-                           "subscriptionData": {"topic": self._value("topic"), "subString": self._value("expr"),
-                                                "expressionType": self._value("exprtype"), "subVersion": 1,
-                                                "tagsSet": [], "codeSet": [], "classFilterMode": False}}).encode()
+        return json.dumps(
+            {
+                "clientId": self._value("client"),
+                "group": self._value("group"),
+                "subscriptionData": {
+                    "topic": self._value("topic"),
+                    "subString": self._value("expr"),
+                    "expressionType": self._value("exprtype"),
+                    "subVersion": 1,
+                    "tagsSet": [],
+                    "codeSet": [],
+                    "classFilterMode": False,
+                },
+            }
+        ).encode()
 
     def _register_body(self) -> bytes:
         topics = {}
         for _ in range(self.rng.randrange(0, 3)):
             name = self.rng.choice(FUZZ_TOPICS + self.illegal_names[:6])
-            topics[name] = {"topicName": name, "readQueueNums": int(self._value("qnum")),
-                            "writeQueueNums": int(self._value("qnum")), "perm": int(self._value("perm")),
-                            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
-        return json.dumps({"topicConfigSerializeWrapper": {
-            "topicConfigTable": topics, "dataVersion": {"timestamp": 1, "counter": self.rng.randrange(0, 9)}},
-            "filterServerList": []}).encode()
+            topics[name] = {
+                "topicName": name,
+                "readQueueNums": int(self._value("qnum")),
+                "writeQueueNums": int(self._value("qnum")),
+                "perm": int(self._value("perm")),
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": False,
+            }
+        return json.dumps(
+            {
+                "topicConfigSerializeWrapper": {
+                    "topicConfigTable": topics,
+                    "dataVersion": {"timestamp": 1, "counter": self.rng.randrange(0, 9)},
+                },
+                "filterServerList": [],
+            }
+        ).encode()
 
     def _group_body(self) -> bytes:
-        return json.dumps({"groupName": self._value("group"), "consumeEnable": True,
-                           "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
-                           "retryQueueNums": int(self._value("qnum")), "retryMaxTimes": int(self._value("int")),
-                           "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-                           "notifyConsumerIdsChangedEnable": True}).encode()
+        return json.dumps(
+            {
+                "groupName": self._value("group"),
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "retryQueueNums": int(self._value("qnum")),
+                "retryMaxTimes": int(self._value("int")),
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+        ).encode()
 
     def _config_body(self) -> bytes:
         rng = self.rng
@@ -592,7 +928,7 @@ class FrameMutator:
         if rng.random() < 0.25 and len(self.corpus) > 1:
             other = rng.choice(self.corpus)[4:]
             cut = rng.randrange(0, len(payload) + 1)
-            payload = payload[:cut] + other[rng.randrange(0, len(other) + 1):]
+            payload = payload[:cut] + other[rng.randrange(0, len(other) + 1) :]
         else:
             payload = _mutate_bytes(rng, payload)
         if not payload:
@@ -606,15 +942,15 @@ class FrameMutator:
         payload = good[4:]
         r = rng.randrange(9)
         if r == 0:
-            data = _I32.pack(rng.choice((0, -1, -2 ** 31))) + payload
+            data = _I32.pack(rng.choice((0, -1, -(2**31)))) + payload
         elif r == 1:
-            data = _I32.pack(rng.choice((DEFAULT_FRAME_MAX + 1, 2 ** 31 - 1, 64 * 1024 * 1024))) + payload
+            data = _I32.pack(rng.choice((DEFAULT_FRAME_MAX + 1, 2**31 - 1, 64 * 1024 * 1024))) + payload
         elif r == 2:
             data = _I32.pack(len(payload) + rng.randrange(1, 64)) + payload  # longer than sent: waits, then EOF
         elif r == 3:
             data = _I32.pack(max(1, len(payload) - rng.randrange(1, 8))) + payload  # shorter: garbage follows
         elif r == 4:
-            data = _frame(rng.randrange(2, 256), payload[4:4 + (_U32.unpack_from(payload)[0] & 0xFFFFFF)], b"")
+            data = _frame(rng.randrange(2, 256), payload[4 : 4 + (_U32.unpack_from(payload)[0] & 0xFFFFFF)], b"")
         elif r == 5:
             data = _I32.pack(len(payload)) + _U32.pack((rng.randrange(2) << 24) | 0xFFFFFF) + payload[4:]
         elif r == 6:
@@ -652,7 +988,7 @@ def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
     for _ in range(rng.randrange(1, 5)):
         r = rng.random()
         if not buf or r < 0.15:
-            buf[rng.randrange(0, len(buf) + 1):0] = rng.randbytes(rng.randrange(1, 16))
+            buf[rng.randrange(0, len(buf) + 1) : 0] = rng.randbytes(rng.randrange(1, 16))
         elif r < 0.55:
             i = rng.randrange(len(buf))
             buf[i] ^= 1 << rng.randrange(8)
@@ -661,14 +997,14 @@ def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
             buf[i] = rng.choice((0, 0xFF, 0x7F, 0x80, 0x22, 0x7B, 0x01, 0x02))
         elif r < 0.85:
             cut = rng.randrange(len(buf))
-            del buf[cut:cut + rng.randrange(1, 32)]
+            del buf[cut : cut + rng.randrange(1, 32)]
         else:
             i = rng.randrange(max(1, len(buf) - 3))
-            buf[i:i + 4] = _I32.pack(rng.choice((-1, 0, 2 ** 31 - 1, len(buf), 65535)))
+            buf[i : i + 4] = _I32.pack(rng.choice((-1, 0, 2**31 - 1, len(buf), 65535)))
     return bytes(buf)
 
 
-_WRONG_TYPES: tuple = (None, 0, -1, 2 ** 63, 1.5, True, "", "x", [], {}, [1, "a"], {"k": [None]}, "\u0000")
+_WRONG_TYPES: tuple = (None, 0, -1, 2**63, 1.5, True, "", "x", [], {}, [1, "a"], {"k": [None]}, "\u0000")
 
 
 def _wrong(rng: random.Random):  # type: ignore[no-untyped-def]

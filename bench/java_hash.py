@@ -75,7 +75,7 @@ def build(records: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarr
         filler = b"x" * 900
         for text in (uniq, keys):
             raw = text.encode()
-            parts.append(filler[: 40])
+            parts.append(filler[:40])
             pos += 40
             a.append(pos)
             parts.append(raw)

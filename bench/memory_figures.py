@@ -41,8 +41,10 @@ def private_bytes(pid: int) -> int:
 def figure(broker: BrokerProcess, phase: str) -> None:
     assert broker.proc is not None
     pid = broker.proc.pid
-    print(f"{phase:<44} private {private_bytes(pid) / MiB:8.1f} MiB   rss {(rss_bytes(pid) or 0) / MiB:8.1f} MiB",
-          flush=True)
+    print(
+        f"{phase:<44} private {private_bytes(pid) / MiB:8.1f} MiB   rss {(rss_bytes(pid) or 0) / MiB:8.1f} MiB",
+        flush=True,
+    )
 
 
 async def big_remarks(addr: str, n: int) -> None:
@@ -99,8 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             figure(broker, f"4a. after one message to {args.queues} topics")
         finally:
             broker.stop()
-        broker = BrokerProcess(store_dir=store, config=config, fault_injection=False,
-                               listen_port=broker.listen_port, namesrv_port=broker.namesrv_port).start()
+        broker = BrokerProcess(
+            store_dir=store,
+            config=config,
+            fault_injection=False,
+            listen_port=broker.listen_port,
+            namesrv_port=broker.namesrv_port,
+        ).start()
         try:
             time.sleep(1.0)
             figure(broker, f"4b. after a restart with {args.queues} queues")

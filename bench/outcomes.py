@@ -25,35 +25,37 @@ STORED_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "SLAVE_NOT_AVAILABLE", "FLUS
 STATUS_FAILED = "FAILED"
 STATUS_ONEWAY = "ONEWAY"  # written to the socket; the broker never answers a oneway request
 
-SCHEMA = pa.schema([
-    ("event", pa.string()),
-    ("worker", pa.int32()),
-    ("topic", pa.string()),
-    ("producer", pa.string()),
-    ("seq", pa.int64()),
-    ("warmup", pa.bool_()),
-    ("queue_id", pa.int32()),
-    ("broker", pa.string()),
-    ("send_ms", pa.int64()),
-    ("ack_ms", pa.int64()),
-    ("latency_us", pa.int64()),
-    ("status", pa.string()),
-    ("error_kind", pa.string()),
-    ("error_code", pa.int32()),
-    ("remark", pa.string()),
-    ("msg_id", pa.string()),
-    ("uniq_key", pa.string()),
-    ("queue_offset", pa.int64()),
-    ("attempts", pa.int32()),
-    ("size", pa.int32()),
-    ("consumer", pa.string()),
-    ("group", pa.string()),
-    ("consume_ms", pa.int64()),
-    ("store_ms", pa.int64()),
-    ("cache_msgs", pa.int64()),
-    ("cache_bytes", pa.int64()),
-    ("rss_bytes", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("event", pa.string()),
+        ("worker", pa.int32()),
+        ("topic", pa.string()),
+        ("producer", pa.string()),
+        ("seq", pa.int64()),
+        ("warmup", pa.bool_()),
+        ("queue_id", pa.int32()),
+        ("broker", pa.string()),
+        ("send_ms", pa.int64()),
+        ("ack_ms", pa.int64()),
+        ("latency_us", pa.int64()),
+        ("status", pa.string()),
+        ("error_kind", pa.string()),
+        ("error_code", pa.int32()),
+        ("remark", pa.string()),
+        ("msg_id", pa.string()),
+        ("uniq_key", pa.string()),
+        ("queue_offset", pa.int64()),
+        ("attempts", pa.int32()),
+        ("size", pa.int32()),
+        ("consumer", pa.string()),
+        ("group", pa.string()),
+        ("consume_ms", pa.int64()),
+        ("store_ms", pa.int64()),
+        ("cache_msgs", pa.int64()),
+        ("cache_bytes", pa.int64()),
+        ("rss_bytes", pa.int64()),
+    ]
+)
 
 COLUMNS = tuple(SCHEMA.names)
 _COLUMN_SET = frozenset(COLUMNS)

@@ -79,15 +79,24 @@ def format_line(elapsed_s: float, snap: ProgressSnapshot, prev: ProgressSnapshot
     crate = (snap.consumed - prev.consumed) / dt if prev is not None and dt > 0 else 0.0
     phases = ",".join(f"{k}:{v}" for k, v in sorted(snap.phases.items())) or "scheduling"
     errs = " ".join(f"{k}={v}" for k, v in sorted(snap.errors.items(), key=lambda kv: -kv[1])[:4])
-    return (f"[{elapsed_s:6.1f}s] {phases:<14} sent={snap.sent} acked={snap.acked} failed={snap.failed} "
-            f"consumed={snap.consumed} pub={rate:,.0f}/s con={crate:,.0f}/s" + (f" errors: {errs}" if errs else ""))
+    return (
+        f"[{elapsed_s:6.1f}s] {phases:<14} sent={snap.sent} acked={snap.acked} failed={snap.failed} "
+        f"consumed={snap.consumed} pub={rate:,.0f}/s con={crate:,.0f}/s" + (f" errors: {errs}" if errs else "")
+    )
 
 
 class ProgressCollector:
     """Listen for worker reports on ``host`` (an ephemeral UDP port) and print a line periodically."""
 
-    def __init__(self, host: str = "127.0.0.1", *, interval_s: float = 2.0, out: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        *,
+        interval_s: float = 2.0,
+        out: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        enabled: bool = True,
+    ) -> None:
         self.interval_s = interval_s
         self.out = out or sys.stderr
         self.clock = clock

@@ -24,11 +24,23 @@ from remoting.headers import SendMessageRequestHeaderV2, decode_header, encode_h
 def typical_request(serialize_type: int) -> RemotingCommand:
     """What a Java/Node producer sends: V2 short names, properties with UNIQ_KEY/WAIT/TAGS, 128 B body."""
     hdr = SendMessageRequestHeaderV2(
-        a="please_rename_unique_group_name", b="TopicTest", c="TBW102", d=4, e=3, f=0, g=1_700_000_000_123, h=0,
+        a="please_rename_unique_group_name",
+        b="TopicTest",
+        c="TBW102",
+        d=4,
+        e=3,
+        f=0,
+        g=1_700_000_000_123,
+        h=0,
         i="UNIQ_KEY\x017F0000010B5C18B4AAC2631A3A5A0000\x02WAIT\x01true\x02TAGS\x01TagA\x02",
-        j=0, k=False, l=16, m=False)
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr), b"x" * 128, opaque=123_456,
-                                   serialize_type=serialize_type)
+        j=0,
+        k=False,
+        l=16,
+        m=False,
+    )
+    return RemotingCommand.request(
+        RequestCode.SEND_MESSAGE_V2, encode_header(hdr), b"x" * 128, opaque=123_456, serialize_type=serialize_type
+    )
 
 
 def measure(cases: dict[str, Callable[[], object]], number: int, repeat: int) -> dict[str, float]:
@@ -52,12 +64,21 @@ def main() -> None:
     json_frame = memoryview(json_wire)[4:]
     bin_frame = memoryview(bin_wire)[4:]
     hlen = struct.unpack_from(">I", json_wire, 4)[0] & 0xFFFFFF
-    header_json = json_wire[8:8 + hlen]
+    header_json = json_wire[8 : 8 + hlen]
     ext = json_cmd.ext_fields
     hdr = decode_header(SendMessageRequestHeaderV2, ext)
     header_obj = orjson.loads(header_json)
-    response = json_cmd.response(0, None, {"msgId": "7F00000100002A9F0000000000000000", "queueId": "3",
-                                           "queueOffset": "42", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+    response = json_cmd.response(
+        0,
+        None,
+        {
+            "msgId": "7F00000100002A9F0000000000000000",
+            "queueId": "3",
+            "queueOffset": "42",
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        },
+    )
     many = json_wire * 64
 
     def frame_split_64() -> None:
@@ -69,8 +90,9 @@ def main() -> None:
         "RemotingCommand.decode JSON": lambda: RemotingCommand.decode(json_frame),
         "RemotingCommand.decode ROCKETMQ": lambda: RemotingCommand.decode(bin_frame),
         "decode_header(SendMessageRequestHeaderV2)": lambda: decode_header(SendMessageRequestHeaderV2, ext),
-        "decode JSON + decode_header": lambda: decode_header(SendMessageRequestHeaderV2,
-                                                             RemotingCommand.decode(json_frame).ext_fields),
+        "decode JSON + decode_header": lambda: decode_header(
+            SendMessageRequestHeaderV2, RemotingCommand.decode(json_frame).ext_fields
+        ),
         "FrameDecoder, per frame (64 per read)": frame_split_64,
         "orjson.dumps(header dict) [baseline]": lambda: orjson.dumps(header_obj),
         "RemotingCommand.encode JSON request": json_cmd.encode,
@@ -81,8 +103,10 @@ def main() -> None:
     results = measure(cases, args.number, args.repeat)
     results["FrameDecoder, per frame (64 per read)"] /= 64
     base = results["orjson.loads(header) [baseline]"]
-    print(f"SEND_MESSAGE_V2 frame: {len(json_wire)} B JSON ({hlen} B header), {len(bin_wire)} B ROCKETMQ; "
-          f"best of {args.repeat} × {args.number}")
+    print(
+        f"SEND_MESSAGE_V2 frame: {len(json_wire)} B JSON ({hlen} B header), {len(bin_wire)} B ROCKETMQ; "
+        f"best of {args.repeat} × {args.number}"
+    )
     print(f"{'step':45s} {'µs/frame':>9s} {'× orjson.loads':>15s}")
     for name, us in results.items():
         print(f"{name:45s} {us:9.2f} {us / base:15.2f}")

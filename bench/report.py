@@ -31,9 +31,19 @@ def _faults(ax: Any, series: dict[str, Any]) -> None:
             ax.axvline(t, color="tab:red", linestyle="--", linewidth=1, alpha=0.7)
             # Inside the axes, just right of its line (a label left of a line at t=0 would be cut off), and
             # at the bottom: the legends sit at the top.
-            ax.annotate(str(f.get("kind")), (t, 0.04), xycoords=("data", "axes fraction"), xytext=(3, 0),
-                        textcoords="offset points", fontsize=7, color="tab:red", rotation=90, va="bottom",
-                        ha="left", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+            ax.annotate(
+                str(f.get("kind")),
+                (t, 0.04),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=7,
+                color="tab:red",
+                rotation=90,
+                va="bottom",
+                ha="left",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+            )
 
 
 def _run_span(ax: Any, series: dict[str, Any], score: dict[str, Any] | None) -> None:
@@ -53,15 +63,25 @@ def plot_latency(series: dict[str, Any], path: Path, score: dict[str, Any] | Non
     fig, ax = plt.subplots(figsize=(9, 3.6))
     t = series.get("second", [])
     # p99 drawn bold, p50 thin; markers so that a second with data between empty ones still shows.
-    for key, label, color, width in (("publish_p50_ms", "publish p50", "tab:blue", 1.0),
-                                     ("publish_p99_ms", "publish p99", "tab:blue", 2.2),
-                                     ("e2e_p50_ms", "end-to-end p50", "tab:orange", 1.0),
-                                     ("e2e_p99_ms", "end-to-end p99", "tab:orange", 2.2)):
+    for key, label, color, width in (
+        ("publish_p50_ms", "publish p50", "tab:blue", 1.0),
+        ("publish_p99_ms", "publish p99", "tab:blue", 2.2),
+        ("e2e_p50_ms", "end-to-end p50", "tab:orange", 1.0),
+        ("e2e_p99_ms", "end-to-end p99", "tab:orange", 2.2),
+    ):
         vals = _none_to_nan(series.get(key, []))
         if any(v == v for v in vals):  # any non-NaN
             style = "-" if "p50" in key else "--"
-            ax.plot(t, vals, style, color=color, label=label, linewidth=width, marker="o",
-                    markersize=3 if "p50" in key else 5)
+            ax.plot(
+                t,
+                vals,
+                style,
+                color=color,
+                label=label,
+                linewidth=width,
+                marker="o",
+                markersize=3 if "p50" in key else 5,
+            )
     ax.set_xlabel("seconds since load start")
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("symlog", linthresh=1.0)
@@ -187,25 +207,33 @@ tr.ok td,tr.ok th{color:#1b7f3a} tr.bad td,tr.bad th{color:#b00020} td.why{color
 def describe_run(scen: dict[str, Any]) -> str:
     """One sentence: the load and the faults of the scenario."""
     rate = scen.get("producer_rate")
-    parts = [f"{scen.get('send_mode', '?')} sends of {_fmt(scen.get('message_size'))} B",
-             f"{scen.get('topics')} topic × {scen.get('queues_per_topic')} queues",
-             f"{scen.get('producers_per_topic')} producer(s) → "
-             f"{(scen.get('subscriptions_per_topic') or 0) * (scen.get('consumers_per_subscription') or 0)} "
-             "consumer(s) per topic",
-             f"{_fmt(rate)} msg/s" if rate else "unlimited rate",
-             f"{_fmt(scen.get('duration_s'))} s" + (f" after {_fmt(scen.get('warmup_s'))} s warm-up"
-                                                     if scen.get("warmup_s") else "")]
-    faults = [f"{f.get('kind')} {_fmt(f.get('duration_ms'))} ms at {_fmt(f.get('at_s'))} s"
-              for f in scen.get("faults") or []]
+    parts = [
+        f"{scen.get('send_mode', '?')} sends of {_fmt(scen.get('message_size'))} B",
+        f"{scen.get('topics')} topic × {scen.get('queues_per_topic')} queues",
+        f"{scen.get('producers_per_topic')} producer(s) → "
+        f"{(scen.get('subscriptions_per_topic') or 0) * (scen.get('consumers_per_subscription') or 0)} "
+        "consumer(s) per topic",
+        f"{_fmt(rate)} msg/s" if rate else "unlimited rate",
+        f"{_fmt(scen.get('duration_s'))} s"
+        + (f" after {_fmt(scen.get('warmup_s'))} s warm-up" if scen.get("warmup_s") else ""),
+    ]
+    faults = [
+        f"{f.get('kind')} {_fmt(f.get('duration_ms'))} ms at {_fmt(f.get('at_s'))} s" for f in scen.get("faults") or []
+    ]
     faults += [f"{m.get('property')}={m.get('value')} on messages" for m in scen.get("message_faults") or []]
     return ", ".join(parts) + (("; faults: " + ", ".join(faults)) if faults else "; no faults")
 
 
-GLANCE_METRICS = (("publish msg/s", "publish.rate_msg_s", "higher"),
-                  ("publish p99 ms", "publish.latency_ms.p99", "lower"),
-                  ("end-to-end p99 ms", "end_to_end.latency_ms.p99", "lower"), ("acked", "counts.acked", "higher"),
-                  ("failed", "counts.failed", "lower"), ("busy answers", "errors.busy_total", "lower"),
-                  ("lost", "counts.lost", "lower"), ("duplicated", "counts.duplicated", "lower"))
+GLANCE_METRICS = (
+    ("publish msg/s", "publish.rate_msg_s", "higher"),
+    ("publish p99 ms", "publish.latency_ms.p99", "lower"),
+    ("end-to-end p99 ms", "end_to_end.latency_ms.p99", "lower"),
+    ("acked", "counts.acked", "higher"),
+    ("failed", "counts.failed", "lower"),
+    ("busy answers", "errors.busy_total", "lower"),
+    ("lost", "counts.lost", "lower"),
+    ("duplicated", "counts.duplicated", "lower"),
+)
 
 
 def _get(score: dict[str, Any], path: str) -> Any:
@@ -249,10 +277,14 @@ def _versus(score: dict[str, Any], previous: tuple[str, dict[str, Any]] | None) 
             change = f"<span class='{'bad' if worse else 'ok'}'>{'worse' if worse else 'better'}{rel}</span>"
         elif a == b:
             change = "same"
-        rows.append(f"<tr><th>{html.escape(label)}</th><td>{html.escape(_fmt(a))}</td>"
-                    f"<td>{html.escape(_fmt(b))}</td><td>{change}</td></tr>")
-    return (f"<p>Last run: <code>{html.escape(name)}</code> (<code>mqbench compare</code> for every metric)</p>"
-            "<table><tr><th></th><th>last run</th><th>this run</th><th></th></tr>" + "".join(rows) + "</table>")
+        rows.append(
+            f"<tr><th>{html.escape(label)}</th><td>{html.escape(_fmt(a))}</td>"
+            f"<td>{html.escape(_fmt(b))}</td><td>{change}</td></tr>"
+        )
+    return (
+        f"<p>Last run: <code>{html.escape(name)}</code> (<code>mqbench compare</code> for every metric)</p>"
+        "<table><tr><th></th><th>last run</th><th>this run</th><th></th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _glance(score: dict[str, Any], checks: list[Check], previous: tuple[str, dict[str, Any]] | None) -> str:
@@ -260,16 +292,24 @@ def _glance(score: dict[str, Any], checks: list[Check], previous: tuple[str, dic
     counts = score.get("counts") or {}
     pub = score.get("publish") or {}
     as_expected = all(c.ok for c in checks)
-    banner = ("<p class='banner ok'>✔ As expected</p>" if as_expected else
-              "<p class='banner bad'>✘ Not as expected: " + html.escape(", ".join(
-                  f"{c.key} {_fmt(c.actual)} (expected {c.expected})" for c in checks if not c.ok)) + "</p>")
+    banner = (
+        "<p class='banner ok'>✔ As expected</p>"
+        if as_expected
+        else "<p class='banner bad'>✘ Not as expected: "
+        + html.escape(", ".join(f"{c.key} {_fmt(c.actual)} (expected {c.expected})" for c in checks if not c.ok))
+        + "</p>"
+    )
     expected_rows = "".join(
         f"<tr class='{'ok' if c.ok else 'bad'}'><th>{html.escape(c.key)}</th><td>{html.escape(c.expected)}</td>"
         f"<td>{html.escape(_fmt(c.actual))}</td><td>{'✔' if c.ok else '✘'}</td>"
-        f"<td class='why'>{html.escape(c.why)}</td></tr>" for c in checks)
-    happened = (f"{_fmt(counts.get('sent'))} sent, {_fmt(counts.get('acked'))} acked, "
-                f"{_fmt(counts.get('failed'))} failed, {_fmt(counts.get('consumed_unique'))} consumed; "
-                f"{_fmt(pub.get('rate_msg_s'))} msg/s, publish p99 {_fmt((pub.get('latency_ms') or {}).get('p99'))} ms")
+        f"<td class='why'>{html.escape(c.why)}</td></tr>"
+        for c in checks
+    )
+    happened = (
+        f"{_fmt(counts.get('sent'))} sent, {_fmt(counts.get('acked'))} acked, "
+        f"{_fmt(counts.get('failed'))} failed, {_fmt(counts.get('consumed_unique'))} consumed; "
+        f"{_fmt(pub.get('rate_msg_s'))} msg/s, publish p99 {_fmt((pub.get('latency_ms') or {}).get('p99'))} ms"
+    )
     return f"""{banner}
 <div class="glance">
 <div><h2>What ran</h2><p>{html.escape(describe_run(scen))}</p></div>
@@ -281,8 +321,7 @@ def _glance(score: dict[str, Any], checks: list[Check], previous: tuple[str, dic
 </div>"""
 
 
-def render_html(score: dict[str, Any], images: list[Path],
-                previous: tuple[str, dict[str, Any]] | None = None) -> str:
+def render_html(score: dict[str, Any], images: list[Path], previous: tuple[str, dict[str, Any]] | None = None) -> str:
     scen = score.get("scenario") or {}
     counts = score.get("counts") or {}
     pub = score.get("publish") or {}
@@ -295,9 +334,11 @@ def render_html(score: dict[str, Any], images: list[Path],
     client = score.get("client") or {}
     verdict = _glance(score, evaluate(score), previous)
     lat_rows = [(name, plat.get(name), e2e.get(name)) for name in ("p50", "p75", "p95", "p99", "p99_9", "max", "mean")]
-    lat_table = ("<table><tr><th></th><th>publish (ms)</th><th>end-to-end (ms)</th></tr>" +
-                 "".join(f"<tr><th>{n}</th><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>" for n, a, b in lat_rows) +
-                 "</table>")
+    lat_table = (
+        "<table><tr><th></th><th>publish (ms)</th><th>end-to-end (ms)</th></tr>"
+        + "".join(f"<tr><th>{n}</th><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>" for n, a, b in lat_rows)
+        + "</table>"
+    )
     imgs = "".join(f"<img src='plots/{html.escape(p.name)}' alt='{html.escape(p.stem)}'>" for p in images)
     run = score.get("run") or {}
     title = html.escape(str(scen.get("name", "mqbench run")))
@@ -306,29 +347,63 @@ def render_html(score: dict[str, Any], images: list[Path],
 <h1>mqbench — {title}</h1>
 <p>{html.escape(str(scen.get("description", "")))}</p>
 {verdict}
-<div class="grid"><div><h2>Run</h2>{_table([("run id", run.get("run_id")), ("driver", run.get("driver")),
-    ("master", run.get("master")), ("name server", run.get("namesrv")), ("Spark tasks", run.get("tasks")),
-    ("send mode", scen.get("send_mode")), ("message size", scen.get("message_size")),
-    ("topics × queues", f"{scen.get('topics')} × {scen.get('queues_per_topic')}"),
-    ("producers/topic", scen.get("producers_per_topic")),
-    ("consumers/subscription", scen.get("consumers_per_subscription")),
-    ("rate", scen.get("producer_rate") or "unlimited"), ("duration / warm-up (s)",
-     f"{scen.get('duration_s')} / {scen.get('warmup_s')}")])}</div>
+<div class="grid"><div><h2>Run</h2>{
+        _table(
+            [
+                ("run id", run.get("run_id")),
+                ("driver", run.get("driver")),
+                ("master", run.get("master")),
+                ("name server", run.get("namesrv")),
+                ("Spark tasks", run.get("tasks")),
+                ("send mode", scen.get("send_mode")),
+                ("message size", scen.get("message_size")),
+                ("topics × queues", f"{scen.get('topics')} × {scen.get('queues_per_topic')}"),
+                ("producers/topic", scen.get("producers_per_topic")),
+                ("consumers/subscription", scen.get("consumers_per_subscription")),
+                ("rate", scen.get("producer_rate") or "unlimited"),
+                ("duration / warm-up (s)", f"{scen.get('duration_s')} / {scen.get('warmup_s')}"),
+            ]
+        )
+    }</div>
 <div><h2>Accounting</h2>{_table([(k, v) for k, v in counts.items()])}</div></div>
-<div class="grid"><div><h2>Rates</h2>{_table([("publish msg/s", pub.get("rate_msg_s")),
-    ("publish MiB/s", pub.get("rate_mib_s")), ("consume msg/s", con.get("rate_msg_s")),
-    ("consume MiB/s", con.get("rate_mib_s")), ("backlog max", backlog.get("max")),
-    ("backlog at end", backlog.get("final")), ("drain time (s)", backlog.get("drain_time_s")),
-    ("drain complete", backlog.get("drain_complete"))])}</div>
+<div class="grid"><div><h2>Rates</h2>{
+        _table(
+            [
+                ("publish msg/s", pub.get("rate_msg_s")),
+                ("publish MiB/s", pub.get("rate_mib_s")),
+                ("consume msg/s", con.get("rate_msg_s")),
+                ("consume MiB/s", con.get("rate_mib_s")),
+                ("backlog max", backlog.get("max")),
+                ("backlog at end", backlog.get("final")),
+                ("drain time (s)", backlog.get("drain_time_s")),
+                ("drain complete", backlog.get("drain_complete")),
+            ]
+        )
+    }</div>
 <div><h2>Latency</h2>{lat_table}</div></div>
-<h2>Errors</h2>{_table([("final failures by kind", errors.get("final_by_kind")),
-    ("retried attempts by kind", errors.get("retried_by_kind")), ("busy answers", errors.get("busy")),
-    ("busy total", errors.get("busy_total"))])}
-<h2>Broker and client</h2>{_table([("broker started by mqbench", broker.get("started_by_mqbench")),
-    ("broker boot time (s)", broker.get("boot_time_s")), ("broker RSS at boot", broker.get("rss_at_boot_bytes")),
-    ("broker RSS peak", broker.get("rss_peak_bytes")), ("client peak cache bytes", client.get("peak_cache_bytes")),
-    ("client peak cached messages", client.get("peak_cache_msgs")),
-    ("worker peak RSS", client.get("peak_rss_bytes"))])}
+<h2>Errors</h2>{
+        _table(
+            [
+                ("final failures by kind", errors.get("final_by_kind")),
+                ("retried attempts by kind", errors.get("retried_by_kind")),
+                ("busy answers", errors.get("busy")),
+                ("busy total", errors.get("busy_total")),
+            ]
+        )
+    }
+<h2>Broker and client</h2>{
+        _table(
+            [
+                ("broker started by mqbench", broker.get("started_by_mqbench")),
+                ("broker boot time (s)", broker.get("boot_time_s")),
+                ("broker RSS at boot", broker.get("rss_at_boot_bytes")),
+                ("broker RSS peak", broker.get("rss_peak_bytes")),
+                ("client peak cache bytes", client.get("peak_cache_bytes")),
+                ("client peak cached messages", client.get("peak_cache_msgs")),
+                ("worker peak RSS", client.get("peak_rss_bytes")),
+            ]
+        )
+    }
 <h2>Plots</h2>{imgs}
 <p>Raw data: <code>score.json</code>, <code>series.json</code>, <code>outcomes/</code> (Parquet).</p>
 </body></html>
@@ -343,9 +418,11 @@ def write_report(out_dir: Path, score: dict[str, Any] | None = None, series: dic
         series = json.loads((out_dir / "series.json").read_text(encoding="utf-8"))
     plots = out_dir / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    images = [plot_latency(series, plots / "latency.png", score),
-              plot_throughput(series, plots / "throughput.png", score),
-              plot_errors(score, series, plots / "errors.png")]
+    images = [
+        plot_latency(series, plots / "latency.png", score),
+        plot_throughput(series, plots / "throughput.png", score),
+        plot_errors(score, series, plots / "errors.png"),
+    ]
     mem = plot_memory(series, plots / "memory.png")
     if mem is not None:
         images.append(mem)

@@ -76,25 +76,48 @@ def topic_names(scen: Scenario, run_id: str) -> list[str]:
     return [f"{scen.topic_prefix}-{run_id}-t{i}" for i in range(scen.topics)]
 
 
-def plan_run(scen: Scenario, *, run_id: str, namesrv: str, tasks: int, progress_addr: str | None,
-             access_key: str | None = None, secret_key: str | None = None, grpc_endpoint: str = "") -> Plan:
+def plan_run(
+    scen: Scenario,
+    *,
+    run_id: str,
+    namesrv: str,
+    tasks: int,
+    progress_addr: str | None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    grpc_endpoint: str = "",
+) -> Plan:
     """Name topics and groups, and deal producers and consumers out to ``tasks`` Spark tasks so each
     task runs a mix (consumers start where producers stopped, so 1 + 1 clients use 2 tasks)."""
     topics = topic_names(scen, run_id)
-    producers = [ProducerSpec(id=f"t{ti}-p{p}", topic=t) for ti, t in enumerate(topics)
-                 for p in range(scen.producers_per_topic)]
+    producers = [
+        ProducerSpec(id=f"t{ti}-p{p}", topic=t) for ti, t in enumerate(topics) for p in range(scen.producers_per_topic)
+    ]
     groups: dict[str, list[str]] = {}
     consumers = []
     for ti, t in enumerate(topics):
         for s in range(scen.subscriptions_per_topic):
             g = f"{scen.topic_prefix}-{run_id}-t{ti}-s{s}"
             groups.setdefault(t, []).append(g)
-            consumers += [ConsumerSpec(id=f"t{ti}-s{s}-c{c}", topic=t, group=g)
-                          for c in range(scen.consumers_per_subscription)]
+            consumers += [
+                ConsumerSpec(id=f"t{ti}-s{s}-c{c}", topic=t, group=g) for c in range(scen.consumers_per_subscription)
+            ]
     tasks = max(1, min(tasks, len(producers) + len(consumers)))
-    specs = [TaskSpec(run_id=run_id, worker=i, namesrv=namesrv, scenario=scen.to_dict(), topics=topics,
-                      progress_addr=progress_addr, run_faults=(i == 0), access_key=access_key,
-                      secret_key=secret_key, grpc_endpoint=grpc_endpoint) for i in range(tasks)]
+    specs = [
+        TaskSpec(
+            run_id=run_id,
+            worker=i,
+            namesrv=namesrv,
+            scenario=scen.to_dict(),
+            topics=topics,
+            progress_addr=progress_addr,
+            run_faults=(i == 0),
+            access_key=access_key,
+            secret_key=secret_key,
+            grpc_endpoint=grpc_endpoint,
+        )
+        for i in range(tasks)
+    ]
     for i, p in enumerate(producers):
         specs[i % tasks].producers.append(p)
     for i, c in enumerate(consumers):
@@ -127,8 +150,10 @@ def execute_load(spark: SparkSession, specs: list[TaskSpec], out_path: Path, *, 
 
     slots = spark.sparkContext.defaultParallelism
     if len(specs) > slots:
-        raise RunError(f"the run needs {len(specs)} simultaneous Spark tasks but the cluster offers {slots} "
-                       f"slots; lower 'tasks' in the scenario or add executors")
+        raise RunError(
+            f"the run needs {len(specs)} simultaneous Spark tasks but the cluster offers {slots} "
+            f"slots; lower 'tasks' in the scenario or add executors"
+        )
     rows = [(s.worker, s.to_json()) for s in specs]
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), "worker int, spec string")
 
@@ -157,8 +182,10 @@ def wait_for_slots(spark: SparkSession, wanted: int | None, timeout_s: float = 9
         if executors > 0 and (wanted is None or slots >= wanted):
             return slots
         if time.monotonic() > deadline:
-            raise RunError(f"the cluster at {sc.master} offers {slots} task slot(s) from {max(executors, 0)} "
-                           f"executor(s) after {timeout_s:.0f}s; the run needs {wanted or 1}")
+            raise RunError(
+                f"the cluster at {sc.master} offers {slots} task slot(s) from {max(executors, 0)} "
+                f"executor(s) after {timeout_s:.0f}s; the run needs {wanted or 1}"
+            )
         time.sleep(0.5)
 
 
@@ -191,25 +218,33 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
     own_spark = opts.spark is None
     spark = opts.spark
     collector: ProgressCollector | None = None
-    meta: dict[str, Any] = {"run_id": run_id, "scenario": scen.to_dict(), "driver": driver,
-                            "master": opts.master,
-                            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "scenario": scen.to_dict(),
+        "driver": driver,
+        "master": opts.master,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     try:
         namesrv = opts.namesrv
         grpc_endpoint = opts.grpc_endpoint or ""
         if namesrv is None:
             try:
-                broker = BrokerProcess(out / "broker-store", config=dict(scen.broker.config),
-                                       fault_injection=scen.broker.fault_injection,
-                                       log_path=out / "broker.log").start(scen.broker.boot_timeout_s)
+                broker = BrokerProcess(
+                    out / "broker-store",
+                    config=dict(scen.broker.config),
+                    fault_injection=scen.broker.fault_injection,
+                    log_path=out / "broker.log",
+                ).start(scen.broker.boot_timeout_s)
             except BrokerStartError as exc:
                 raise RunError(str(exc)) from None
             namesrv = broker.namesrv
             grpc_endpoint = broker.grpc_endpoint
         meta["namesrv"] = namesrv
         credentials = SessionCredentials(opts.access_key, opts.secret_key or "") if opts.access_key else None
-        meta["cluster"] = asyncio.run(prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic,
-                                                     credentials))
+        meta["cluster"] = asyncio.run(
+            prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic, credentials)
+        )
         if spark is None:
             spark = get_session(opts.master, log_dir=out, conf=opts.spark_conf)
         meta["master"] = spark.sparkContext.master
@@ -217,8 +252,16 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         collector = ProgressCollector(host, out=opts.progress_out, enabled=opts.progress).start()
         slots = wait_for_slots(spark, opts.tasks or scen.tasks)
         tasks = opts.tasks or scen.tasks or slots
-        plan = plan_run(scen, run_id=run_id, namesrv=namesrv, tasks=tasks, progress_addr=collector.addr,
-                        access_key=opts.access_key, secret_key=opts.secret_key, grpc_endpoint=grpc_endpoint)
+        plan = plan_run(
+            scen,
+            run_id=run_id,
+            namesrv=namesrv,
+            tasks=tasks,
+            progress_addr=collector.addr,
+            access_key=opts.access_key,
+            secret_key=opts.secret_key,
+            grpc_endpoint=grpc_endpoint,
+        )
         meta.update(tasks=len(plan.specs), groups=plan.groups, topics=plan.topics)
         (out / "run.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
         started = time.time_ns() // 1_000_000
@@ -227,10 +270,13 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         except RunError:
             raise
         except Exception as exc:
-            if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException") or \
-                    "pyspark" in type(exc).__module__:
-                raise RunError(f"the load job failed: {spark_error_message(exc)} (details in {out / 'spark.log'})") \
-                    from None
+            if (
+                type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException")
+                or "pyspark" in type(exc).__module__
+            ):
+                raise RunError(
+                    f"the load job failed: {spark_error_message(exc)} (details in {out / 'spark.log'})"
+                ) from None
             raise
         meta["load_job_s"] = round((time.time_ns() // 1_000_000 - started) / 1000, 3)
         final = collector.stop()
@@ -240,8 +286,10 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
         if broker is not None:
             meta["broker"] = broker.info()
         elif scen.faults or scen.message_faults:
-            meta["broker"] = {"started_by_mqbench": False,
-                              "note": "faults need our broker started with faultInjectionEnable=true"}
+            meta["broker"] = {
+                "started_by_mqbench": False,
+                "note": "faults need our broker started with faultInjectionEnable=true",
+            }
         (out / "run.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
         result = score_outcomes(spark, out / "outcomes", meta)
         write_score(result, out)

@@ -182,8 +182,9 @@ class _Checker:
             hint = f" (did you mean '{close[0]}'?)" if close else f"; known fields: {', '.join(sorted(known))}"
             self.problems.append(f"{where}: unknown field '{key}'{hint}")
 
-    def number(self, where: str, value: Any, *, integer: bool, minimum: float | None = 0,
-               positive: bool = False) -> Any:
+    def number(
+        self, where: str, value: Any, *, integer: bool, minimum: float | None = 0, positive: bool = False
+    ) -> Any:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if ok and integer and not float(value).is_integer():
             ok = False
@@ -288,8 +289,15 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     def client(path: str, value: Any) -> ClientConfig:
         vals = _fill(chk, path, ClientConfig, value, {})
         vals = {k: v for k, v in vals.items() if v is not None or k == "attempt_timeout_ms"}
-        for name in ("send_timeout_ms", "batch_size", "pull_batch_size", "pull_threshold_for_queue",
-                     "max_in_flight", "consume_threads", "pull_timeout_ms"):
+        for name in (
+            "send_timeout_ms",
+            "batch_size",
+            "pull_batch_size",
+            "pull_threshold_for_queue",
+            "max_in_flight",
+            "consume_threads",
+            "pull_timeout_ms",
+        ):
             if name in vals and vals[name] is not None and vals[name] <= 0:
                 chk.problems.append(f"{path}.{name} must be > 0, got {vals[name]}")
         if vals.get("attempt_timeout_ms") is not None and vals["attempt_timeout_ms"] <= 0:
@@ -302,8 +310,9 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             chk.problems.append(f"{path}: {exc}")
             return ClientConfig()
 
-    def entries(path: str, value: Any, cls: type, specials: Mapping[str, Any], required: tuple[str, ...],
-                check: Any = None) -> tuple:
+    def entries(
+        path: str, value: Any, cls: type, specials: Mapping[str, Any], required: tuple[str, ...], check: Any = None
+    ) -> tuple:
         """A list of `cls` records, each validated by `_fill` and holding its `required` fields;
         `check(path, item)` adds rules of its own."""
         if not isinstance(value, list | tuple):
@@ -341,8 +350,9 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
         def bounded(p: str, item: Mapping) -> None:
             if not item.get("every") and item.get("max_per_producer") is None and item.get("until_s") is None:
-                chk.problems.append(f"{p}: give 'every', 'until_s' or 'max_per_producer', "
-                                    "otherwise every message would carry the fault")
+                chk.problems.append(
+                    f"{p}: give 'every', 'until_s' or 'max_per_producer', otherwise every message would carry the fault"
+                )
 
         return entries(path, value, MessageFault, {"property": prop}, ("property", "value"), bounded)
 
@@ -366,8 +376,9 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
     def debug(path: str, value: Any) -> DebugSpec:
         def seqs(sp: str, v: Any) -> tuple[int, ...]:
-            if not isinstance(v, list | tuple) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                  for x in v):
+            if not isinstance(v, list | tuple) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v
+            ):
                 chk.problems.append(f"{sp} must be a list of non-negative integers, got {v!r}")
                 return ()
             return tuple(v)
@@ -384,21 +395,38 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     def expect(path: str, value: Any) -> dict[str, Expect]:
         return parse_expect(path, value, chk.problems)
 
-    specials = {"producer_rate": rate, "client": client, "faults": faults, "message_faults": message_faults,
-                "broker": broker, "debug": debug, "send_mode": mode, "driver": driver, "expect": expect}
+    specials = {
+        "producer_rate": rate,
+        "client": client,
+        "faults": faults,
+        "message_faults": message_faults,
+        "broker": broker,
+        "debug": debug,
+        "send_mode": mode,
+        "driver": driver,
+        "expect": expect,
+    }
     if "name" not in data:
         chk.problems.append("missing required field 'name'")
     vals = _fill(chk, "", Scenario, data, specials)
     # Fix the location prefix of top-level messages ("" + name → name).
     chk.problems = [p[1:] if p.startswith(".") else p for p in chk.problems]
-    for name in ("topics", "queues_per_topic", "message_size", "producers_per_topic",
-                 "subscriptions_per_topic", "tasks"):
+    for name in (
+        "topics",
+        "queues_per_topic",
+        "message_size",
+        "producers_per_topic",
+        "subscriptions_per_topic",
+        "tasks",
+    ):
         if vals.get(name) is not None and vals[name] <= 0:
             chk.problems.append(f"{name} must be > 0, got {vals[name]}")
     if vals.get("duration_s") is not None and vals["duration_s"] <= 0:
         chk.problems.append(f"duration_s must be > 0, got {vals['duration_s']}")
     if vals.get("message_size") is not None and vals["message_size"] > 4 * 1024 * 1024:
-        chk.problems.append(f"message_size must be <= 4194304 (the broker's maxMessageSize), got {vals['message_size']}")
+        chk.problems.append(
+            f"message_size must be <= 4194304 (the broker's maxMessageSize), got {vals['message_size']}"
+        )
     if vals.get("queues_per_topic") is not None and vals["queues_per_topic"] > 1024:
         chk.problems.append(f"queues_per_topic must be <= 1024, got {vals['queues_per_topic']}")
     for name in ("name", "topic_prefix"):

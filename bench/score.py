@@ -53,8 +53,9 @@ def _latency_block(row: Any, prefix: str, scale: float) -> dict[str, float | Non
     return out
 
 
-def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
-                   meta: dict[str, Any] | None = None) -> ScoreResult:
+def score_outcomes(
+    spark: SparkSession, outcomes: str | Path | DataFrame, meta: dict[str, Any] | None = None
+) -> ScoreResult:
     """Score one run. ``outcomes`` is a Parquet path (or a DataFrame with the outcome schema)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -101,16 +102,19 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
         F.min("consume_ms").alias("first_ms"),
         F.min("send_ms").alias("born_ms"),
         F.max("size").alias("c_size"),
-        F.min("warmup").alias("c_warmup"))
+        F.min("warmup").alias("c_warmup"),
+    )
     # Groups expected to see each topic: from the run's metadata, else whoever consumed it.
     groups_meta = meta.get("groups")
     if groups_meta:
-        groups_df = spark.createDataFrame([(t, g) for t, gs in groups_meta.items() for g in gs],
-                                          "topic string, group string")
+        groups_df = spark.createDataFrame(
+            [(t, g) for t, gs in groups_meta.items() for g in gs], "topic string, group string"
+        )
     else:
         groups_df = consumes.select("topic", "group").distinct()
-    expected = (sends.select("topic", "producer", "seq", "status", F.col("warmup").alias("s_warmup"))
-                .join(groups_df, "topic"))
+    expected = sends.select("topic", "producer", "seq", "status", F.col("warmup").alias("s_warmup")).join(
+        groups_df, "topic"
+    )
     per_msg = expected.join(cons_msg, msg_key, "full_outer")
     seen = F.col("n").isNotNull()
     is_lost = seen.__invert__() & F.col("status").isin(*STORED_STATUSES)
@@ -118,8 +122,9 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
     e2e_measured = seen & ~F.coalesce(F.col("s_warmup"), F.col("c_warmup"), F.lit(False))
     c = per_msg.agg(
         F.sum(is_lost.cast("long")).alias("lost"),
-        F.slice(F.array_sort(F.collect_list(F.when(is_lost, F.struct("producer", "seq", "group", "topic")))),
-                1, 20).alias("lost_sample"),
+        F.slice(
+            F.array_sort(F.collect_list(F.when(is_lost, F.struct("producer", "seq", "group", "topic")))), 1, 20
+        ).alias("lost_sample"),
         F.sum((~seen & (F.col("status") == STATUS_ONEWAY)).cast("long")).alias("oneway_unseen"),
         F.sum(seen.cast("long")).alias("consumed_unique"),
         F.sum("n").alias("consumed"),
@@ -135,14 +140,22 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
 
     # Out of order: each stored record once, in queue-offset order, per producer and queue.
     records = consumes.groupBy("group", "topic", "queue_id", "queue_offset").agg(
-        F.min("producer").alias("producer"), F.min("seq").alias("seq"))
-    order_w = (Window.partitionBy("group", "topic", "queue_id", "producer").orderBy("queue_offset")
-               .rowsBetween(Window.unboundedPreceding, -1))
+        F.min("producer").alias("producer"), F.min("seq").alias("seq")
+    )
+    order_w = (
+        Window.partitionBy("group", "topic", "queue_id", "producer")
+        .orderBy("queue_offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
     prev_max = F.max("seq").over(order_w)
-    rec = (records.withColumn("_prev_max", prev_max)
-           .agg(F.count(F.lit(1)).alias("records"),
-                F.sum((F.col("_prev_max").isNotNull() & (F.col("seq") < F.col("_prev_max"))).cast("long"))
-                .alias("ooo")).first())
+    rec = (
+        records.withColumn("_prev_max", prev_max)
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum((F.col("_prev_max").isNotNull() & (F.col("seq") < F.col("_prev_max"))).cast("long")).alias("ooo"),
+        )
+        .first()
+    )
     ooo, n_records = int(rec["ooo"] or 0), int(rec["records"] or 0)
 
     # ---- per-second series, errors, samples, drain and faults: one job -------------------------------
@@ -151,39 +164,81 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
     sec = lambda col: F.floor((F.col(col) - F.lit(t0)) / 1000).cast("long")  # noqa: E731
     nul = F.lit(None)
 
-    def part(frame: DataFrame, series: str, kind: Any, t: Any, size: Any = nul, lat: Any = nul,
-             cache: Any = nul, rss: Any = nul, label: Any = nul) -> DataFrame:
-        return frame.select(F.lit(series).alias("series"), kind.cast("string").alias("kind"),
-                            t.alias("t"), size.cast("long").alias("size"), lat.cast("double").alias("lat"),
-                            cache.cast("long").alias("cache"), rss.cast("long").alias("rss"),
-                            label.cast("string").alias("label"))
+    def part(
+        frame: DataFrame,
+        series: str,
+        kind: Any,
+        t: Any,
+        size: Any = nul,
+        lat: Any = nul,
+        cache: Any = nul,
+        rss: Any = nul,
+        label: Any = nul,
+    ) -> DataFrame:
+        return frame.select(
+            F.lit(series).alias("series"),
+            kind.cast("string").alias("kind"),
+            t.alias("t"),
+            size.cast("long").alias("size"),
+            lat.cast("double").alias("lat"),
+            cache.cast("long").alias("cache"),
+            rss.cast("long").alias("rss"),
+            label.cast("string").alias("label"),
+        )
 
     failed_rows = sends.filter(F.col("status") == STATUS_FAILED)
-    events = (part(sends, "sent", nul, sec("send_ms"))
-              .unionByName(part(sends.filter(stored), "acked", nul, sec("ack_ms"), F.col("size"),
-                                F.col("latency_us") / 1000.0))
-              .unionByName(part(cons_msg, "consumed", nul, sec("first_ms"), F.col("c_size"),
-                                F.col("first_ms") - F.col("born_ms")))
-              .unionByName(part(failed_rows, "err_final", F.coalesce(F.col("error_kind"), F.lit("UNKNOWN")),
-                                sec("ack_ms")))
-              .unionByName(part(attempts, "err_retry", F.coalesce(F.col("error_kind"), F.lit("UNKNOWN")),
-                                sec("ack_ms")))
-              .unionByName(part(df.filter(F.col("event") == "sample"), "sample", nul, sec("consume_ms"),
-                                cache=F.col("cache_bytes"), rss=F.col("rss_bytes"), lat=F.col("cache_msgs")))
-              .unionByName(part(df.filter(F.col("event") == "drain"), "drain", F.col("status"), F.lit(0)))
-              .unionByName(part(df.filter(F.col("event") == "fault"), "fault", F.col("error_kind"),
-                                sec("send_ms"), lat=(F.col("send_ms") - F.lit(t0)) / 1000.0,
-                                label=F.concat_ws(" ", F.col("status"), F.col("remark")))))
-    rows = events.groupBy("series", "kind", "t").agg(
-        F.count(F.lit(1)).alias("n"), F.sum("size").alias("bytes"),
-        F.percentile_approx("lat", F.array(F.lit(0.5), F.lit(0.99)), 1000).alias("pct"),
-        F.max("lat").alias("lat_max"), F.max("cache").alias("cache"), F.max("rss").alias("rss"),
-        F.max("label").alias("label")).collect()
+    events = (
+        part(sends, "sent", nul, sec("send_ms"))
+        .unionByName(
+            part(sends.filter(stored), "acked", nul, sec("ack_ms"), F.col("size"), F.col("latency_us") / 1000.0)
+        )
+        .unionByName(
+            part(cons_msg, "consumed", nul, sec("first_ms"), F.col("c_size"), F.col("first_ms") - F.col("born_ms"))
+        )
+        .unionByName(part(failed_rows, "err_final", F.coalesce(F.col("error_kind"), F.lit("UNKNOWN")), sec("ack_ms")))
+        .unionByName(part(attempts, "err_retry", F.coalesce(F.col("error_kind"), F.lit("UNKNOWN")), sec("ack_ms")))
+        .unionByName(
+            part(
+                df.filter(F.col("event") == "sample"),
+                "sample",
+                nul,
+                sec("consume_ms"),
+                cache=F.col("cache_bytes"),
+                rss=F.col("rss_bytes"),
+                lat=F.col("cache_msgs"),
+            )
+        )
+        .unionByName(part(df.filter(F.col("event") == "drain"), "drain", F.col("status"), F.lit(0)))
+        .unionByName(
+            part(
+                df.filter(F.col("event") == "fault"),
+                "fault",
+                F.col("error_kind"),
+                sec("send_ms"),
+                lat=(F.col("send_ms") - F.lit(t0)) / 1000.0,
+                label=F.concat_ws(" ", F.col("status"), F.col("remark")),
+            )
+        )
+    )
+    rows = (
+        events.groupBy("series", "kind", "t")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum("size").alias("bytes"),
+            F.percentile_approx("lat", F.array(F.lit(0.5), F.lit(0.99)), 1000).alias("pct"),
+            F.max("lat").alias("lat_max"),
+            F.max("cache").alias("cache"),
+            F.max("rss").alias("rss"),
+            F.max("label").alias("label"),
+        )
+        .collect()
+    )
     df.unpersist()
 
     by_series: dict[str, dict[Any, Any]] = {}
     for r in rows:
         by_series.setdefault(r["series"], {})[(r["kind"], r["t"])] = r
+
     def flat(name: str) -> dict[int, Any]:
         return {t: r for (k, t), r in by_series.get(name, {}).items() if t is not None}
 
@@ -202,8 +257,13 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
         every_by_kind[k] = every_by_kind.get(k, 0) + v
     busy = {k: v for k, v in every_by_kind.items() if k in BUSY_KINDS}
     drain_counts = {kind: r["n"] for (kind, _), r in by_series.get("drain", {}).items()}
-    faults = sorted(({"t": r["lat_max"], "kind": kind, "count": r["n"], "answer": r["label"]}
-                     for (kind, t), r in by_series.get("fault", {}).items()), key=lambda f: (f["t"] or 0))
+    faults = sorted(
+        (
+            {"t": r["lat_max"], "kind": kind, "count": r["n"], "answer": r["label"]}
+            for (kind, t), r in by_series.get("fault", {}).items()
+        ),
+        key=lambda f: f["t"] or 0,
+    )
     samp_cache = [r["cache"] for r in ser_samp.values() if r["cache"] is not None]
     samp_msgs = [r["lat_max"] for r in ser_samp.values() if r["lat_max"] is not None]
     samp_rss = [r["rss"] for r in ser_samp.values() if r["rss"] is not None]
@@ -247,15 +307,24 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
     }
 
     # ---- the score ---------------------------------------------------------------------------------
-    sent, acked, failed, oneway = (int(s["sent"] or 0), int(s["acked"] or 0), int(s["failed"] or 0),
-                                   int(s["oneway"] or 0))
-    pub_window_s = ((s["m_last_ack"] - s["m_first_send"]) / 1000.0
-                    if s["m_first_send"] is not None and s["m_last_ack"] is not None else 0.0)
-    cons_window_s = ((c["last_consume"] - c["first_consume"]) / 1000.0
-                     if c["first_consume"] is not None else 0.0)
+    sent, acked, failed, oneway = (
+        int(s["sent"] or 0),
+        int(s["acked"] or 0),
+        int(s["failed"] or 0),
+        int(s["oneway"] or 0),
+    )
+    pub_window_s = (
+        (s["m_last_ack"] - s["m_first_send"]) / 1000.0
+        if s["m_first_send"] is not None and s["m_last_ack"] is not None
+        else 0.0
+    )
+    cons_window_s = (c["last_consume"] - c["first_consume"]) / 1000.0 if c["first_consume"] is not None else 0.0
     load_end = meta.get("load_end_ms") or s["last_ack"] or s["last_send"] or planned_end
-    drain_time_s = (round(max(0.0, (c["last_consume"] - load_end) / 1000.0), 3)
-                    if c["last_consume"] is not None and load_end is not None else None)
+    drain_time_s = (
+        round(max(0.0, (c["last_consume"] - load_end) / 1000.0), 3)
+        if c["last_consume"] is not None and load_end is not None
+        else None
+    )
     consumed_unique = int(c["consumed_unique"] or 0)
     consumed_rows = int(c["consumed"] or 0)
 
@@ -265,13 +334,16 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
     score: dict[str, Any] = {
         "schema": 1,
         "scenario": meta.get("scenario", {}),
-        "run": {k: meta.get(k) for k in ("run_id", "driver", "master", "namesrv", "tasks", "started_at")
-                if k in meta},
+        "run": {k: meta.get(k) for k in ("run_id", "driver", "master", "namesrv", "tasks", "started_at") if k in meta},
         "counts": {
-            "sent": sent, "acked": acked, "failed": failed, "oneway": oneway,
+            "sent": sent,
+            "acked": acked,
+            "failed": failed,
+            "oneway": oneway,
             "accounted": acked + failed + oneway == sent,
             "retries": int(s["retries"] or 0),
-            "consumed": int(consumed_rows), "consumed_unique": consumed_unique,
+            "consumed": int(consumed_rows),
+            "consumed_unique": consumed_unique,
             # Acked but never consumed is a loss only if the consumers finished draining; after a
             # drain timeout it may just be backlog, so "lost" is unknown (None) and "unconsumed" says how many.
             "unconsumed": int(c["lost"] or 0),
@@ -288,30 +360,35 @@ def score_outcomes(spark: SparkSession, outcomes: str | Path | DataFrame,
         },
         "publish": {
             "rate_msg_s": rate(s["measured"] or 0, pub_window_s),
-            "rate_mib_s": (round((s["measured_bytes"] or 0) / MIB / pub_window_s, 3) if pub_window_s > 0
-                           else None),
+            "rate_mib_s": (round((s["measured_bytes"] or 0) / MIB / pub_window_s, 3) if pub_window_s > 0 else None),
             "window_s": round(pub_window_s, 3),
             "latency_ms": _latency_block(s, "pub", 1e-3),
         },
         "consume": {
             "rate_msg_s": rate(consumed_unique, cons_window_s),
-            "rate_mib_s": (round((c["consumed_bytes"] or 0) / MIB / cons_window_s, 3) if cons_window_s > 0
-                           else None),
+            "rate_mib_s": (round((c["consumed_bytes"] or 0) / MIB / cons_window_s, 3) if cons_window_s > 0 else None),
             "window_s": round(cons_window_s, 3),
         },
         "end_to_end": {"latency_ms": _latency_block(c, "e2e", 1.0)},
-        "errors": {"final_by_kind": dict(sorted(by_kind.items())),
-                   "retried_by_kind": dict(sorted(attempts_by_kind.items())),
-                   "all_by_kind": dict(sorted(every_by_kind.items())),
-                   "busy": dict(sorted(busy.items())),
-                   "busy_total": int(sum(busy.values()))},
-        "backlog": {"max": max(backlog) if backlog else 0, "final": backlog[-1] if backlog else 0,
-                    "drain_time_s": drain_time_s,
-                    "drain_complete": drain_counts.get("timeout", 0) == 0,
-                    "drain": drain_counts},
-        "client": {"peak_cache_bytes": max(samp_cache, default=None),
-                   "peak_cache_msgs": int(max(samp_msgs)) if samp_msgs else None,
-                   "peak_rss_bytes": max(samp_rss, default=None)},
+        "errors": {
+            "final_by_kind": dict(sorted(by_kind.items())),
+            "retried_by_kind": dict(sorted(attempts_by_kind.items())),
+            "all_by_kind": dict(sorted(every_by_kind.items())),
+            "busy": dict(sorted(busy.items())),
+            "busy_total": int(sum(busy.values())),
+        },
+        "backlog": {
+            "max": max(backlog) if backlog else 0,
+            "final": backlog[-1] if backlog else 0,
+            "drain_time_s": drain_time_s,
+            "drain_complete": drain_counts.get("timeout", 0) == 0,
+            "drain": drain_counts,
+        },
+        "client": {
+            "peak_cache_bytes": max(samp_cache, default=None),
+            "peak_cache_msgs": int(max(samp_msgs)) if samp_msgs else None,
+            "peak_rss_bytes": max(samp_rss, default=None),
+        },
         "broker": meta.get("broker", {}),
         "faults": faults,
         "lost_sample": [r.asDict() for r in (c["lost_sample"] or [])],

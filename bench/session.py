@@ -62,8 +62,13 @@ def _stderr_to(path: Path) -> Iterator[None]:
             os.close(saved)
 
 
-def get_session(master: str = "local[*]", *, app_name: str = "mqbench", log_dir: Path | None = None,
-                conf: dict[str, str] | None = None) -> SparkSession:
+def get_session(
+    master: str = "local[*]",
+    *,
+    app_name: str = "mqbench",
+    log_dir: Path | None = None,
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
     """A SparkSession for ``master``; reuses the active one when it already runs (tests share one)."""
     prepare_environment()
     from pyspark.sql import SparkSession
@@ -80,18 +85,21 @@ def get_session(master: str = "local[*]", *, app_name: str = "mqbench", log_dir:
         # A local run's JVM lives for one short job: the C1 compiler alone warms up several times
         # faster, which is most of the first query's cost on a small machine.
         java_opts += " -XX:TieredStopAtLevel=1"
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", java_opts)
-               .config("spark.executor.extraJavaOptions", java_opts)
-               # Outcome tables are small next to what Spark is built for: few shuffle partitions
-               # keep the scoring job's many small stages cheap on a laptop.
-               .config("spark.sql.shuffle.partitions", "2" if master.startswith("local") else "16")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-               .config("spark.executorEnv.SPARK_LOCAL_IP", os.environ["SPARK_LOCAL_IP"])
-               .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.executor.extraJavaOptions", java_opts)
+        # Outcome tables are small next to what Spark is built for: few shuffle partitions
+        # keep the scoring job's many small stages cheap on a laptop.
+        .config("spark.sql.shuffle.partitions", "2" if master.startswith("local") else "16")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .config("spark.executorEnv.SPARK_LOCAL_IP", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+    )
     if os.environ["SPARK_LOCAL_IP"].startswith("127."):
         builder = builder.config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         builder = builder.config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])

@@ -64,8 +64,9 @@ class SoakCounters:
 
 
 class Soak:
-    def __init__(self, broker: BrokerProcess, *, minutes: float, rate: int, fuzz_rate: int, seed: int,
-                 sample_s: float = 60.0) -> None:
+    def __init__(
+        self, broker: BrokerProcess, *, minutes: float, rate: int, fuzz_rate: int, seed: int, sample_s: float = 60.0
+    ) -> None:
         self.broker = broker
         self.minutes, self.rate, self.fuzz_rate, self.seed, self.sample_s = minutes, rate, fuzz_rate, seed, sample_s
         self.counters = SoakCounters()
@@ -85,10 +86,19 @@ class Soak:
         consumers = []
         for topic in TOPICS:
             for _ in range(2):
-                c = PushConsumer(ns, topic, ConsumerConfig(group=f"SoakG_{topic}", consume_from="first",
-                                                           heartbeat_interval_s=5, rebalance_interval_s=5,
-                                                           commit_interval_s=2, suspend_timeout_ms=5000),
-                                 self._on_message)
+                c = PushConsumer(
+                    ns,
+                    topic,
+                    ConsumerConfig(
+                        group=f"SoakG_{topic}",
+                        consume_from="first",
+                        heartbeat_interval_s=5,
+                        rebalance_interval_s=5,
+                        commit_interval_s=2,
+                        suspend_timeout_ms=5000,
+                    ),
+                    self._on_message,
+                )
                 await c.start()
                 consumers.append(c)
         began = time.monotonic()
@@ -156,8 +166,13 @@ class Soak:
                 n += 1
                 addr = self.broker.broker_addr
                 topic = TOPICS[n % len(TOPICS)]
-                calls = [admin.runtime_info(addr), admin.brokers(), admin.route(topic),
-                         admin.max_offset(addr, topic, n % 4), admin.consumer_offset(addr, f"SoakG_{topic}", topic, 0)]
+                calls = [
+                    admin.runtime_info(addr),
+                    admin.brokers(),
+                    admin.route(topic),
+                    admin.max_offset(addr, topic, n % 4),
+                    admin.consumer_offset(addr, f"SoakG_{topic}", topic, 0),
+                ]
                 if n % 30 == 0:
                     calls.append(admin.create_topic(addr, f"SoakAdmin{n % 7}", 2))
                 for call in calls:
@@ -177,9 +192,17 @@ class Soak:
         while not self.stop.is_set():
             i += 1
             started = time.monotonic()
-            stats = await run_fuzz("127.0.0.1", self.broker.listen_port, self.broker.namesrv_port,
-                                   seed=f"{self.seed}/soak/{i}", frames=self.fuzz_rate, connections=2,
-                                   namesrv_connections=1, corpus=self.corpus, burst=16)
+            stats = await run_fuzz(
+                "127.0.0.1",
+                self.broker.listen_port,
+                self.broker.namesrv_port,
+                seed=f"{self.seed}/soak/{i}",
+                frames=self.fuzz_rate,
+                connections=2,
+                namesrv_connections=1,
+                corpus=self.corpus,
+                burst=16,
+            )
             self.counters.fuzz.merge(stats)
             await _sleep_or_stop(self.stop, max(0.0, 1.0 - (time.monotonic() - started)))
 
@@ -197,15 +220,22 @@ class Soak:
         self.log.warnings += found.warnings
         self.log.errors += found.errors
         c = self.counters
-        sample = {"minute": (time.monotonic() - began) / 60, "uss_mb": mem.get("uss_kb", 0) / 1024,
-                  "anon_mb": mem.get("anon_kb", 0) / 1024,
-                  "pss_mb": mem.get("pss_kb", 0) / 1024, "rss_mb": mem.get("rss_kb", 0) / 1024}
+        sample = {
+            "minute": (time.monotonic() - began) / 60,
+            "uss_mb": mem.get("uss_kb", 0) / 1024,
+            "anon_mb": mem.get("anon_kb", 0) / 1024,
+            "pss_mb": mem.get("pss_kb", 0) / 1024,
+            "rss_mb": mem.get("rss_kb", 0) / 1024,
+        }
         c.samples.append(sample)
-        print(f"[{sample['minute']:5.1f} min] broker USS {sample['uss_mb']:6.1f} MiB (anonymous {sample['anon_mb']:6.1f})"
-              f"  Pss {sample['pss_mb']:6.1f}  RSS {sample['rss_mb']:6.1f} | acked {len(c.acknowledged):8d} consumed {len(c.consumed):8d}"
-              f" oneway {c.oneway:6d} send errors {c.send_errors} | admin {c.admin_calls} ({c.admin_errors} errors)"
-              f" | fuzz frames {c.fuzz.frames:8d} hangs {len(c.fuzz.hangs)} | tracebacks {len(self.log.tracebacks)}"
-              f" warnings {self.log.warnings}", flush=True)
+        print(
+            f"[{sample['minute']:5.1f} min] broker USS {sample['uss_mb']:6.1f} MiB (anonymous {sample['anon_mb']:6.1f})"
+            f"  Pss {sample['pss_mb']:6.1f}  RSS {sample['rss_mb']:6.1f} | acked {len(c.acknowledged):8d} consumed {len(c.consumed):8d}"
+            f" oneway {c.oneway:6d} send errors {c.send_errors} | admin {c.admin_calls} ({c.admin_errors} errors)"
+            f" | fuzz frames {c.fuzz.frames:8d} hangs {len(c.fuzz.hangs)} | tracebacks {len(self.log.tracebacks)}"
+            f" warnings {self.log.warnings}",
+            flush=True,
+        )
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
@@ -229,15 +259,28 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         root = args.keep or Path(tmp)
         namesrv_port = free_port()
-        broker = BrokerProcess(store_dir=root / "store", log_path=root / "broker.log",
-                               listen_port=free_port(avoid=[namesrv_port]), namesrv_port=namesrv_port,
-                               extra_args=tuple(a for kv in FUZZ_BROKER_SETTINGS for a in ("--set", kv)))
+        broker = BrokerProcess(
+            store_dir=root / "store",
+            log_path=root / "broker.log",
+            listen_port=free_port(avoid=[namesrv_port]),
+            namesrv_port=namesrv_port,
+            extra_args=tuple(a for kv in FUZZ_BROKER_SETTINGS for a in ("--set", kv)),
+        )
         broker.start()
-        print(f"soak: {args.minutes} min, {args.rate} sends/s, {args.fuzz_rate} fuzz frames/s, seed {args.seed}; "
-              f"broker pid {broker.proc.pid if broker.proc else '?'}, log {broker.log_path}", flush=True)
+        print(
+            f"soak: {args.minutes} min, {args.rate} sends/s, {args.fuzz_rate} fuzz frames/s, seed {args.seed}; "
+            f"broker pid {broker.proc.pid if broker.proc else '?'}, log {broker.log_path}",
+            flush=True,
+        )
         try:
-            soak = Soak(broker, minutes=args.minutes, rate=args.rate, fuzz_rate=args.fuzz_rate, seed=args.seed,
-                        sample_s=args.sample_s)
+            soak = Soak(
+                broker,
+                minutes=args.minutes,
+                rate=args.rate,
+                fuzz_rate=args.fuzz_rate,
+                seed=args.seed,
+                sample_s=args.sample_s,
+            )
             counters = asyncio.run(soak.run())
             alive = broker.running
         finally:
@@ -257,22 +300,36 @@ def _report(soak: Soak, c: SoakCounters, alive: bool, exit_code: int | None) -> 
     anon_growth = (half[-1]["anon_mb"] - half[0]["anon_mb"]) if len(half) >= 2 else 0.0
     span = (half[-1]["minute"] - half[0]["minute"]) if len(half) >= 2 else 0.0
     print("soak summary:")
-    print(f"  acknowledged sends {len(c.acknowledged)}, consumed {len(c.consumed)} distinct ({dups} redelivered), "
-          f"lost {len(lost)} {sorted(lost)[:5]}; oneway {c.oneway}; send errors {c.send_errors}")
+    print(
+        f"  acknowledged sends {len(c.acknowledged)}, consumed {len(c.consumed)} distinct ({dups} redelivered), "
+        f"lost {len(lost)} {sorted(lost)[:5]}; oneway {c.oneway}; send errors {c.send_errors}"
+    )
     print(f"  admin calls {c.admin_calls}, errors {c.admin_errors}")
     print(c.fuzz.summary())
     if uss:
-        print(f"  broker USS MiB: first {uss[0]:.1f}, last {uss[-1]:.1f}, max {max(uss):.1f}; "
-              f"second half {growth:+.1f} MiB over {span:.1f} min")
-        print(f"  broker anonymous (heap) MiB: first {anon[0]:.1f}, last {anon[-1]:.1f}, max {max(anon):.1f}; "
-              f"second half {anon_growth:+.1f} MiB over {span:.1f} min")
+        print(
+            f"  broker USS MiB: first {uss[0]:.1f}, last {uss[-1]:.1f}, max {max(uss):.1f}; "
+            f"second half {growth:+.1f} MiB over {span:.1f} min"
+        )
+        print(
+            f"  broker anonymous (heap) MiB: first {anon[0]:.1f}, last {anon[-1]:.1f}, max {max(anon):.1f}; "
+            f"second half {anon_growth:+.1f} MiB over {span:.1f} min"
+        )
     print(soak.log.summary())
     if soak.log_silent_since is not None:
-        print(f"  LOG SILENT from minute {soak.log_silent_since:.1f}: malformed frames were sent, no warning logged "
-              f"(tracebacks after that point cannot be seen)")
+        print(
+            f"  LOG SILENT from minute {soak.log_silent_since:.1f}: malformed frames were sent, no warning logged "
+            f"(tracebacks after that point cannot be seen)"
+        )
     print(f"  alive at the end: {alive}; exit code after SIGTERM: {exit_code}")
-    return (alive and exit_code == 0 and not lost and not soak.log.tracebacks and not c.fuzz.hangs
-            and soak.log_silent_since is None)
+    return (
+        alive
+        and exit_code == 0
+        and not lost
+        and not soak.log.tracebacks
+        and not c.fuzz.hangs
+        and soak.log_silent_since is None
+    )
 
 
 if __name__ == "__main__":

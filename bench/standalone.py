@@ -58,28 +58,67 @@ class LocalStandaloneCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         home = spark_home()
-        env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-                   SPARK_DAEMON_MEMORY=self.daemon_memory, SPARK_NO_DAEMONIZE="1",
-                   SPARK_LOG_DIR=str(self.work_dir), SPARK_WORKER_DIR=str(self.work_dir / "worker"))
+        env = dict(
+            os.environ,
+            SPARK_HOME=str(home),
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_DAEMON_MEMORY=self.daemon_memory,
+            SPARK_NO_DAEMONIZE="1",
+            SPARK_LOG_DIR=str(self.work_dir),
+            SPARK_WORKER_DIR=str(self.work_dir / "worker"),
+        )
         spark_class = str(home / "bin" / "spark-class")
         master_log = self.work_dir / "master.log"
         worker_log = self.work_dir / "worker.log"
         try:
             with open(master_log, "wb") as out:
-                self.procs.append(subprocess.Popen(
-                    [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(self.port), "--webui-port", str(free_port())],
-                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                    preexec_fn=die_with_parent))
-            _wait_for(r"Starting Spark master|I have been elected leader", master_log, self.procs[0], timeout_s,
-                      "master")
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            spark_class,
+                            "org.apache.spark.deploy.master.Master",
+                            "--host",
+                            "127.0.0.1",
+                            "--port",
+                            str(self.port),
+                            "--webui-port",
+                            str(free_port()),
+                        ],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                )
+            _wait_for(
+                r"Starting Spark master|I have been elected leader", master_log, self.procs[0], timeout_s, "master"
+            )
             with open(worker_log, "wb") as out:
-                self.procs.append(subprocess.Popen(
-                    [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                     "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()),
-                     "--work-dir", str(self.work_dir / "worker"), self.master_url],
-                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                    preexec_fn=die_with_parent))
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            spark_class,
+                            "org.apache.spark.deploy.worker.Worker",
+                            "--host",
+                            "127.0.0.1",
+                            "--cores",
+                            str(self.cores),
+                            "--memory",
+                            self.memory,
+                            "--webui-port",
+                            str(free_port()),
+                            "--work-dir",
+                            str(self.work_dir / "worker"),
+                            self.master_url,
+                        ],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                )
             _wait_for(r"Successfully registered with master", worker_log, self.procs[1], timeout_s, "worker")
         except BaseException:
             self.stop()

@@ -272,8 +272,17 @@ async def main_async(args: argparse.Namespace) -> None:
                 burst = raw_write_bandwidth(args.dir)
                 warm_page_cache(args.dir, max(WARM_BYTES, int(1.25 * volume.get((size, flush, pool, batch, v), 0))))
                 r = await run_case(
-                    args.dir, size, flush, pool, batch, args.seconds, args.build_messages, args.preallocate or None,
-                    v[0], args.flush_commit_log_timed, v[1],
+                    args.dir,
+                    size,
+                    flush,
+                    pool,
+                    batch,
+                    args.seconds,
+                    args.build_messages,
+                    args.preallocate or None,
+                    v[0],
+                    args.flush_commit_log_timed,
+                    v[1],
                 )
                 r["burst"] = burst
                 wrote = int(r["data_mb"] * 1e6)
@@ -286,7 +295,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 runs[v].append(r)
         for v in variants:
             rs = runs[v]
-            med = {k: statistics.median(r[k] for r in rs) for k in ("msg_s", "mb_s", "raw", "burst", "cpu_msg_s", "loop_us", "fsync_share")}
+            med = {
+                k: statistics.median(r[k] for r in rs)
+                for k in ("msg_s", "mb_s", "raw", "burst", "cpu_msg_s", "loop_us", "fsync_share")
+            }
             lo_mb, hi_mb = min(r["mb_s"] for r in rs), max(r["mb_s"] for r in rs)
             lo_raw, hi_raw = min(r["raw"] for r in rs), max(r["raw"] for r in rs)
             disk = sum(r["disk_mb"] for r in rs) / max(sum(r["data_mb"] for r in rs), 1e-9)
@@ -310,25 +322,32 @@ def main() -> None:
     parser.add_argument("--sizes", default="128,1024,4096")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the median one is shown")
     parser.add_argument("--build-messages", action="store_true", help="build each message in the timed loop")
-    parser.add_argument("--cases", default="async,pool,sync,batch", help="which of async,pool,sync,batch,poolbatch,syncbatch to run")
+    parser.add_argument(
+        "--cases", default="async,pool,sync,batch", help="which of async,pool,sync,batch,poolbatch,syncbatch to run"
+    )
     parser.add_argument(
         "--preallocate", action="store_true", help="preallocate_mapped_file=true (default: the config's, sparse)"
     )
     parser.add_argument(
-        "--flush-commit-log-timed", action="store_true",
+        "--flush-commit-log-timed",
+        action="store_true",
         help="flushCommitLogTimed=true (the 4.9 default: flush every flushIntervalCommitLog ms); by default the "
         "flush service is woken by the puts, as the raw reference flushes while it writes",
     )
     parser.add_argument(
-        "--prefault", type=lambda v: int(v) * 1024 * 1024, default=None,
+        "--prefault",
+        type=lambda v: int(v) * 1024 * 1024,
+        default=None,
         help="prefault_ahead_bytes in MiB (default: the config's)",
     )
     parser.add_argument(
-        "--prefault-compare", action="store_true",
+        "--prefault-compare",
+        action="store_true",
         help="run each case without pre-faulting, then with it (--prefault or the default), in the same run",
     )
     parser.add_argument(
-        "--index-compare", action="store_true",
+        "--index-compare",
+        action="store_true",
         help="run each case with the message index (messageIndexEnable=true, the default), then without it",
     )
     args = parser.parse_args()

@@ -77,8 +77,10 @@ def main() -> None:
         scalar_s = time.perf_counter() - t0
         assert count == len(hits)
 
-        print(f"consume queue benchmark: {n} entries, {len(cq.mapped_file_queue.mapped_files)} files "
-              f"(load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"consume queue benchmark: {n} entries, {len(cq.mapped_file_queue.mapped_files)} files "
+            f"(load average {os.getloadavg()[0]:.1f})"
+        )
         print(f"{'operation':<46} {'ms / million entries':>20}")
         rows = [
             ("append entries (put_message_position_info)", write_s),

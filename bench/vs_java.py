@@ -71,9 +71,13 @@ class JavaTool:
 
     def __init__(self, rmqjava: Path, cls: str, args: list[str]) -> None:
         self.lines: list[str] = []
-        self.proc = subprocess.Popen([str(rmqjava), f"org.apache.rocketmq.example.benchmark.{cls}", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(rmqjava), f"org.apache.rocketmq.example.benchmark.{cls}", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -145,8 +149,12 @@ def run_mixed(rmqjava: Path, namesrv: str, topic: str, seconds: float, fig: Figu
 def measure_ceiling(rmqjava: Path, args: argparse.Namespace) -> Figures:
     fig = Figures("ceiling")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bench.ceiling_server", "--port", str(port)],
-                            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.ceiling_server", "--port", str(port)],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         proc.stdout.readline()  # "listening"
@@ -185,7 +193,9 @@ def measure_java(bin_dir: Path, args: argparse.Namespace) -> Figures:
         fig.start_s = float(m.group(1)) if m else None
         time.sleep(2)
         run_dir = bin_dir.parent / "logs" / "run"
-        pids = [int((run_dir / f"{n}.pid").read_text()) for n in ("namesrv", "broker") if (run_dir / f"{n}.pid").exists()]
+        pids = [
+            int((run_dir / f"{n}.pid").read_text()) for n in ("namesrv", "broker") if (run_dir / f"{n}.pid").exists()
+        ]
         mems = [private_bytes(pid) for pid in pids]
         fig.idle_private_mb = sum(m for m in mems if m) / 2**20 if any(mems) else None
         run_phases(bin_dir / "rmqjava", f"127.0.0.1:{env['RMQ_NS_PORT']}", args, fig)
@@ -211,13 +221,15 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 
 def report(figs: dict[str, Figures]) -> str:
     ours, java, ceiling = figs.get("ours"), figs.get("java"), figs.get("ceiling")
-    rows = [("send TPS (16 threads, 1 KiB, sync)", "send_tps", ",.0f"),
-            ("send average RT ms", "send_avg_rt_ms", ".3f"),
-            ("drain TPS (fresh group, best 10 s)", "drain_tps", ",.0f"),
-            ("consume TPS while producing", "mixed_consume_tps", ",.0f"),
-            ("send-to-consume ms while producing", "mixed_s2c_ms", ".1f"),
-            ("start to ports open s", "start_s", ".2f"),
-            ("idle private memory MB", "idle_private_mb", ".0f")]
+    rows = [
+        ("send TPS (16 threads, 1 KiB, sync)", "send_tps", ",.0f"),
+        ("send average RT ms", "send_avg_rt_ms", ".3f"),
+        ("drain TPS (fresh group, best 10 s)", "drain_tps", ",.0f"),
+        ("consume TPS while producing", "mixed_consume_tps", ",.0f"),
+        ("send-to-consume ms while producing", "mixed_s2c_ms", ".1f"),
+        ("start to ports open s", "start_s", ".2f"),
+        ("idle private memory MB", "idle_private_mb", ".0f"),
+    ]
     out = [f"{'':38} {'Java 4.9.7':>14} {'mini-rocketmq':>14} {'ours/Java':>10}"]
     for label, attr, spec in rows:
         j = getattr(java, attr) if java else None
@@ -237,8 +249,9 @@ def report(figs: dict[str, Figures]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Our broker against Apache RocketMQ 4.9.7 under its own "
-                                                 "benchmark tools, side by side in one run.")
+    parser = argparse.ArgumentParser(
+        description="Our broker against Apache RocketMQ 4.9.7 under its own benchmark tools, side by side in one run."
+    )
     parser.add_argument("--send-s", type=float, default=40.0, help="seconds of the send phase (lines every 10 s)")
     parser.add_argument("--drain-s", type=float, default=25.0)
     parser.add_argument("--mixed-s", type=float, default=35.0)
@@ -247,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bin_dir = find_reference_bin(args.rmq_bin)
     if bin_dir is None:
-        print(f"skipped: Apache RocketMQ 4.9.7 tools not found; install them with {REFERENCE_SETUP} "
-              f"(needs Java 17), then run again")
+        print(
+            f"skipped: Apache RocketMQ 4.9.7 tools not found; install them with {REFERENCE_SETUP} "
+            f"(needs Java 17), then run again"
+        )
         return 0
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = set(targets) - {"ceiling", "ours", "java"}

@@ -147,8 +147,10 @@ class _CurrentStderr:
 
 def quiet_logs() -> None:
     """Client logs would drown the run's own output: warnings and up only, to stderr."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()))  # type: ignore[arg-type]
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
+    )  # type: ignore[arg-type]
 
 
 @dataclass
@@ -178,8 +180,16 @@ class ProgressReporter:
     def report(self, stats: Stats, phase: str) -> None:
         if self._sock is None or self._addr is None:
             return
-        msg = {"w": self.worker, "t": now_ms(), "phase": phase, "sent": stats.sent, "acked": stats.acked,
-               "failed": stats.failed, "consumed": stats.consumed, "errors": dict(stats.errors)}
+        msg = {
+            "w": self.worker,
+            "t": now_ms(),
+            "phase": phase,
+            "sent": stats.sent,
+            "acked": stats.acked,
+            "failed": stats.failed,
+            "consumed": stats.consumed,
+            "errors": dict(stats.errors),
+        }
         try:
             self._sock.sendto(json.dumps(msg).encode(), self._addr)
         except OSError:
@@ -223,8 +233,16 @@ class _Load:
             if not consumers:
                 self.buf.add("sample", consume_ms=t, rss_bytes=rss)
             for c in consumers:
-                self.buf.add("sample", consume_ms=t, consumer=c.id, group=c.group, topic=c.topic,
-                             cache_msgs=c.cached_messages(), cache_bytes=c.cached_bytes(), rss_bytes=rss)
+                self.buf.add(
+                    "sample",
+                    consume_ms=t,
+                    consumer=c.id,
+                    group=c.group,
+                    topic=c.topic,
+                    cache_msgs=c.cached_messages(),
+                    cache_bytes=c.cached_bytes(),
+                    rss_bytes=rss,
+                )
             await asyncio.sleep(1.0)
 
     async def run(self) -> OutcomeBuffer:
@@ -271,8 +289,9 @@ class _Load:
         # A consumer is drained once it is caught up twice, ``settle`` apart: a stalled broker
         # may still store attempts the producers already gave up on (those late copies are
         # exactly the duplicates and "failed but delivered" messages the score must see).
-        fault_tail = max([(f.at_s * 1000 + f.duration_ms) / 1000 - scen.warmup_s - scen.duration_s
-                          for f in scen.faults] + [0.0])
+        fault_tail = max(
+            [(f.at_s * 1000 + f.duration_ms) / 1000 - scen.warmup_s - scen.duration_s for f in scen.faults] + [0.0]
+        )
         settle = 1.0 + max([mf.value / 1000 for mf in scen.message_faults] + [fault_tail])
         deadline = time.monotonic() + scen.drain_timeout_s
         pending = list(consumers)
@@ -294,14 +313,14 @@ class _Load:
                 elif time.monotonic() - first_seen[key] < settle:
                     still.append(c)
                 else:
-                    self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="complete",
-                                 consume_ms=now_ms())
+                    self.buf.add(
+                        "drain", consumer=c.id, group=c.group, topic=c.topic, status="complete", consume_ms=now_ms()
+                    )
             pending = still
             if pending:
                 await asyncio.sleep(0.25)
         for c in pending:
-            self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="timeout",
-                         consume_ms=now_ms())
+            self.buf.add("drain", consumer=c.id, group=c.group, topic=c.topic, status="timeout", consume_ms=now_ms())
 
     async def fault_loop(self) -> None:
         from mqclient import AdminClient, AdminError
@@ -313,20 +332,33 @@ class _Load:
                 for addr in brokers:
                     sent = now_ms()
                     try:
-                        resp = await admin.fault_inject(addr, fault.kind, duration_ms=fault.duration_ms,
-                                                        value=fault.value or None, target=fault.target)
+                        resp = await admin.fault_inject(
+                            addr,
+                            fault.kind,
+                            duration_ms=fault.duration_ms,
+                            value=fault.value or None,
+                            target=fault.target,
+                        )
                         status, remark = "OK", resp.remark
                     except AdminError as exc:  # refused (a code) or not delivered (no code)
                         status = f"CODE_{exc.code}" if exc.code is not None else "ERROR"
                         remark = exc.remark if exc.code is not None else repr(exc)
                     except Exception as exc:  # recorded, not fatal: the run goes on without the fault
                         status, remark = "ERROR", repr(exc)
-                    self.buf.add("fault", send_ms=sent, ack_ms=now_ms(), error_kind=fault.kind, status=status,
-                                 remark=remark, broker=addr)
+                    self.buf.add(
+                        "fault",
+                        send_ms=sent,
+                        ack_ms=now_ms(),
+                        error_kind=fault.kind,
+                        status=status,
+                        remark=remark,
+                        broker=addr,
+                    )
 
     # ---- helpers shared by drivers ----------------------------------------------------------------
-    def message_properties(self, producer_id: str, seq: int, elapsed_s: float,
-                           record: Callable[..., None] | None = None) -> dict[str, str]:
+    def message_properties(
+        self, producer_id: str, seq: int, elapsed_s: float, record: Callable[..., None] | None = None
+    ) -> dict[str, str]:
         """The bench properties of one message, plus any message fault due; ``record`` adds the
         fault's outcome row (a thread-safe hand-off for drivers that send from other threads)."""
         props = {PROP_RUN: self.spec.run_id, PROP_PRODUCER: producer_id, PROP_SEQ: str(seq)}
@@ -342,13 +374,34 @@ class _Load:
             props[mf.property] = str(mf.value)
             # on the plots next to the broker faults: when which message asked for trouble
             add = record or self.buf.add
-            add("fault", send_ms=now_ms(), ack_ms=now_ms(), error_kind=mf.property, status="MESSAGE",
-                remark=f"{producer_id} seq {seq}: {mf.property}={mf.value}", producer=producer_id, seq=seq)
+            add(
+                "fault",
+                send_ms=now_ms(),
+                ack_ms=now_ms(),
+                error_kind=mf.property,
+                status="MESSAGE",
+                remark=f"{producer_id} seq {seq}: {mf.property}={mf.value}",
+                producer=producer_id,
+                seq=seq,
+            )
         return props
 
-    def record_consume(self, consumer_id: str, group: str, *, topic: str, props: dict[str, str], queue_id: int,
-                       queue_offset: int, born_ms: int, store_ms: int, msg_id: str, uniq: str | None,
-                       size: int, consume_ms: int | None = None) -> None:
+    def record_consume(
+        self,
+        consumer_id: str,
+        group: str,
+        *,
+        topic: str,
+        props: dict[str, str],
+        queue_id: int,
+        queue_offset: int,
+        born_ms: int,
+        store_ms: int,
+        msg_id: str,
+        uniq: str | None,
+        size: int,
+        consume_ms: int | None = None,
+    ) -> None:
         if props.get(PROP_RUN) != self.spec.run_id:
             self.stats.errors["FOREIGN_MESSAGE"] += 1
             return
@@ -361,11 +414,23 @@ class _Load:
         if seq in self.scen.debug.drop_consumed_seqs:
             return  # planted loss: the accounting must report it
         self.stats.consumed += 1
-        self.buf.add("consume", topic=topic, producer=producer, seq=seq, queue_id=queue_id,
-                     queue_offset=queue_offset, send_ms=born_ms, store_ms=store_ms,
-                     consume_ms=now_ms() if consume_ms is None else consume_ms,
-                     consumer=consumer_id, group=group, msg_id=msg_id, uniq_key=uniq, size=size,
-                     warmup=born_ms < self.t0 + self.scen.warmup_s * 1000)
+        self.buf.add(
+            "consume",
+            topic=topic,
+            producer=producer,
+            seq=seq,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            send_ms=born_ms,
+            store_ms=store_ms,
+            consume_ms=now_ms() if consume_ms is None else consume_ms,
+            consumer=consumer_id,
+            group=group,
+            msg_id=msg_id,
+            uniq_key=uniq,
+            size=size,
+            warmup=born_ms < self.t0 + self.scen.warmup_s * 1000,
+        )
 
 
 class _AsyncioProducer:
@@ -376,31 +441,73 @@ class _AsyncioProducer:
 
         self.load, self.spec = load, spec
         c = load.scen.client
-        self.producer = Producer(load.spec.namesrv, ProducerConfig(
-            group=f"{load.spec.run_id}-producers", send_timeout_ms=c.send_timeout_ms,
-            attempt_timeout_ms=c.attempt_timeout_ms, retries=c.retries, retry_on_timeout=c.retry_on_timeout,
-            compress_over_bytes=c.compress_over_bytes), credentials=load.spec.credentials())
+        self.producer = Producer(
+            load.spec.namesrv,
+            ProducerConfig(
+                group=f"{load.spec.run_id}-producers",
+                send_timeout_ms=c.send_timeout_ms,
+                attempt_timeout_ms=c.attempt_timeout_ms,
+                retries=c.retries,
+                retry_on_timeout=c.retry_on_timeout,
+                compress_over_bytes=c.compress_over_bytes,
+            ),
+            credentials=load.spec.credentials(),
+        )
         rnd = random.Random(hash((load.spec.run_id, spec.id)))
         self.payload = rnd.randbytes(load.scen.message_size)
 
     async def close(self) -> None:
         await self.producer.close()
 
-    def _record_ok(self, seq: int, warmup: bool, began_ms: int, began: float, res: Any, *, queue_offset: int,
-                   msg_id: str, uniq: str) -> None:
+    def _record_ok(
+        self,
+        seq: int,
+        warmup: bool,
+        began_ms: int,
+        began: float,
+        res: Any,
+        *,
+        queue_offset: int,
+        msg_id: str,
+        uniq: str,
+    ) -> None:
         self.load.stats.acked += 1
         lat = int((time.perf_counter() - began) * 1e6)
-        self.load.buf.add("send", topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
-                          queue_id=res.queue.queue_id, broker=res.broker, send_ms=began_ms, ack_ms=now_ms(),
-                          latency_us=lat, status=res.status, msg_id=msg_id, uniq_key=uniq,
-                          queue_offset=queue_offset, attempts=res.attempts, size=len(self.payload))
+        self.load.buf.add(
+            "send",
+            topic=self.spec.topic,
+            producer=self.spec.id,
+            seq=seq,
+            warmup=warmup,
+            queue_id=res.queue.queue_id,
+            broker=res.broker,
+            send_ms=began_ms,
+            ack_ms=now_ms(),
+            latency_us=lat,
+            status=res.status,
+            msg_id=msg_id,
+            uniq_key=uniq,
+            queue_offset=queue_offset,
+            attempts=res.attempts,
+            size=len(self.payload),
+        )
 
     def _record_attempts(self, seq: int, errors: list[Any]) -> None:
         for e in errors:
             self.load.stats.errors[e.kind] += 1
-            self.load.buf.add("attempt", topic=self.spec.topic, producer=self.spec.id, seq=seq,
-                              queue_id=e.queue_id, broker=e.broker, send_ms=e.started_ms, ack_ms=e.ended_ms,
-                              error_kind=e.kind, error_code=e.code, remark=e.remark)
+            self.load.buf.add(
+                "attempt",
+                topic=self.spec.topic,
+                producer=self.spec.id,
+                seq=seq,
+                queue_id=e.queue_id,
+                broker=e.broker,
+                send_ms=e.started_ms,
+                ack_ms=e.ended_ms,
+                error_kind=e.kind,
+                error_code=e.code,
+                remark=e.remark,
+            )
 
     def _record_failed(self, seq: int, warmup: bool, began_ms: int, began: float, exc: BaseException) -> None:
         from mqclient import SendFailedError
@@ -414,12 +521,24 @@ class _AsyncioProducer:
         else:
             kind, code, remark, queue_id, broker = type(exc).__name__, None, str(exc), None, None
         self.load.stats.errors[kind] += 1
-        self.load.buf.add("send", topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
-                          queue_id=queue_id, broker=broker, send_ms=began_ms, ack_ms=now_ms(),
-                          latency_us=int((time.perf_counter() - began) * 1e6), status=STATUS_FAILED,
-                          error_kind=kind, error_code=code, remark=remark,
-                          attempts=len([a for a in attempts or [] if a.kind != "TIMEOUT_BUDGET"]) or 1,
-                          size=len(self.payload))
+        self.load.buf.add(
+            "send",
+            topic=self.spec.topic,
+            producer=self.spec.id,
+            seq=seq,
+            warmup=warmup,
+            queue_id=queue_id,
+            broker=broker,
+            send_ms=began_ms,
+            ack_ms=now_ms(),
+            latency_us=int((time.perf_counter() - began) * 1e6),
+            status=STATUS_FAILED,
+            error_kind=kind,
+            error_code=code,
+            remark=remark,
+            attempts=len([a for a in attempts or [] if a.kind != "TIMEOUT_BUDGET"]) or 1,
+            size=len(self.payload),
+        )
 
     async def run(self, t0: int, end: int) -> None:
         from mqclient import Message
@@ -440,18 +559,36 @@ class _AsyncioProducer:
             try:
                 if mode == "oneway":
                     mq = await self.producer.send_oneway(msg)
-                    load.buf.add("send", topic=self.spec.topic, producer=self.spec.id, seq=seq, warmup=warmup,
-                                 queue_id=mq.queue_id, send_ms=began_ms, ack_ms=now_ms(),
-                                 latency_us=int((time.perf_counter() - began) * 1e6), status=STATUS_ONEWAY,
-                                 attempts=1, size=len(self.payload))
+                    load.buf.add(
+                        "send",
+                        topic=self.spec.topic,
+                        producer=self.spec.id,
+                        seq=seq,
+                        warmup=warmup,
+                        queue_id=mq.queue_id,
+                        send_ms=began_ms,
+                        ack_ms=now_ms(),
+                        latency_us=int((time.perf_counter() - began) * 1e6),
+                        status=STATUS_ONEWAY,
+                        attempts=1,
+                        size=len(self.payload),
+                    )
                     return
                 res = await (self.producer.send(msg) if mode == "sync" else self.producer.send_async(msg))
             except Exception as exc:
                 self._record_failed(seq, warmup, began_ms, began, exc)
                 return
             self._record_attempts(seq, res.attempt_errors)
-            self._record_ok(seq, warmup, began_ms, began, res, queue_offset=res.queue_offset,
-                            msg_id=res.offset_msg_id, uniq=res.msg_id)
+            self._record_ok(
+                seq,
+                warmup,
+                began_ms,
+                began,
+                res,
+                queue_offset=res.queue_offset,
+                msg_id=res.offset_msg_id,
+                uniq=res.msg_id,
+            )
 
         async def send_batch(items: list[tuple[int, bool, Any]]) -> None:
             began_ms, began = now_ms(), time.perf_counter()
@@ -465,8 +602,16 @@ class _AsyncioProducer:
             uniqs = res.msg_id.split(",")
             self._record_attempts(items[0][0], res.attempt_errors)
             for i, (s, w, _) in enumerate(items):
-                self._record_ok(s, w, began_ms, began, res, queue_offset=res.queue_offset + i,
-                                msg_id=ids[i] if i < len(ids) else "", uniq=uniqs[i] if i < len(uniqs) else "")
+                self._record_ok(
+                    s,
+                    w,
+                    began_ms,
+                    began,
+                    res,
+                    queue_offset=res.queue_offset + i,
+                    msg_id=ids[i] if i < len(ids) else "",
+                    uniq=uniqs[i] if i < len(uniqs) else "",
+                )
 
         async def guarded(coro: Any) -> None:
             try:
@@ -516,23 +661,44 @@ class _AsyncioConsumer:
         self.id, self.group, self.topic = spec.id, spec.group, spec.topic
         c = load.scen.client
         delay = c.consume_delay_ms / 1000.0
-        self.consumer = PushConsumer(load.spec.namesrv, spec.topic, ConsumerConfig(
-            group=spec.group, pull_batch_size=c.pull_batch_size, pull_threshold_for_queue=c.pull_threshold_for_queue,
-            pull_threshold_size_for_queue_mb=c.pull_threshold_size_for_queue_mb, consume_threads=c.consume_threads,
-            suspend_timeout_ms=c.suspend_timeout_ms, pull_timeout_ms=c.pull_timeout_ms,
-            heartbeat_interval_s=c.heartbeat_interval_s, rebalance_interval_s=c.rebalance_interval_s,
-            commit_interval_s=c.commit_interval_s, pull_delay_on_error_ms=min(3000, c.pull_timeout_ms),
-            client_id=f"{socket.gethostname()}@{os.getpid()}#{spec.id}#{load.spec.run_id}"), self.on_message,
-            credentials=load.spec.credentials())
+        self.consumer = PushConsumer(
+            load.spec.namesrv,
+            spec.topic,
+            ConsumerConfig(
+                group=spec.group,
+                pull_batch_size=c.pull_batch_size,
+                pull_threshold_for_queue=c.pull_threshold_for_queue,
+                pull_threshold_size_for_queue_mb=c.pull_threshold_size_for_queue_mb,
+                consume_threads=c.consume_threads,
+                suspend_timeout_ms=c.suspend_timeout_ms,
+                pull_timeout_ms=c.pull_timeout_ms,
+                heartbeat_interval_s=c.heartbeat_interval_s,
+                rebalance_interval_s=c.rebalance_interval_s,
+                commit_interval_s=c.commit_interval_s,
+                pull_delay_on_error_ms=min(3000, c.pull_timeout_ms),
+                client_id=f"{socket.gethostname()}@{os.getpid()}#{spec.id}#{load.spec.run_id}",
+            ),
+            self.on_message,
+            credentials=load.spec.credentials(),
+        )
         self.delay = delay
 
     async def on_message(self, msg: Any, mq: Any) -> None:
         if self.delay:
             await asyncio.sleep(self.delay)
-        self.load.record_consume(self.id, self.group, topic=msg.topic, props=msg.properties, queue_id=msg.queue_id,
-                                 queue_offset=msg.queue_offset, born_ms=msg.born_timestamp,
-                                 store_ms=msg.store_timestamp, msg_id=msg.offset_msg_id,
-                                 uniq=msg.properties.get("UNIQ_KEY"), size=len(msg.body))
+        self.load.record_consume(
+            self.id,
+            self.group,
+            topic=msg.topic,
+            props=msg.properties,
+            queue_id=msg.queue_id,
+            queue_offset=msg.queue_offset,
+            born_ms=msg.born_timestamp,
+            store_ms=msg.store_timestamp,
+            msg_id=msg.offset_msg_id,
+            uniq=msg.properties.get("UNIQ_KEY"),
+            size=len(msg.body),
+        )
 
     async def start(self) -> None:
         await self.consumer.start()
@@ -573,15 +739,22 @@ def get_driver(name: str) -> Any:
         return AsyncioDriver()
     if name == "cpp":
         from bench.driver_cpp import CppDriver
+
         return CppDriver()
     if name == "grpc":
         from bench.driver_grpc import GrpcDriver
+
         return GrpcDriver()
     raise ValueError(f"unknown driver {name!r}; expected asyncio, cpp or grpc")
 
 
-def run_task(spec: TaskSpec, barrier: Barrier, *, driver: str | None = None,
-             loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> OutcomeBuffer:
+def run_task(
+    spec: TaskSpec,
+    barrier: Barrier,
+    *,
+    driver: str | None = None,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> OutcomeBuffer:
     """Run one task's load to completion on a fresh event loop; returns its outcome rows."""
     from remoting.loop import new_event_loop
 

@@ -28,8 +28,15 @@ class ConfigError(ValueError):
     """A configuration problem worth exactly one line to the operator."""
 
 
-def _k(wire: str, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
-       choices: tuple[str, ...] | None = None, minimum: int | None = None, alias: str | None = None):
+def _k(
+    wire: str,
+    default: Any = dataclasses.MISSING,
+    *,
+    factory: Any = dataclasses.MISSING,
+    choices: tuple[str, ...] | None = None,
+    minimum: int | None = None,
+    alias: str | None = None,
+):
     meta = {"wire": wire, "choices": choices, "minimum": minimum, "alias": alias}
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata=meta)
@@ -107,14 +114,16 @@ class BrokerConfig:
     consumer_manage_thread_pool_nums: int = _k("consumerManageThreadPoolNums", 32, minimum=1)
     heartbeat_thread_pool_nums: int = _k("heartbeatThreadPoolNums", min(32, _CPUS), minimum=1)
     end_transaction_thread_pool_nums: int = _k(
-        "endTransactionThreadPoolNums", max(8 + _CPUS * 2, min(_CPUS, 4) * 4), minimum=1)
+        "endTransactionThreadPoolNums", max(8 + _CPUS * 2, min(_CPUS, 4) * 4), minimum=1
+    )
     send_thread_pool_queue_capacity: int = _k("sendThreadPoolQueueCapacity", 10_000, minimum=1)
     pull_thread_pool_queue_capacity: int = _k("pullThreadPoolQueueCapacity", 100_000, minimum=1)
     reply_thread_pool_queue_capacity: int = _k("replyThreadPoolQueueCapacity", 10_000, minimum=1)
     query_thread_pool_queue_capacity: int = _k("queryThreadPoolQueueCapacity", 20_000, minimum=1)
     client_manager_thread_pool_queue_capacity: int = _k("clientManagerThreadPoolQueueCapacity", 1_000_000, minimum=1)
     consumer_manager_thread_pool_queue_capacity: int = _k(
-        "consumerManagerThreadPoolQueueCapacity", 1_000_000, minimum=1)
+        "consumerManagerThreadPoolQueueCapacity", 1_000_000, minimum=1
+    )
     heartbeat_thread_pool_queue_capacity: int = _k("heartbeatThreadPoolQueueCapacity", 50_000, minimum=1)
     end_transaction_pool_queue_capacity: int = _k("endTransactionPoolQueueCapacity", 100_000, minimum=1)
     # Upstream's admin pool is an unbounded fixed pool; ours is bounded so a flood cannot eat memory.
@@ -144,9 +153,11 @@ class BrokerConfig:
     store_path_root_dir: str = _k("storePathRootDir", factory=lambda: str(Path.home() / "store"))
     store_path_commit_log: str = _k("storePathCommitLog", "")
     mapped_file_size_commit_log: int = _k(
-        "mappedFileSizeCommitLog", 1024 * 1024 * 1024, minimum=4096, alias="mapedFileSizeCommitLog")
+        "mappedFileSizeCommitLog", 1024 * 1024 * 1024, minimum=4096, alias="mapedFileSizeCommitLog"
+    )
     mapped_file_size_consume_queue: int = _k(
-        "mappedFileSizeConsumeQueue", 300_000 * 20, minimum=20 * 16, alias="mapedFileSizeConsumeQueue")
+        "mappedFileSizeConsumeQueue", 300_000 * 20, minimum=20 * 16, alias="mapedFileSizeConsumeQueue"
+    )
     flush_disk_type: str = _k("flushDiskType", "ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"))
     broker_role: str = _k("brokerRole", "ASYNC_MASTER", choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"))
     flush_interval_commit_log: int = _k("flushIntervalCommitLog", 500, minimum=1)
@@ -224,26 +235,77 @@ class BrokerConfig:
 
 
 # Upstream keys that load without error but do nothing here (listed so an existing broker.conf works).
-INERT_KEYS = frozenset({
-    "haListenPort", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
-    "haMasterAddress", "haSlaveFallbehindMax", "enableDLegerCommitLog", "dLegerGroup", "dLegerPeers",
-    "dLegerSelfId", "slaveReadEnable", "serverWorkerThreads", "serverCallbackExecutorThreads",
-    "serverSelectorThreads", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
-    "serverChannelMaxIdleTimeSeconds", "serverSocketSndBufSize", "serverSocketRcvBufSize",
-    "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector", "fetchNamesrvAddrByAddressServer",
-    "transferMsgByHeap", "highSpeedMode", "compressedRegister", "forceRegister", "useReentrantLockWhenPutMessage",
-    "flushCommitLogTimed", "deleteCommitLogFilesInterval", "deleteConsumeQueueFilesInterval",
-    "destroyMapedFileIntervalForcibly", "redeleteHangedFileInterval", "putMsgIndexHightWater",
-    "accessMessageInMemoryMaxRatio", "flushConsumeQueueLeastPages", "flushConsumeQueueThoroughInterval",
-    "maxMsgsNumBatch", "offsetCheckInSlave", "debugLockEnable", "duplicationEnable", "diskFallRecorded",
-    "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt", "bitMapLengthConsumeQueueExt",
-    "enableCalcFilterBitMap", "expectConsumerNumUseFilter", "maxErrorRateOfBloomFilter", "filterDataCleanTimeSpan",
-    "filterServerNums", "commercialEnable", "commercialTimerCount", "commercialTransCount",
-    "commercialBigCount", "commercialBaseCount", "maxDelayTime", "disableConsumeIfConsumerReadSlowly",
-    "consumerFallbehindThreshold", "storeReplyMessageEnable", "autoDeleteUnusedStats", "isEnableBatchPush",
-    "enableDetailStat", "messageStorePlugIn", "flushConsumerOffsetHistoryInterval", "aclEnable_",
-    "storePathIndex", "storeCheckpoint", "abortFile",
-})
+INERT_KEYS = frozenset(
+    {
+        "haListenPort",
+        "haSendHeartbeatInterval",
+        "haHousekeepingInterval",
+        "haTransferBatchSize",
+        "haMasterAddress",
+        "haSlaveFallbehindMax",
+        "enableDLegerCommitLog",
+        "dLegerGroup",
+        "dLegerPeers",
+        "dLegerSelfId",
+        "slaveReadEnable",
+        "serverWorkerThreads",
+        "serverCallbackExecutorThreads",
+        "serverSelectorThreads",
+        "serverOnewaySemaphoreValue",
+        "serverAsyncSemaphoreValue",
+        "serverChannelMaxIdleTimeSeconds",
+        "serverSocketSndBufSize",
+        "serverSocketRcvBufSize",
+        "serverPooledByteBufAllocatorEnable",
+        "useEpollNativeSelector",
+        "fetchNamesrvAddrByAddressServer",
+        "transferMsgByHeap",
+        "highSpeedMode",
+        "compressedRegister",
+        "forceRegister",
+        "useReentrantLockWhenPutMessage",
+        "flushCommitLogTimed",
+        "deleteCommitLogFilesInterval",
+        "deleteConsumeQueueFilesInterval",
+        "destroyMapedFileIntervalForcibly",
+        "redeleteHangedFileInterval",
+        "putMsgIndexHightWater",
+        "accessMessageInMemoryMaxRatio",
+        "flushConsumeQueueLeastPages",
+        "flushConsumeQueueThoroughInterval",
+        "maxMsgsNumBatch",
+        "offsetCheckInSlave",
+        "debugLockEnable",
+        "duplicationEnable",
+        "diskFallRecorded",
+        "enableConsumeQueueExt",
+        "mappedFileSizeConsumeQueueExt",
+        "bitMapLengthConsumeQueueExt",
+        "enableCalcFilterBitMap",
+        "expectConsumerNumUseFilter",
+        "maxErrorRateOfBloomFilter",
+        "filterDataCleanTimeSpan",
+        "filterServerNums",
+        "commercialEnable",
+        "commercialTimerCount",
+        "commercialTransCount",
+        "commercialBigCount",
+        "commercialBaseCount",
+        "maxDelayTime",
+        "disableConsumeIfConsumerReadSlowly",
+        "consumerFallbehindThreshold",
+        "storeReplyMessageEnable",
+        "autoDeleteUnusedStats",
+        "isEnableBatchPush",
+        "enableDetailStat",
+        "messageStorePlugIn",
+        "flushConsumerOffsetHistoryInterval",
+        "aclEnable_",
+        "storePathIndex",
+        "storeCheckpoint",
+        "abortFile",
+    }
+)
 
 
 def parse_delay_levels(text: str) -> list[int]:
@@ -278,27 +340,74 @@ def _field_table() -> dict[str, dataclasses.Field]:
 JAVA_INT_MAX = 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
 # Upstream declares these as long; every other number is a Java int.
-_LONG_KEYS = frozenset({
-    "brokerId", "startAcceptSendRequestTimeStamp", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue",
-    "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInTransactionQueue", "shortPollingTimeMills",
-    "channelExpiredTimeout", "rebalanceLockMaxLiveTime", "transactionTimeOut", "transactionCheckInterval",
-    "syncFlushTimeout", "osPageCacheBusyTimeOutMills", "flushDelayOffsetInterval",
-})
+_LONG_KEYS = frozenset(
+    {
+        "brokerId",
+        "startAcceptSendRequestTimeStamp",
+        "waitTimeMillsInSendQueue",
+        "waitTimeMillsInPullQueue",
+        "waitTimeMillsInHeartbeatQueue",
+        "waitTimeMillsInTransactionQueue",
+        "shortPollingTimeMills",
+        "channelExpiredTimeout",
+        "rebalanceLockMaxLiveTime",
+        "transactionTimeOut",
+        "transactionCheckInterval",
+        "syncFlushTimeout",
+        "osPageCacheBusyTimeOutMills",
+        "flushDelayOffsetInterval",
+    }
+)
 # Ranges tighter than the Java type (a port is 0-65535; permissions are the PermName bits).
-_MAXIMA = {"listenPort": 65535, "namesrvListenPort": 65535, "metricsPromExporterPort": 65535, "grpcServerPort": 65535,
-           "brokerPermission": 15, "diskMaxUsedSpaceRatio": 95}
+_MAXIMA = {
+    "listenPort": 65535,
+    "namesrvListenPort": 65535,
+    "metricsPromExporterPort": 65535,
+    "grpcServerPort": 65535,
+    "brokerPermission": 15,
+    "diskMaxUsedSpaceRatio": 95,
+}
 # Read once at start (servers, executors, files, fault injection): UPDATE_BROKER_CONFIG refuses them.
-BOOT_ONLY_KEYS = frozenset({
-    "listenPort", "namesrvListenPort", "listenHost", "namesrvListenHost", "storePathRootDir", "storePathCommitLog",
-    "brokerName", "brokerClusterName", "brokerIP1", "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
-    "transientStorePoolEnable", "transientStorePoolSize", "maxHashSlotNum", "maxIndexNum", "frameMaxLength",
-    "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "faultInjectionEnable",
-    "sendMessageThreadPoolNums", "pullMessageThreadPoolNums", "processReplyMessageThreadPoolNums",
-    "queryMessageThreadPoolNums", "adminBrokerThreadPoolNums", "clientManageThreadPoolNums",
-    "consumerManageThreadPoolNums", "heartbeatThreadPoolNums", "endTransactionThreadPoolNums",
-    "aclEnable", "rocketmqHome",  # ACL: the hook and its files are set up at boot
-    "grpcServerPort", "grpcListenHost", "grpcTlsEnable", "grpcTlsCertPath", "grpcTlsKeyPath",  # the 5.x endpoint
-})
+BOOT_ONLY_KEYS = frozenset(
+    {
+        "listenPort",
+        "namesrvListenPort",
+        "listenHost",
+        "namesrvListenHost",
+        "storePathRootDir",
+        "storePathCommitLog",
+        "brokerName",
+        "brokerClusterName",
+        "brokerIP1",
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "transientStorePoolEnable",
+        "transientStorePoolSize",
+        "maxHashSlotNum",
+        "maxIndexNum",
+        "frameMaxLength",
+        "metricsExporterType",
+        "metricsPromExporterHost",
+        "metricsPromExporterPort",
+        "faultInjectionEnable",
+        "sendMessageThreadPoolNums",
+        "pullMessageThreadPoolNums",
+        "processReplyMessageThreadPoolNums",
+        "queryMessageThreadPoolNums",
+        "adminBrokerThreadPoolNums",
+        "clientManageThreadPoolNums",
+        "consumerManageThreadPoolNums",
+        "heartbeatThreadPoolNums",
+        "endTransactionThreadPoolNums",
+        "aclEnable",
+        "rocketmqHome",  # ACL: the hook and its files are set up at boot
+        "grpcServerPort",
+        "grpcListenHost",
+        "grpcTlsEnable",
+        "grpcTlsCertPath",
+        "grpcTlsKeyPath",  # the 5.x endpoint
+    }
+)
 
 
 def _convert(f: dataclasses.Field, key: str, raw: str) -> Any:
@@ -349,7 +458,7 @@ def read_properties(path: str | os.PathLike) -> list[tuple[str, str]]:
         sep = min((i for i in (stripped.find("="), stripped.find(":")) if i > 0), default=-1)
         if sep < 0:
             raise ConfigError(f"{path}:{lineno}: expected key=value, got {line.strip()!r}")
-        items.append((stripped[:sep].strip(), stripped[sep + 1:].strip()))
+        items.append((stripped[:sep].strip(), stripped[sep + 1 :].strip()))
     return items
 
 
@@ -386,13 +495,17 @@ def validate(config: BrokerConfig) -> None:
     """Cross-field rules, each reported as one clear line."""
     parse_delay_levels(config.message_delay_level)
     if config.transient_store_pool_enable and (
-            config.flush_disk_type != "ASYNC_FLUSH" or config.broker_role == "SLAVE"):
-        raise ConfigError("transientStorePoolEnable=true requires flushDiskType=ASYNC_FLUSH on a master "
-                          "(as upstream); set transientStorePoolEnable=false or flushDiskType=ASYNC_FLUSH")
+        config.flush_disk_type != "ASYNC_FLUSH" or config.broker_role == "SLAVE"
+    ):
+        raise ConfigError(
+            "transientStorePoolEnable=true requires flushDiskType=ASYNC_FLUSH on a master "
+            "(as upstream); set transientStorePoolEnable=false or flushDiskType=ASYNC_FLUSH"
+        )
     if not config.broker_name:
         raise ConfigError("brokerName must not be empty")
     if len(config.delete_when.split(";")) == 0 or not all(
-            p.isdigit() and 0 <= int(p) <= 23 for p in config.delete_when.split(";")):
+        p.isdigit() and 0 <= int(p) <= 23 for p in config.delete_when.split(";")
+    ):
         raise ConfigError(f"deleteWhen: expected hours 00-23 separated by ';', got {config.delete_when!r}")
     if config.listen_port and config.listen_port == config.namesrv_listen_port:
         raise ConfigError("listenPort and namesrvListenPort must differ")
@@ -400,8 +513,9 @@ def validate(config: BrokerConfig) -> None:
         raise ConfigError("diskMaxUsedSpaceRatio: must be at most 95")
 
 
-def load_config(conf_file: str | None, assignments: Iterable[str] = (),
-                env: Mapping[str, str] | None = None) -> tuple[BrokerConfig, list[str]]:
+def load_config(
+    conf_file: str | None, assignments: Iterable[str] = (), env: Mapping[str, str] | None = None
+) -> tuple[BrokerConfig, list[str]]:
     """Defaults, then broker.conf, then ``--set`` (later wins)."""
     items: list[tuple[str, str]] = []
     if conf_file:

@@ -43,12 +43,18 @@ class ConsumerOffsetManager:
         return dict(self.offset_table.get(self.key(topic, group), {}))
 
     def which_topic_by_consumer(self, group: str) -> set[str]:
-        return {k.split(TOPIC_GROUP_SEPARATOR, 1)[0] for k in self.offset_table
-                if k.split(TOPIC_GROUP_SEPARATOR, 1)[1] == group}
+        return {
+            k.split(TOPIC_GROUP_SEPARATOR, 1)[0]
+            for k in self.offset_table
+            if k.split(TOPIC_GROUP_SEPARATOR, 1)[1] == group
+        }
 
     def which_group_by_topic(self, topic: str) -> set[str]:
-        return {k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in self.offset_table
-                if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic}
+        return {
+            k.split(TOPIC_GROUP_SEPARATOR, 1)[1]
+            for k in self.offset_table
+            if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic
+        }
 
     def remove_topic(self, topic: str) -> None:
         for k in [k for k in self.offset_table if k.split(TOPIC_GROUP_SEPARATOR, 1)[0] == topic]:

@@ -86,37 +86,59 @@ class BrokerController:
         self.topic_config_manager = TopicConfigManager(config, on_change=self._on_topic_change, now_ms=now_ms)
         self.consumer_offset_manager = ConsumerOffsetManager(config.store_path_root_dir)
         self.subscription_group_manager = SubscriptionGroupManager(
-            config.store_path_root_dir, auto_create=config.auto_create_subscription_group,
-            default_retry_max_times=config.max_reconsume_times)
-        self.consumer_manager = ConsumerManager(now_ms=now_ms, channel_expired_ms=config.channel_expired_timeout,
-                                                on_ids_changed=self._notify_consumer_ids_changed)
+            config.store_path_root_dir,
+            auto_create=config.auto_create_subscription_group,
+            default_retry_max_times=config.max_reconsume_times,
+        )
+        self.consumer_manager = ConsumerManager(
+            now_ms=now_ms,
+            channel_expired_ms=config.channel_expired_timeout,
+            on_ids_changed=self._notify_consumer_ids_changed,
+        )
         self.producer_manager = ProducerManager(now_ms=now_ms, channel_expired_ms=config.channel_expired_timeout)
-        self.rebalance_lock_manager = RebalanceLockManager(now_ms=now_ms,
-                                                           max_live_ms=config.rebalance_lock_max_live_time)
-        self.schedule_service = ScheduleMessageService(store=self.store, delay_levels_ms=config.delay_levels_ms,
-                                                       store_path_root_dir=config.store_path_root_dir, now_ms=now_ms)
-        self.timer_service = TimerMessageService(store=self.store, store_path_root_dir=config.store_path_root_dir,
-                                                 now_ms=now_ms)  # exact delivery times (TIMER_DELIVER_MS)
-        self.transaction_service = TransactionalMessageService(store=self.store, store_host=self.store_host,
-                                                               now_ms=now_ms)
+        self.rebalance_lock_manager = RebalanceLockManager(
+            now_ms=now_ms, max_live_ms=config.rebalance_lock_max_live_time
+        )
+        self.schedule_service = ScheduleMessageService(
+            store=self.store,
+            delay_levels_ms=config.delay_levels_ms,
+            store_path_root_dir=config.store_path_root_dir,
+            now_ms=now_ms,
+        )
+        self.timer_service = TimerMessageService(
+            store=self.store, store_path_root_dir=config.store_path_root_dir, now_ms=now_ms
+        )  # exact delivery times (TIMER_DELIVER_MS)
+        self.transaction_service = TransactionalMessageService(
+            store=self.store, store_host=self.store_host, now_ms=now_ms
+        )
         self.transaction_check_service = TransactionalMessageCheckService(
-            store=self.store, service=self.transaction_service, offsets=self.consumer_offset_manager, config=config,
+            store=self.store,
+            service=self.transaction_service,
+            offsets=self.consumer_offset_manager,
+            config=config,
             send_check=send_to_producer(self.producer_manager),
-            ensure_topic=system_topic_creator(self.topic_config_manager), now_ms=now_ms)
-        self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = \
-            ExpressionCompiler()
+            ensure_topic=system_topic_creator(self.topic_config_manager),
+            now_ms=now_ms,
+        )
+        self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = ExpressionCompiler()
 
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
-        self.pull_hold_service = PullRequestHoldService(wake_in_loop(self.pull_processor),
-                                                        self.store.get_max_offset_in_queue)
+        self.pull_hold_service = PullRequestHoldService(
+            wake_in_loop(self.pull_processor), self.store.get_max_offset_in_queue
+        )
         self.store.message_arriving_listener = self._on_message_arriving
-        self.pop_service = PopService(store=self.store, offsets=self.consumer_offset_manager,
-                                      forward_to_dlq=self._pop_forward_to_dlq, now_ms=now_ms)  # 5.x consumers
+        self.pop_service = PopService(
+            store=self.store,
+            offsets=self.consumer_offset_manager,
+            forward_to_dlq=self._pop_forward_to_dlq,
+            now_ms=now_ms,
+        )  # 5.x consumers
         self.pop_checkpoint = PopCheckpointFile(config.store_path_root_dir)
 
-        self.server = RemotingServer(config.listen_host, config.listen_port, listener=self, now_ms=now_ms,
-                                     frame_max=config.frame_max_length)
+        self.server = RemotingServer(
+            config.listen_host, config.listen_port, listener=self, now_ms=now_ms, frame_max=config.frame_max_length
+        )
         self.executors = self._build_executors()
         self.fault_executor = RequestExecutor("fault_inject", 1, 1000, now_ms=now_ms)
         self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
@@ -130,23 +152,28 @@ class BrokerController:
         self.fault_injector = FaultInjector(executors=lambda: self.executors, store=self.store, now_ms=now_ms)
         self.fast_failure = BrokerFastFailure(
             send_executor=self.executors["send"],
-            queues=[SweptQueue(self.executors["send"], lambda: self.config.wait_time_mills_in_send_queue),
-                    SweptQueue(self.executors["pull"], lambda: self.config.wait_time_mills_in_pull_queue),
-                    SweptQueue(self.executors["heartbeat"], lambda: self.config.wait_time_mills_in_heartbeat_queue),
-                    SweptQueue(self.executors["end_transaction"],
-                               lambda: self.config.wait_time_mills_in_transaction_queue)],
-            is_page_cache_busy=self.store.is_os_page_cache_busy, now_ms=now_ms,
+            queues=[
+                SweptQueue(self.executors["send"], lambda: self.config.wait_time_mills_in_send_queue),
+                SweptQueue(self.executors["pull"], lambda: self.config.wait_time_mills_in_pull_queue),
+                SweptQueue(self.executors["heartbeat"], lambda: self.config.wait_time_mills_in_heartbeat_queue),
+                SweptQueue(self.executors["end_transaction"], lambda: self.config.wait_time_mills_in_transaction_queue),
+            ],
+            is_page_cache_busy=self.store.is_os_page_cache_busy,
+            now_ms=now_ms,
             enabled=lambda: self.config.broker_fast_failure_enable,
-            on_shed=lambda queue, kind, n: self.stats.on_busy(kind, queue, n))
+            on_shed=lambda queue, kind, n: self.stats.on_busy(kind, queue, n),
+        )
 
         # Embedded name server (its own port, its own executor).
         self.routes = RouteInfoManager(now_ms=now_ms)
         self.namesrv_processor = NamesrvProcessor(
-            self.routes, topic_creator=self._create_topic_for_route if config.auto_create_topic_enable else None)
+            self.routes, topic_creator=self._create_topic_for_route if config.auto_create_topic_enable else None
+        )
         self.namesrv_server: RemotingServer | None = None
         if config.namesrv_listen_port >= 0:
-            self.namesrv_server = RemotingServer(config.namesrv_listen_host, config.namesrv_listen_port,
-                                                 now_ms=now_ms, frame_max=config.frame_max_length)
+            self.namesrv_server = RemotingServer(
+                config.namesrv_listen_host, config.namesrv_listen_port, now_ms=now_ms, frame_max=config.frame_max_length
+            )
             self.namesrv_executor = RequestExecutor("namesrv", 8, 100_000, now_ms=now_ms)
             for route in namesrv_routes(self.namesrv_processor):
                 self.namesrv_server.register_processor(route.code, route.processor, self.namesrv_executor)
@@ -160,22 +187,36 @@ class BrokerController:
     def _build_executors(self) -> dict[str, RequestExecutor]:
         c, now = self.config, self.now_ms
         return {
-            "send": RequestExecutor("send", c.send_message_thread_pool_nums, c.send_thread_pool_queue_capacity,
-                                    now_ms=now),
-            "pull": RequestExecutor("pull", c.pull_message_thread_pool_nums, c.pull_thread_pool_queue_capacity,
-                                    now_ms=now),
-            "query": RequestExecutor("query", c.query_message_thread_pool_nums, c.query_thread_pool_queue_capacity,
-                                     now_ms=now),
-            "client_manage": RequestExecutor("client_manage", c.client_manage_thread_pool_nums,
-                                             c.client_manager_thread_pool_queue_capacity, now_ms=now),
-            "heartbeat": RequestExecutor("heartbeat", c.heartbeat_thread_pool_nums,
-                                         c.heartbeat_thread_pool_queue_capacity, now_ms=now),
-            "consumer_manage": RequestExecutor("consumer_manage", c.consumer_manage_thread_pool_nums,
-                                               c.consumer_manager_thread_pool_queue_capacity, now_ms=now),
-            "end_transaction": RequestExecutor("end_transaction", c.end_transaction_thread_pool_nums,
-                                               c.end_transaction_pool_queue_capacity, now_ms=now),
-            "admin": RequestExecutor("admin", c.admin_broker_thread_pool_nums,
-                                     c.admin_broker_thread_pool_queue_capacity, now_ms=now),
+            "send": RequestExecutor(
+                "send", c.send_message_thread_pool_nums, c.send_thread_pool_queue_capacity, now_ms=now
+            ),
+            "pull": RequestExecutor(
+                "pull", c.pull_message_thread_pool_nums, c.pull_thread_pool_queue_capacity, now_ms=now
+            ),
+            "query": RequestExecutor(
+                "query", c.query_message_thread_pool_nums, c.query_thread_pool_queue_capacity, now_ms=now
+            ),
+            "client_manage": RequestExecutor(
+                "client_manage",
+                c.client_manage_thread_pool_nums,
+                c.client_manager_thread_pool_queue_capacity,
+                now_ms=now,
+            ),
+            "heartbeat": RequestExecutor(
+                "heartbeat", c.heartbeat_thread_pool_nums, c.heartbeat_thread_pool_queue_capacity, now_ms=now
+            ),
+            "consumer_manage": RequestExecutor(
+                "consumer_manage",
+                c.consumer_manage_thread_pool_nums,
+                c.consumer_manager_thread_pool_queue_capacity,
+                now_ms=now,
+            ),
+            "end_transaction": RequestExecutor(
+                "end_transaction", c.end_transaction_thread_pool_nums, c.end_transaction_pool_queue_capacity, now_ms=now
+            ),
+            "admin": RequestExecutor(
+                "admin", c.admin_broker_thread_pool_nums, c.admin_broker_thread_pool_queue_capacity, now_ms=now
+            ),
         }
 
     def _register_processors(self) -> None:
@@ -186,8 +227,7 @@ class BrokerController:
             reg(route.code, route.processor, queues[route.queue])
         # A code absent from the table is answered "not supported" after the ACL hook, in the admin queue
         # (upstream's AdminBrokerProcessor default branch).
-        self.server.register_default_processor(self.metrics.wrap(NotSupportedProcessor(), ADMIN),
-                                               self.executors[ADMIN])
+        self.server.register_default_processor(self.metrics.wrap(NotSupportedProcessor(), ADMIN), self.executors[ADMIN])
 
     # -- helpers used by processors --------------------------------------------------------------
     def born_host(self, channel) -> tuple[str, int]:
@@ -211,9 +251,12 @@ class BrokerController:
 
     def runtime_info(self) -> dict[str, Any]:
         info: dict[str, Any] = {
-            "brokerVersionDesc": "V4_9_8", "brokerVersion": BROKER_VERSION,
-            "bootTimestamp": self.boot_ms, "runtime": _runtime(self.now_ms() - self.boot_ms),
-            "msgPutTotalTodayNow": self.stats.total_put, "msgGetTotalTodayNow": self.stats.total_get,
+            "brokerVersionDesc": "V4_9_8",
+            "brokerVersion": BROKER_VERSION,
+            "bootTimestamp": self.boot_ms,
+            "runtime": _runtime(self.now_ms() - self.boot_ms),
+            "msgPutTotalTodayNow": self.stats.total_put,
+            "msgGetTotalTodayNow": self.stats.total_get,
             "startAcceptSendRequestTimeStamp": self.config.start_accept_send_request_time_stamp,
             "pullRequestHoldCount": self.pull_hold_service.parked_count,
             "scheduleMessageDelivered": self.schedule_service.delivered,
@@ -248,16 +291,25 @@ class BrokerController:
         changed = {k for k, _ in items}
         blocked = sorted(changed & BOOT_ONLY_KEYS)
         if blocked:
-            raise ConfigError(f"these keys cannot change while the broker runs: {', '.join(blocked)} "
-                              "(set them in broker.conf or with --set, then restart)")
+            raise ConfigError(
+                f"these keys cannot change while the broker runs: {', '.join(blocked)} "
+                "(set them in broker.conf or with --set, then restart)"
+            )
         for name in vars(new_config):
             setattr(self.config, name, getattr(new_config, name))
         self.config_data_version.next_version(self.now_ms)
         log.info("broker config updated", keys=sorted(changed))
 
     # -- events ------------------------------------------------------------------------------------
-    def _on_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int,
-                             store_timestamp: int, properties: dict[str, str] | None) -> None:
+    def _on_message_arriving(
+        self,
+        topic: str,
+        queue_id: int,
+        max_offset: int,
+        tags_code: int,
+        store_timestamp: int,
+        properties: dict[str, str] | None,
+    ) -> None:
         """Called by the store after a message is dispatched; ``max_offset`` is the queue's new max."""
         if topic == SCHEDULE_TOPIC:
             self.schedule_service.on_message_arriving(queue_id)
@@ -270,11 +322,18 @@ class BrokerController:
 
     async def _pop_forward_to_dlq(self, group: str, msg) -> bool:
         """The POP revive's last step: the send processor's send-back with delay level -1 (to %DLQ%<group>)."""
-        ext = {"offset": str(msg.commit_log_offset), "group": group, "delayLevel": "-1",
-               "originMsgId": msg.properties.get("UNIQ_KEY", msg.msg_id), "originTopic": msg.topic,
-               "unitMode": "false", "maxReconsumeTimes": "0"}
+        ext = {
+            "offset": str(msg.commit_log_offset),
+            "group": group,
+            "delayLevel": "-1",
+            "originMsgId": msg.properties.get("UNIQ_KEY", msg.msg_id),
+            "originTopic": msg.topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": "0",
+        }
         response = await self.send_processor.consumer_send_msg_back(
-            None, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext))
+            None, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+        )
         return response.code == ResponseCode.SUCCESS
 
     def _on_topic_change(self, tc: TopicConfig | None) -> None:
@@ -295,8 +354,10 @@ class BrokerController:
         elif topic.startswith("%"):
             return False
         else:
-            if tcm.create_topic_in_send_message(topic, DEFAULT_TOPIC, "namesrv", NAMESRV_AUTO_CREATE_QUEUE_NUMS,
-                                                0) is None:
+            if (
+                tcm.create_topic_in_send_message(topic, DEFAULT_TOPIC, "namesrv", NAMESRV_AUTO_CREATE_QUEUE_NUMS, 0)
+                is None
+            ):
                 return False
         return True
 
@@ -305,11 +366,13 @@ class BrokerController:
             if not channel.is_active:
                 continue
             try:
-                channel.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                                              {"consumerGroup": group}, oneway=True))
+                channel.invoke_oneway(
+                    RemotingCommand.request(
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - a dead peer must not break the heartbeat
-                log.info("cannot notify consumer ids changed", group=group, remote=channel.remote_addr,
-                         error=str(exc))
+                log.info("cannot notify consumer ids changed", group=group, remote=channel.remote_addr, error=str(exc))
 
     # ChannelEventListener
     def on_channel_connect(self, remote: str, channel) -> None:
@@ -326,14 +389,23 @@ class BrokerController:
     # -- name server registration ---------------------------------------------------------------
     def _topic_wrapper(self) -> dict[str, Any]:
         tcm = self.topic_config_manager
-        return {"topicConfigTable": {n: tc.to_json() for n, tc in tcm.table.items()},
-                "dataVersion": tcm.data_version.to_json()}
+        return {
+            "topicConfigTable": {n: tc.to_json() for n, tc in tcm.table.items()},
+            "dataVersion": tcm.data_version.to_json(),
+        }
 
     def _register_embedded(self) -> None:
         c = self.config
         wrapper = self._topic_wrapper()
-        self.routes.register_broker(c.broker_cluster_name, c.broker_addr, c.broker_name, c.broker_id, "",
-                                    wrapper["topicConfigTable"], wrapper["dataVersion"])
+        self.routes.register_broker(
+            c.broker_cluster_name,
+            c.broker_addr,
+            c.broker_name,
+            c.broker_id,
+            "",
+            wrapper["topicConfigTable"],
+            wrapper["dataVersion"],
+        )
 
     async def register_broker_all(self) -> None:
         self._register_embedded()
@@ -342,14 +414,22 @@ class BrokerController:
             return
         c = self.config
         body = orjson.dumps({"topicConfigSerializeWrapper": self._topic_wrapper(), "filterServerList": []})
-        ext = {"brokerName": c.broker_name, "brokerAddr": c.broker_addr, "clusterName": c.broker_cluster_name,
-               "haServerAddr": f"{c.broker_ip1}:{c.listen_port + 1}", "brokerId": str(c.broker_id),
-               "compressed": "false", "bodyCrc32": str(_crc32(body))}
+        ext = {
+            "brokerName": c.broker_name,
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.broker_cluster_name,
+            "haServerAddr": f"{c.broker_ip1}:{c.listen_port + 1}",
+            "brokerId": str(c.broker_id),
+            "compressed": "false",
+            "bodyCrc32": str(_crc32(body)),
+        }
         for addr in addrs:
             try:
-                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(ext),
-                                                                              body),
-                                                c.register_broker_timeout_mills / 1000)
+                resp = await self.client.invoke(
+                    addr,
+                    RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(ext), body),
+                    c.register_broker_timeout_mills / 1000,
+                )
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("register broker refused", namesrv=addr, code=resp.code, remark=resp.remark)
             except Exception as exc:  # noqa: BLE001 - a name server down must not stop the broker
@@ -357,8 +437,12 @@ class BrokerController:
 
     async def unregister_broker_all(self) -> None:
         c = self.config
-        ext = {"brokerName": c.broker_name, "brokerAddr": c.broker_addr, "clusterName": c.broker_cluster_name,
-               "brokerId": str(c.broker_id)}
+        ext = {
+            "brokerName": c.broker_name,
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.broker_cluster_name,
+            "brokerId": str(c.broker_id),
+        }
         for addr in c.namesrv_addr_list:
             try:
                 await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, dict(ext)), 3.0)
@@ -399,15 +483,18 @@ class BrokerController:
         await self.register_broker_all()
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets),
-                             name="persist-offsets"),
+            loop.create_task(
+                self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets),
+                name="persist-offsets",
+            ),
             loop.create_task(self._every(CLIENT_HOUSEKEEPING_INTERVAL_S, self._housekeeping), name="housekeeping"),
             loop.create_task(self._registration_loop(), name="register-broker"),
             loop.create_task(self.stats.run_shed_reporter(lambda: self.executors), name="load-shedding-log"),
         ]
         if self.acl is not None:
-            self._tasks.append(loop.create_task(self._every(ACL_WATCH_INTERVAL_S, self.acl.reload_if_changed),
-                                                name="acl-watch"))
+            self._tasks.append(
+                loop.create_task(self._every(ACL_WATCH_INTERVAL_S, self.acl.reload_if_changed), name="acl-watch")
+            )
 
     async def _every(self, interval_s: float, fn: Callable[[], Any]) -> None:
         while True:
@@ -476,9 +563,13 @@ class BrokerController:
 
 
 _UPSTREAM_QUEUE_NAMES = {
-    "send": "sendThreadPoolQueue", "pull": "pullThreadPoolQueue", "query": "queryThreadPoolQueue",
-    "heartbeat": "heartbeatThreadPoolQueue", "end_transaction": "endTransactionThreadPoolQueue",
-    "client_manage": "clientManagerThreadPoolQueue", "consumer_manage": "consumerManagerThreadPoolQueue",
+    "send": "sendThreadPoolQueue",
+    "pull": "pullThreadPoolQueue",
+    "query": "queryThreadPoolQueue",
+    "heartbeat": "heartbeatThreadPoolQueue",
+    "end_transaction": "endTransactionThreadPoolQueue",
+    "client_manage": "clientManagerThreadPoolQueue",
+    "consumer_manage": "consumerManagerThreadPoolQueue",
     "admin": "adminBrokerThreadPoolQueue",
 }
 
@@ -501,8 +592,10 @@ async def cancel_until_done(tasks: list[asyncio.Task[None]], retry_s: float = 1.
 
 def _runtime(ms: int) -> str:
     seconds = max(ms, 0) // 1000
-    return f"[ {seconds // 86400} days, {seconds % 86400 // 3600} hours, {seconds % 3600 // 60} minutes, " \
-           f"{seconds % 60} seconds ]"
+    return (
+        f"[ {seconds // 86400} days, {seconds % 86400 // 3600} hours, {seconds % 3600 // 60} minutes, "
+        f"{seconds % 60} seconds ]"
+    )
 
 
 def _crc32(data: bytes) -> int:

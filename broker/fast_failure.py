@@ -24,9 +24,12 @@ from remoting.executor import RequestExecutor
 
 log = structlog.get_logger(__name__)
 
-PCBUSY_REMARK = "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %sms, size of queue: %d"
-TIMEOUT_REMARK = ("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %sms, "
-                  "size of queue: %d")
+PCBUSY_REMARK = (
+    "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %sms, size of queue: %d"
+)
+TIMEOUT_REMARK = (
+    "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %sms, size of queue: %d"
+)
 
 
 @dataclass(slots=True)
@@ -36,10 +39,18 @@ class SweptQueue:
 
 
 class BrokerFastFailure:
-    def __init__(self, *, send_executor: RequestExecutor, queues: list[SweptQueue],
-                 is_page_cache_busy: Callable[[], bool], now_ms: Callable[[], int],
-                 enabled: Callable[[], bool], on_shed: Callable[[str, str, int], None] | None = None,
-                 interval_s: float = 0.010, start_delay_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        send_executor: RequestExecutor,
+        queues: list[SweptQueue],
+        is_page_cache_busy: Callable[[], bool],
+        now_ms: Callable[[], int],
+        enabled: Callable[[], bool],
+        on_shed: Callable[[str, str, int], None] | None = None,
+        interval_s: float = 0.010,
+        start_delay_s: float = 1.0,
+    ) -> None:
         self._send = send_executor
         self._queues = queues
         self._busy = is_page_cache_busy

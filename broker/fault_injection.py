@@ -37,8 +37,7 @@ MAX_DURATION_MS = 3_600_000  # an hour: longer is a typo, not an experiment
 class FaultInjector:
     """Applies FAULT_INJECT requests to the broker's executors and store; remembers what is active."""
 
-    def __init__(self, *, executors: Callable[[], Mapping[str, Any]], store: Any,
-                 now_ms: Callable[[], int]) -> None:
+    def __init__(self, *, executors: Callable[[], Mapping[str, Any]], store: Any, now_ms: Callable[[], int]) -> None:
         self._executors = executors
         self._store = store
         self._now_ms = now_ms
@@ -70,8 +69,10 @@ class FaultInjector:
             fault.inject_stall_append(duration_ms)
         elif kind == "drain_transient_pool":
             if getattr(self._store, "pool", None) is None:
-                raise ValueError("drain_transient_pool needs a transient store pool: start the broker with "
-                                 "transientStorePoolEnable=true (ASYNC_FLUSH master)")
+                raise ValueError(
+                    "drain_transient_pool needs a transient store pool: start the broker with "
+                    "transientStorePoolEnable=true (ASYNC_FLUSH master)"
+                )
             fault.inject_drain_pool(duration_ms)
         elif kind == "slow_fsync":
             delay_ms = _parse_ms(value, DEFAULT_SLOW_FSYNC_MS, "slow_fsync value (ms per fsync)")

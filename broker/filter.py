@@ -43,7 +43,7 @@ def record_properties_bytes(record: memoryview | bytes) -> memoryview:
     props_len_pos = topic_len_pos + 1 + topic_len
     (props_len,) = _I16.unpack_from(view, props_len_pos)
     start = props_len_pos + 2
-    return view[start:start + max(props_len, 0)]
+    return view[start : start + max(props_len, 0)]
 
 
 def record_properties(record: memoryview | bytes) -> dict[str, str]:
@@ -93,8 +93,9 @@ class TagMessageFilter:
             code -= 0x100000000
         return code in self._codes
 
-    def is_matched_by_commit_log(self, record: memoryview | bytes | None,
-                                 properties: Mapping[str, str] | None = None) -> bool:
+    def is_matched_by_commit_log(
+        self, record: memoryview | bytes | None, properties: Mapping[str, str] | None = None
+    ) -> bool:
         if self._all:
             return True
         if properties is not None:
@@ -130,8 +131,9 @@ class ExpressionMessageFilter:
     def is_matched_by_consume_queue(self, tags_code: int | None) -> bool:
         return True
 
-    def is_matched_by_commit_log(self, record: memoryview | bytes | None,
-                                 properties: Mapping[str, str] | None = None) -> bool:
+    def is_matched_by_commit_log(
+        self, record: memoryview | bytes | None, properties: Mapping[str, str] | None = None
+    ) -> bool:
         if properties is None:
             if record is None:
                 return True

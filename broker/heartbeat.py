@@ -16,9 +16,14 @@ SUB_ALL = "*"
 
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-                "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
-                "CONSUME_FROM_TIMESTAMP")
+CONSUME_FROM = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
 
 
 class HeartbeatError(ValueError):
@@ -55,13 +60,20 @@ class SubscriptionData:
         return self.expression_type == "TAG" and (not self.sub_string or self.sub_string.strip() == SUB_ALL)
 
     def to_json(self) -> dict[str, Any]:
-        return {"classFilterMode": self.class_filter_mode, "codeSet": sorted(self.code_set),
-                "expressionType": self.expression_type, "subString": self.sub_string,
-                "subVersion": self.sub_version, "tagsSet": sorted(self.tags_set), "topic": self.topic}
+        return {
+            "classFilterMode": self.class_filter_mode,
+            "codeSet": sorted(self.code_set),
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": sorted(self.tags_set),
+            "topic": self.topic,
+        }
 
 
-def build_subscription(topic: str, sub_string: str | None, expression_type: str | None = None,
-                       sub_version: int = 0) -> SubscriptionData:
+def build_subscription(
+    topic: str, sub_string: str | None, expression_type: str | None = None, sub_version: int = 0
+) -> SubscriptionData:
     """Upstream's FilterAPI.build: split tags on ``||``, hash each with Java's String.hashCode."""
     expr_type = (expression_type or "TAG").upper()
     sub = (sub_string or "").strip()
@@ -70,8 +82,9 @@ def build_subscription(topic: str, sub_string: str | None, expression_type: str 
     if not sub or sub == SUB_ALL:
         return SubscriptionData(topic, SUB_ALL, sub_version=sub_version)
     tags = frozenset(t.strip() for t in sub.split("||") if t.strip())
-    return SubscriptionData(topic, sub, tags_set=tags, code_set=frozenset(tags_hash(t) for t in tags),
-                            sub_version=sub_version)
+    return SubscriptionData(
+        topic, sub, tags_set=tags, code_set=frozenset(tags_hash(t) for t in tags), sub_version=sub_version
+    )
 
 
 @dataclass(slots=True)
@@ -154,14 +167,22 @@ def parse_heartbeat(data: Any) -> HeartbeatData:
             sub_version = _int(s.get("subVersion"))
             if sub_version > 10**15:  # the Go client sends nanoseconds
                 sub_version //= 1_000_000
-            sub = build_subscription(topic, _str(s.get("subString"), "subString"),
-                                     _str(s.get("expressionType"), "expressionType"), sub_version)
+            sub = build_subscription(
+                topic,
+                _str(s.get("subString"), "subString"),
+                _str(s.get("expressionType"), "expressionType"),
+                sub_version,
+            )
             # C++ sends atoi(tag) as codeSet: the broker's own hash of tagsSet is the only trustworthy code set.
             subs.append(sub)
-        consumers.append(ConsumerData(
-            group_name=group,
-            consume_type=_enum(c.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
-            message_model=_enum(c.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
-            consume_from_where=_enum(c.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
-            subscriptions=subs, unit_mode=c.get("unitMode") is True))
+        consumers.append(
+            ConsumerData(
+                group_name=group,
+                consume_type=_enum(c.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                message_model=_enum(c.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
+                consume_from_where=_enum(c.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
+                subscriptions=subs,
+                unit_mode=c.get("unitMode") is True,
+            )
+        )
     return HeartbeatData(client_id=client_id, producer_groups=producers, consumers=consumers)

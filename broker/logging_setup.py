@@ -43,8 +43,9 @@ def parse_level(level: str) -> int:
     raise ValueError(f"unknown log level {level!r}; expected one of {', '.join(LEVELS)}")
 
 
-def configure(fmt: str | None = None, level: str | None = None, stream: IO[str] | None = None,
-              request_log: bool | None = None) -> None:
+def configure(
+    fmt: str | None = None, level: str | None = None, stream: IO[str] | None = None, request_log: bool | None = None
+) -> None:
     """Route stdlib logging and structlog through one handler on ``stream`` (default stderr)."""
     stream = stream or sys.stderr
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
@@ -52,15 +53,21 @@ def configure(fmt: str | None = None, level: str | None = None, stream: IO[str] 
     if fmt not in ("json", "console"):
         raise ValueError(f"unknown log format {fmt!r}; expected json or console")
     level_value = parse_level(level or os.environ.get("MINI_ROCKETMQ_LOG_LEVEL") or "INFO")
-    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
-                else structlog.dev.ConsoleRenderer(colors=is_tty))
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=is_tty)
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-        # Records from plain stdlib loggers (asyncio, third-party code) get the same keys as ours.
-        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.add_log_level, timestamper,
-                           structlog.processors.format_exc_info]))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            # Records from plain stdlib loggers (asyncio, third-party code) get the same keys as ours.
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                timestamper,
+                structlog.processors.format_exc_info,
+            ],
+        )
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level_value)

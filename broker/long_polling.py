@@ -32,8 +32,7 @@ class PullRequest:
 
 
 class PullRequestHoldService:
-    def __init__(self, wake: Callable[[PullRequest], None],
-                 max_offset: Callable[[str, int], int]) -> None:
+    def __init__(self, wake: Callable[[PullRequest], None], max_offset: Callable[[str, int], int]) -> None:
         self._wake = wake
         self._max_offset = max_offset
         self.table: dict[tuple[str, int], list[PullRequest]] = {}
@@ -60,8 +59,14 @@ class PullRequestHoldService:
         if self._remove(pr):
             self._wake(pr)
 
-    def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None,
-                                properties: dict[str, str] | None = None) -> None:
+    def notify_message_arriving(
+        self,
+        topic: str,
+        queue_id: int,
+        max_offset: int,
+        tags_code: int | None,
+        properties: dict[str, str] | None = None,
+    ) -> None:
         """Called after a message is dispatched to ``topic``/``queue_id`` (its new max offset)."""
         queue = self.table.get((topic, queue_id))
         if not queue:

@@ -26,8 +26,14 @@ log = structlog.get_logger("broker")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mqbroker", description="mini-rocketmq: a RocketMQ-compatible broker")
     parser.add_argument("-c", "--config", dest="config", help="broker.conf (Java properties, RocketMQ key names)")
-    parser.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one broker.conf key; repeatable")
+    parser.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one broker.conf key; repeatable",
+    )
     parser.add_argument("-p", "--print-config", action="store_true", help="print the effective config and exit")
     return parser.parse_args(argv)
 
@@ -107,8 +113,10 @@ def _main(argv: list[str] | None) -> int:
     if inert:
         log.warning("config keys accepted but without effect in mini-rocketmq", keys=sorted(inert))
     if config.fault_injection_enable:
-        log.warning("fault injection is ENABLED: brokerSleepMs/brokerStallAppendMs properties and FAULT_INJECT "
-                    "requests will stall this broker on purpose")
+        log.warning(
+            "fault injection is ENABLED: brokerSleepMs/brokerStallAppendMs properties and FAULT_INJECT "
+            "requests will stall this broker on purpose"
+        )
     with asyncio.Runner(loop_factory=loop_choice.new_event_loop) as runner:
         return runner.run(run(config))
 

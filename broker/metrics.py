@@ -46,16 +46,33 @@ RPC_LATENCY_BUCKETS_MS: tuple[float, ...] = (1, 3, 5, 7, 10, 100, 1000, 2000, 30
 
 #: Our executor names → the ``processor`` label values of upstream's rocketmq_processor_watermark.
 PROCESSOR_LABELS = {
-    "send": "send", "pull": "pull", "query": "query_message", "client_manage": "client_manager",
-    "heartbeat": "heartbeat", "consumer_manage": "consumer_manager", "end_transaction": "transaction",
+    "send": "send",
+    "pull": "pull",
+    "query": "query_message",
+    "client_manage": "client_manager",
+    "heartbeat": "heartbeat",
+    "consumer_manage": "consumer_manager",
+    "end_transaction": "transaction",
     "admin": "admin",
 }
 
-SYSTEM_GROUPS = frozenset({
-    "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER",
-    "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS", "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER",
-    "CLIENT_INNER_PRODUCER", "PRODUCER_DEFAULT", "TOOLS_PRODUCER",
-})
+SYSTEM_GROUPS = frozenset(
+    {
+        "SELF_TEST_P_GROUP",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+        "CID_RMQ_SYS_TRANS",
+        "TOOLS_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "CLIENT_INNER_PRODUCER",
+        "PRODUCER_DEFAULT",
+        "TOOLS_PRODUCER",
+    }
+)
 
 
 def is_system(topic: str, group: str = "") -> bool:
@@ -63,7 +80,7 @@ def is_system(topic: str, group: str = "") -> bool:
     if is_system_topic(topic) or group in SYSTEM_GROUPS:
         return True
     for prefix in ("%RETRY%", "%DLQ%"):
-        if topic.startswith(prefix) and topic[len(prefix):] in SYSTEM_GROUPS:
+        if topic.startswith(prefix) and topic[len(prefix) :] in SYSTEM_GROUPS:
             return True
     return False
 
@@ -93,8 +110,15 @@ class RequestMetrics:
         self.latency: dict[tuple[int, int | None, bool, str], LatencyCell] = {}
         self.rejected: Counter[str] = Counter()
 
-    def observe(self, code: int, response_code: int | None, elapsed_ms: float, *, long_polling: bool = False,
-                result: str = "success") -> None:
+    def observe(
+        self,
+        code: int,
+        response_code: int | None,
+        elapsed_ms: float,
+        *,
+        long_polling: bool = False,
+        result: str = "success",
+    ) -> None:
         key = (code, response_code, long_polling, result)
         cell = self.latency.get(key)
         if cell is None:
@@ -116,8 +140,9 @@ class InstrumentedProcessor:
 
     __slots__ = ("_clock", "_reject", "_std_log", "inner", "metrics", "queue")
 
-    def __init__(self, inner: Any, queue: str, metrics: RequestMetrics, *,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, inner: Any, queue: str, metrics: RequestMetrics, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.inner = inner
         self.queue = queue
         self.metrics = metrics
@@ -141,23 +166,35 @@ class InstrumentedProcessor:
             elapsed_ms = (self._clock() - start) * 1000.0
             self.metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
             if self._std_log.isEnabledFor(logging.DEBUG):
-                request_log.debug("request failed", code=request.code, opaque=request.opaque,
-                                  remote=getattr(channel, "remote_addr", None), queue=self.queue,
-                                  error=f"{type(exc).__name__}: {exc}", elapsed_ms=round(elapsed_ms, 3))
+                request_log.debug(
+                    "request failed",
+                    code=request.code,
+                    opaque=request.opaque,
+                    remote=getattr(channel, "remote_addr", None),
+                    queue=self.queue,
+                    error=f"{type(exc).__name__}: {exc}",
+                    elapsed_ms=round(elapsed_ms, 3),
+                )
             raise
         elapsed_ms = (self._clock() - start) * 1000.0
         if response is None:
             oneway = bool(request.flag & FLAG_ONEWAY)
-            self.metrics.observe(request.code, None, elapsed_ms, long_polling=not oneway,
-                                 result="oneway" if oneway else "success")
+            self.metrics.observe(
+                request.code, None, elapsed_ms, long_polling=not oneway, result="oneway" if oneway else "success"
+            )
         else:
             self.metrics.observe(request.code, response.code, elapsed_ms)
         if self._std_log.isEnabledFor(logging.DEBUG):
-            request_log.debug("request", code=request.code, opaque=request.opaque,
-                              remote=getattr(channel, "remote_addr", None), queue=self.queue,
-                              answer=None if response is None else response.code,
-                              remark=None if response is None or not response.remark else response.remark,
-                              elapsed_ms=round(elapsed_ms, 3))
+            request_log.debug(
+                "request",
+                code=request.code,
+                opaque=request.opaque,
+                remote=getattr(channel, "remote_addr", None),
+                queue=self.queue,
+                answer=None if response is None else response.code,
+                remark=None if response is None or not response.remark else response.remark,
+                elapsed_ms=round(elapsed_ms, 3),
+            )
         return response
 
 
@@ -181,14 +218,18 @@ class StatsWindows:
     """
 
     WINDOWS: ClassVar[dict[str, tuple[int, int]]] = {
-        "minute": (10_000, 7), "hour": (600_000, 7), "day": (3_600_000, 25)}
+        "minute": (10_000, 7),
+        "hour": (600_000, 7),
+        "day": (3_600_000, 25),
+    }
 
     def __init__(self, stats: Any, *, cluster_name: Callable[[], str], now_ms: Callable[[], int]) -> None:
         self._stats = stats
         self._cluster_name = cluster_name
         self._now_ms = now_ms
         self._windows: dict[str, deque[_Snapshot]] = {
-            name: deque(maxlen=keep) for name, (_, keep) in self.WINDOWS.items()}
+            name: deque(maxlen=keep) for name, (_, keep) in self.WINDOWS.items()
+        }
         # msgPut/GetTotal{Yesterday,Today}Morning of the runtime info: totals at the last two midnights.
         self.put_total_yesterday_morning = 0
         self.put_total_today_morning = 0
@@ -299,33 +340,49 @@ class BrokerCollector:
 
         # -- requests -----------------------------------------------------------------------
         latency = HistogramMetricFamily(
-            "rocketmq_rpc_latency", "Time a processor took to answer a request, in milliseconds",
-            labels=common_names + ["protocol_type", "request_code", "response_code", "is_long_polling", "result"])
+            "rocketmq_rpc_latency",
+            "Time a processor took to answer a request, in milliseconds",
+            labels=common_names + ["protocol_type", "request_code", "response_code", "is_long_polling", "result"],
+        )
         bounds = [_le(b) for b in RPC_LATENCY_BUCKETS_MS] + ["+Inf"]
         for (code, resp, long_polling, result), cell in sorted(self.requests.latency.items(), key=_latency_order):
             cumulative, running = [], 0
             for bound, n in zip(bounds, cell.buckets):
                 running += n
                 cumulative.append((bound, running))
-            latency.add_metric(common + ["remoting", self._request_names.get(code, str(code)),
-                                         "" if resp is None else self._response_names.get(resp, str(resp)),
-                                         _bool(long_polling), result], cumulative, cell.total_ms)
+            latency.add_metric(
+                common
+                + [
+                    "remoting",
+                    self._request_names.get(code, str(code)),
+                    "" if resp is None else self._response_names.get(resp, str(resp)),
+                    _bool(long_polling),
+                    result,
+                ],
+                cumulative,
+                cell.total_ms,
+            )
         yield latency
 
         # -- request queues and flow control ----------------------------------------------------
         watermark = gauge("rocketmq_processor_watermark", "Requests waiting in the queue", ["processor"])
         capacity = gauge("rocketmq_processor_queue_capacity", "Queue bound ([OVERLOAD] above it)", ["processor"])
         peak = gauge("rocketmq_processor_queue_peak", "Largest queue length seen", ["processor"])
-        head_wait = gauge("rocketmq_processor_head_wait_milliseconds",
-                          "How long the oldest queued request has waited", ["processor"])
+        head_wait = gauge(
+            "rocketmq_processor_head_wait_milliseconds", "How long the oldest queued request has waited", ["processor"]
+        )
         completed = counter("rocketmq_processor_completed_total", "Requests the workers finished", ["processor"])
-        rejected = counter("rocketmq_processor_rejected_total", "Requests refused because the queue was full",
-                           ["processor"])
-        expired = counter("rocketmq_processor_expired_total", "Queued requests the fast-failure sweeper answered",
-                          ["processor"])
-        flow = counter("rocketmq_flow_control_total",
-                       "Requests answered SYSTEM_BUSY/SYSTEM_ERROR by flow control, per queue and busy kind",
-                       ["processor", "kind"])
+        rejected = counter(
+            "rocketmq_processor_rejected_total", "Requests refused because the queue was full", ["processor"]
+        )
+        expired = counter(
+            "rocketmq_processor_expired_total", "Queued requests the fast-failure sweeper answered", ["processor"]
+        )
+        flow = counter(
+            "rocketmq_flow_control_total",
+            "Requests answered SYSTEM_BUSY/SYSTEM_ERROR by flow control, per queue and busy kind",
+            ["processor", "kind"],
+        )
         shed: Counter[tuple[str, str]] = Counter(stats.shed_by_queue)
         for name, executor in c.executors.items():
             label = PROCESSOR_LABELS.get(name, name)
@@ -355,8 +412,9 @@ class BrokerCollector:
         g = gauge("rocketmq_consumer_group_number", "Subscription groups on this broker")
         g.add_metric(common, len(c.subscription_group_manager.table))
         yield g
-        producers = gauge("rocketmq_producer_connections", "Producer connections",
-                          ["language", "version", "protocol_type"])
+        producers = gauge(
+            "rocketmq_producer_connections", "Producer connections", ["language", "version", "protocol_type"]
+        )
         per_client: Counter[tuple[str, ...]] = Counter()
         for channels in c.producer_manager.table.values():
             for info in channels.values():
@@ -364,14 +422,18 @@ class BrokerCollector:
         for labels, n in sorted(per_client.items()):
             producers.add_metric(common + list(labels), n)
         yield producers
-        consumers = gauge("rocketmq_consumer_connections", "Consumer connections",
-                          ["consumer_group", "language", "version", "consume_mode", "protocol_type", "is_system"])
+        consumers = gauge(
+            "rocketmq_consumer_connections",
+            "Consumer connections",
+            ["consumer_group", "language", "version", "consume_mode", "protocol_type", "is_system"],
+        )
         per_group: Counter[tuple[str, ...]] = Counter()
         for group, info in c.consumer_manager.table.items():
             mode = "push" if str(info.consume_type).endswith("PASSIVELY") else "pull"
             for ci in info.channels.values():
-                per_group[(group, str(ci.language).lower(), str(ci.version), mode, "remoting",
-                           _bool(group in SYSTEM_GROUPS))] += 1
+                per_group[
+                    (group, str(ci.language).lower(), str(ci.version), mode, "remoting", _bool(group in SYSTEM_GROUPS))
+                ] += 1
         for labels, n in sorted(per_group.items()):
             consumers.add_metric(common + list(labels), n)
         yield consumers
@@ -393,8 +455,11 @@ class BrokerCollector:
     def _lag(self, names: list[str], common: list[str]) -> Any:
         from prometheus_client.core import GaugeMetricFamily
 
-        lag = GaugeMetricFamily("rocketmq_consumer_lag_messages", "Messages stored but not yet consumed",
-                                labels=names + ["topic", "consumer_group", "is_retry", "is_system"])
+        lag = GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages",
+            "Messages stored but not yet consumed",
+            labels=names + ["topic", "consumer_group", "is_retry", "is_system"],
+        )
         c = self.c
         for key, queues in sorted(c.consumer_offset_manager.offset_table.items()):
             topic, _, group = key.partition("@")
@@ -406,8 +471,9 @@ class BrokerCollector:
                 consumed = queues.get(qid, -1)
                 if consumed >= 0:
                     behind += max(0, c.store.get_max_offset_in_queue(topic, qid) - consumed)
-            lag.add_metric(common + [topic, group, _bool(topic.startswith("%RETRY%")), _bool(is_system(topic, group))],
-                           behind)
+            lag.add_metric(
+                common + [topic, group, _bool(topic.startswith("%RETRY%")), _bool(is_system(topic, group))], behind
+            )
         return lag
 
     def _store(self, names: list[str], common: list[str]) -> Iterator[Any]:
@@ -428,23 +494,45 @@ class BrokerCollector:
         except OSError:
             used = 0
         yield gauge("rocketmq_storage_size", "Bytes used on the store's disk", used)
-        yield gauge("rocketmq_storage_flush_behind_bytes", "Bytes written but not yet flushed to disk",
-                    _int(info.get("remainHowManyDataToFlush")))
-        yield gauge("rocketmq_storage_dispatch_behind_bytes", "Commit log bytes not yet in consume queues",
-                    store.dispatch_behind_bytes())
+        yield gauge(
+            "rocketmq_storage_flush_behind_bytes",
+            "Bytes written but not yet flushed to disk",
+            _int(info.get("remainHowManyDataToFlush")),
+        )
+        yield gauge(
+            "rocketmq_storage_dispatch_behind_bytes",
+            "Commit log bytes not yet in consume queues",
+            store.dispatch_behind_bytes(),
+        )
         earliest = earliest_message_time(store)
-        yield gauge("rocketmq_storage_message_reserve_time", "Milliseconds since the oldest stored message",
-                    max(0, self.c.now_ms() - earliest) if earliest > 0 else 0)
-        yield gauge("rocketmq_storage_commit_behind_bytes", "Bytes in the transient pool not yet committed",
-                    _int(info.get("remainHowManyDataToCommit")))
-        yield gauge("rocketmq_storage_page_cache_lock_milliseconds",
-                    "How long the current append has held the commit-log lock", store.lock_time_mills())
-        yield gauge("rocketmq_storage_os_page_cache_busy", "1 while the page cache counts as busy",
-                    1 if store.is_os_page_cache_busy() else 0)
-        yield gauge("rocketmq_storage_transient_pool_remain", "Free transient store pool buffers",
-                    store.remain_transient_store_buffer_numbs())
-        yield gauge("rocketmq_storage_commit_log_max_offset", "Commit log max physical offset",
-                    store.get_max_phy_offset())
+        yield gauge(
+            "rocketmq_storage_message_reserve_time",
+            "Milliseconds since the oldest stored message",
+            max(0, self.c.now_ms() - earliest) if earliest > 0 else 0,
+        )
+        yield gauge(
+            "rocketmq_storage_commit_behind_bytes",
+            "Bytes in the transient pool not yet committed",
+            _int(info.get("remainHowManyDataToCommit")),
+        )
+        yield gauge(
+            "rocketmq_storage_page_cache_lock_milliseconds",
+            "How long the current append has held the commit-log lock",
+            store.lock_time_mills(),
+        )
+        yield gauge(
+            "rocketmq_storage_os_page_cache_busy",
+            "1 while the page cache counts as busy",
+            1 if store.is_os_page_cache_busy() else 0,
+        )
+        yield gauge(
+            "rocketmq_storage_transient_pool_remain",
+            "Free transient store pool buffers",
+            store.remain_transient_store_buffer_numbs(),
+        )
+        yield gauge(
+            "rocketmq_storage_commit_log_max_offset", "Commit log max physical offset", store.get_max_phy_offset()
+        )
 
 
 def earliest_message_time(store: Any) -> int:
@@ -501,8 +589,9 @@ class BrokerMetrics:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
         self.requests = RequestMetrics()
-        self.windows = StatsWindows(controller.stats, cluster_name=lambda: controller.config.broker_cluster_name,
-                                    now_ms=controller.now_ms)
+        self.windows = StatsWindows(
+            controller.stats, cluster_name=lambda: controller.config.broker_cluster_name, now_ms=controller.now_ms
+        )
         self.registry: Any = None
         self._wrappers: dict[tuple[int, str], InstrumentedProcessor] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -519,8 +608,10 @@ class BrokerMetrics:
 
     def instrumented(self, register: Callable[[int, Any, Any], None]) -> Callable[[int, Any, Any], None]:
         """``register_processor`` that wraps each processor for the executor's queue first."""
+
         def reg(code: int, processor: Any, executor: Any) -> None:
             register(code, self.wrap(processor, executor.name), executor)
+
         return reg
 
     # -- Prometheus -----------------------------------------------------------------------
@@ -569,8 +660,9 @@ class BrokerMetrics:
 
             raise MissingDependency("prometheus_client", "metrics") from exc
         cfg = self.c.config
-        self._server = await asyncio.start_server(self._serve, cfg.metrics_prom_exporter_host,
-                                                  cfg.metrics_prom_exporter_port, limit=16 * 1024)
+        self._server = await asyncio.start_server(
+            self._serve, cfg.metrics_prom_exporter_host, cfg.metrics_prom_exporter_port, limit=16 * 1024
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("prometheus exporter listening", host=cfg.metrics_prom_exporter_host, port=self.port)
 
@@ -608,8 +700,10 @@ class BrokerMetrics:
             else:
                 body, ctype = await self.render_async(headers.get("accept"))
                 status = "200 OK"
-            head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                        "Connection: close\r\n\r\n").encode("latin-1")
+            head_out = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode("latin-1")
             writer.write(head_out if parts and parts[0] == "HEAD" else head_out + body)
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):

@@ -112,8 +112,14 @@ class PopRequest:
 class PopService:
     """Owns every group's pop state; the store and offsets are the broker's."""
 
-    def __init__(self, *, store, offsets, forward_to_dlq: Callable[[str, MessageExt], Awaitable[bool]],
-                 now_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self,
+        *,
+        store,
+        offsets,
+        forward_to_dlq: Callable[[str, MessageExt], Awaitable[bool]],
+        now_ms: Callable[[], int] = wall_ms,
+    ) -> None:
         self.store = store
         self.offsets = offsets
         self.forward_to_dlq = forward_to_dlq
@@ -129,9 +135,16 @@ class PopService:
     def export_state(self) -> dict:
         """Every queue's pop state, for popCheckpoint.json (taken on the event loop, which owns it)."""
         self.dirty = False
-        queues = [{"group": g, "topic": t, "queueId": q, "nextOffset": s.next_offset,
-                   "inFlight": [[f.offset, f.deadline_ms, f.attempt, f.token] for f in s.inflight.values()]}
-                  for (g, t, q), s in self._queues.items()]
+        queues = [
+            {
+                "group": g,
+                "topic": t,
+                "queueId": q,
+                "nextOffset": s.next_offset,
+                "inFlight": [[f.offset, f.deadline_ms, f.attempt, f.token] for f in s.inflight.values()],
+            }
+            for (g, t, q), s in self._queues.items()
+        ]
         return {"queues": queues}
 
     def import_state(self, data: dict) -> None:
@@ -152,8 +165,11 @@ class PopService:
                 continue
             self._queues[(group, topic, queue_id)] = state
         self._tokens = itertools.count(top + 1)
-        log.info("pop checkpoint loaded", queues=len(self._queues),
-                 in_flight=sum(len(s.inflight) for s in self._queues.values()))
+        log.info(
+            "pop checkpoint loaded",
+            queues=len(self._queues),
+            in_flight=sum(len(s.inflight) for s in self._queues.values()),
+        )
 
     # -- state ------------------------------------------------------------------------------------
     def _queue(self, group: str, topic: str, queue_id: int) -> PopQueue:
@@ -204,8 +220,14 @@ class PopService:
                     self.dead_lettered += 1
                     state.inflight.pop(offset, None)
                     self.dirty = True
-                    log.info("message moved to the dead letter queue", group=req.group, topic=req.topic,
-                             queue_id=queue_id, offset=offset, attempts=entry.attempt)
+                    log.info(
+                        "message moved to the dead letter queue",
+                        group=req.group,
+                        topic=req.topic,
+                        queue_id=queue_id,
+                        offset=offset,
+                        attempts=entry.attempt,
+                    )
                 continue
             self.revived += 1
             out.append(self._deliver(state, queue_id, offset, msg, entry.attempt + 1, req.invisible_ms))
@@ -229,8 +251,7 @@ class PopService:
                 state.next_offset = offset + 1
                 msg = decode_record(buf)
                 if req.matches(msg):  # filtered out: as good as acknowledged
-                    out.append(self._deliver(state, queue_id, offset, msg, msg.reconsume_times + 1,
-                                             req.invisible_ms))
+                    out.append(self._deliver(state, queue_id, offset, msg, msg.reconsume_times + 1, req.invisible_ms))
             state.next_offset = max(state.next_offset, result.next_begin_offset)
         self._commit(req.group, req.topic, queue_id, state)
 
@@ -240,8 +261,9 @@ class PopService:
             return None
         return decode_record(result.buffers[0])
 
-    def _deliver(self, state: PopQueue, queue_id: int, offset: int, msg: MessageExt, attempt: int,
-                 invisible_ms: int) -> PoppedMessage:
+    def _deliver(
+        self, state: PopQueue, queue_id: int, offset: int, msg: MessageExt, attempt: int, invisible_ms: int
+    ) -> PoppedMessage:
         token = next(self._tokens)
         deadline = self.now_ms() + invisible_ms
         state.inflight[offset] = InFlight(offset, deadline, attempt, token)
@@ -255,11 +277,14 @@ class PopService:
         state = self._queues.get((group, topic, rh.queue_id))
         entry = state.inflight.get(rh.offset) if state is not None else None
         if state is None or entry is None:
-            raise InvalidReceiptHandle(f"no message of topic {topic} in flight for group {group} at queue "
-                                       f"{rh.queue_id} offset {rh.offset} (already acknowledged?)")
+            raise InvalidReceiptHandle(
+                f"no message of topic {topic} in flight for group {group} at queue "
+                f"{rh.queue_id} offset {rh.offset} (already acknowledged?)"
+            )
         if entry.token != rh.token:
-            raise InvalidReceiptHandle("the receipt handle is stale: the message was redelivered or its "
-                                       "invisible time changed since")
+            raise InvalidReceiptHandle(
+                "the receipt handle is stale: the message was redelivered or its invisible time changed since"
+            )
         return state, rh, entry
 
     def ack(self, group: str, topic: str, handle: str) -> None:
@@ -287,8 +312,12 @@ class PopService:
             event.set()
 
     def next_revive_ms(self, group: str, topic: str) -> int | None:
-        deadlines = [f.deadline_ms for (g, t, _), s in self._queues.items() if g == group and t == topic
-                     for f in s.inflight.values()]
+        deadlines = [
+            f.deadline_ms
+            for (g, t, _), s in self._queues.items()
+            if g == group and t == topic
+            for f in s.inflight.values()
+        ]
         return min(deadlines) if deadlines else None
 
     async def wait(self, group: str, topic: str, timeout_ms: int) -> None:

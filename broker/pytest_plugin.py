@@ -36,16 +36,23 @@ MARKER = "rocketmq_broker_config"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mini-rocketmq", "rocketmq_broker fixture (mini-rocketmq)")
-    group.addoption("--rocketmq-broker-scope", dest="rocketmq_broker_scope", default=None, choices=SCOPES,
-                    help="scope of the rocketmq_broker fixture (default: ini rocketmq_broker_scope or function)")
+    group.addoption(
+        "--rocketmq-broker-scope",
+        dest="rocketmq_broker_scope",
+        default=None,
+        choices=SCOPES,
+        help="scope of the rocketmq_broker fixture (default: ini rocketmq_broker_scope or function)",
+    )
     parser.addini("rocketmq_broker_scope", "scope of the rocketmq_broker fixture", default="function")
-    parser.addini("rocketmq_broker_config", "broker.conf keys (key=value lines) for rocketmq_broker",
-                  type="linelist", default=[])
+    parser.addini(
+        "rocketmq_broker_config", "broker.conf keys (key=value lines) for rocketmq_broker", type="linelist", default=[]
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARKER}(**keys): broker.conf keys for this test's rocketmq_broker "
-                                       "(function scope)")
+    config.addinivalue_line(
+        "markers", f"{MARKER}(**keys): broker.conf keys for this test's rocketmq_broker (function scope)"
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -53,8 +60,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     scope = _scope("rocketmq_broker", item.config)
     if scope != "function":  # the broker was started for a wider scope: the marker's keys would be ignored
-        pytest.fail(f"@pytest.mark.{MARKER} needs the function-scoped rocketmq_broker (this run uses scope "
-                    f"{scope!r}); use rocketmq_broker_factory(**keys) instead", pytrace=False)
+        pytest.fail(
+            f"@pytest.mark.{MARKER} needs the function-scoped rocketmq_broker (this run uses scope "
+            f"{scope!r}); use rocketmq_broker_factory(**keys) instead",
+            pytrace=False,
+        )
 
 
 def _scope(fixture_name: str, config: pytest.Config) -> str:
@@ -85,23 +95,31 @@ def _route_structlog_to_logging() -> None:
     import structlog
 
     factory = structlog.get_config()["logger_factory"]
-    printing_to_stdout = isinstance(factory, structlog.PrintLoggerFactory) and \
-        getattr(factory, "_file", None) in (None, sys.stdout, sys.__stdout__)
+    printing_to_stdout = isinstance(factory, structlog.PrintLoggerFactory) and getattr(factory, "_file", None) in (
+        None,
+        sys.stdout,
+        sys.__stdout__,
+    )
     # capture_logs() leaves structlog "configured" with the defaults again: still the stdout default.
     if structlog.is_configured() and not printing_to_stdout:
         return
     structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.filter_by_level,
-                    structlog.stdlib.add_log_level, structlog.processors.format_exc_info,
-                    structlog.dev.ConsoleRenderer(colors=False)],
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_log_level,
+            structlog.processors.format_exc_info,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
 
 
-def _start(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           keys: dict[str, Any]) -> EmbeddedBroker:
+def _start(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Any]
+) -> EmbeddedBroker:
     from broker.tools.embedded import EmbeddedBroker
 
     _route_structlog_to_logging()
@@ -111,8 +129,9 @@ def _start(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope=_scope)
-def rocketmq_broker(request: pytest.FixtureRequest,
-                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def rocketmq_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmbeddedBroker]:
     """A started in-process broker with its name server; stopped when the fixture's scope ends."""
     keys: dict[str, Any] = _ini_config(request.config)
     marker = request.node.get_closest_marker(MARKER) if request.scope == "function" else None
@@ -128,8 +147,9 @@ def rocketmq_broker(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
-def rocketmq_broker_factory(request: pytest.FixtureRequest,
-                            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., EmbeddedBroker]]:
+def rocketmq_broker_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., EmbeddedBroker]]:
     """``make(**broker_conf_keys)`` starts one more broker (its own name server); all stop after the test."""
     started: list[EmbeddedBroker] = []
     base = _ini_config(request.config)

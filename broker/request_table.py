@@ -43,8 +43,17 @@ Handler = Callable[[Any, RemotingCommand], "RemotingCommand | None | Awaitable[R
 
 #: Queue (executor) names; the controller maps each to its RequestExecutor.
 SEND, PULL, QUERY, HEARTBEAT, CLIENT_MANAGE, CONSUMER_MANAGE, END_TRANSACTION, ADMIN, FAULT_INJECT, NAMESRV = (
-    "send", "pull", "query", "heartbeat", "client_manage", "consumer_manage", "end_transaction", "admin",
-    "fault_inject", "namesrv")
+    "send",
+    "pull",
+    "query",
+    "heartbeat",
+    "client_manage",
+    "consumer_manage",
+    "end_transaction",
+    "admin",
+    "fault_inject",
+    "namesrv",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,40 +122,43 @@ def broker_routes(c: BrokerController) -> list[Route]:
         Route(R.QUERY_CONSUMER_OFFSET, consumer_manage, CONSUMER_MANAGE),
         Route(R.END_TRANSACTION, end_transaction, END_TRANSACTION),
     ]
-    routes += _routes({
-        # topics, offsets, locks, config, stats (AdminBrokerProcessor)
-        R.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-        R.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
-        R.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-        R.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
-        R.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
-        R.GET_MAX_OFFSET: admin.get_max_offset,
-        R.GET_MIN_OFFSET: admin.get_min_offset,
-        R.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
-        R.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
-        R.LOCK_BATCH_MQ: admin.lock_batch_mq,
-        R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
-        R.GET_BROKER_CONFIG: admin.get_broker_config,
-        R.UPDATE_BROKER_CONFIG: admin.update_broker_config,
-        R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
-        R.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
-        R.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
-        R.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
-        R.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
-        # consumer groups (ConsumerAdminProcessor)
-        R.GET_CONSUME_STATS: consumer_admin.get_consume_stats,
-        R.GET_CONSUMER_CONNECTION_LIST: consumer_admin.get_consumer_connection_list,
-        R.QUERY_TOPIC_CONSUME_BY_WHO: consumer_admin.query_topic_consume_by_who,
-        R.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
-        R.GET_CONSUMER_RUNNING_INFO: consumer_admin.call_consumer,
-        R.CONSUME_MESSAGE_DIRECTLY: consumer_admin.call_consumer,
-        # ACL 1.0 (AclAdminProcessor)
-        R.UPDATE_AND_CREATE_ACL_CONFIG: acl.update_and_create_access_config,
-        R.DELETE_ACL_CONFIG: acl.delete_access_config,
-        R.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_acl_config_version,
-        R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
-        R.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
-    }, ADMIN)
+    routes += _routes(
+        {
+            # topics, offsets, locks, config, stats (AdminBrokerProcessor)
+            R.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            R.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+            R.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            R.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            R.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+            R.GET_MAX_OFFSET: admin.get_max_offset,
+            R.GET_MIN_OFFSET: admin.get_min_offset,
+            R.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
+            R.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+            R.LOCK_BATCH_MQ: admin.lock_batch_mq,
+            R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
+            R.GET_BROKER_CONFIG: admin.get_broker_config,
+            R.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+            R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+            R.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
+            R.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
+            R.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            R.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
+            # consumer groups (ConsumerAdminProcessor)
+            R.GET_CONSUME_STATS: consumer_admin.get_consume_stats,
+            R.GET_CONSUMER_CONNECTION_LIST: consumer_admin.get_consumer_connection_list,
+            R.QUERY_TOPIC_CONSUME_BY_WHO: consumer_admin.query_topic_consume_by_who,
+            R.INVOKE_BROKER_TO_RESET_OFFSET: consumer_admin.reset_offset,
+            R.GET_CONSUMER_RUNNING_INFO: consumer_admin.call_consumer,
+            R.CONSUME_MESSAGE_DIRECTLY: consumer_admin.call_consumer,
+            # ACL 1.0 (AclAdminProcessor)
+            R.UPDATE_AND_CREATE_ACL_CONFIG: acl.update_and_create_access_config,
+            R.DELETE_ACL_CONFIG: acl.delete_access_config,
+            R.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_acl_config_version,
+            R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
+            R.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
+        },
+        ADMIN,
+    )
     # Fault injection has a queue of its own, outside the ones the injector can stall, so that a stalled
     # admin queue can still be cleared.
     routes += _routes({R.FAULT_INJECT: admin.fault_inject}, FAULT_INJECT)
@@ -156,15 +168,18 @@ def broker_routes(c: BrokerController) -> list[Route]:
 def namesrv_routes(ns: NamesrvProcessor) -> list[Route]:
     """The embedded name server's port (upstream's ``DefaultRequestProcessor`` switch)."""
     R = RequestCode
-    return _routes({
-        R.GET_ROUTEINFO_BY_TOPIC: ns.get_route_info_by_topic,
-        R.REGISTER_BROKER: ns.register_broker,
-        R.UNREGISTER_BROKER: ns.unregister_broker,
-        R.GET_BROKER_CLUSTER_INFO: ns.get_broker_cluster_info,
-        R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ns.get_all_topic_list,
-        R.GET_TOPICS_BY_CLUSTER: ns.get_topics_by_cluster,
-        R.DELETE_TOPIC_IN_NAMESRV: ns.delete_topic_in_namesrv,
-        R.PUT_KV_CONFIG: ns.put_kv_config,
-        R.GET_KV_CONFIG: ns.get_kv_config,
-        R.DELETE_KV_CONFIG: ns.delete_kv_config,
-    }, NAMESRV)
+    return _routes(
+        {
+            R.GET_ROUTEINFO_BY_TOPIC: ns.get_route_info_by_topic,
+            R.REGISTER_BROKER: ns.register_broker,
+            R.UNREGISTER_BROKER: ns.unregister_broker,
+            R.GET_BROKER_CLUSTER_INFO: ns.get_broker_cluster_info,
+            R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ns.get_all_topic_list,
+            R.GET_TOPICS_BY_CLUSTER: ns.get_topics_by_cluster,
+            R.DELETE_TOPIC_IN_NAMESRV: ns.delete_topic_in_namesrv,
+            R.PUT_KV_CONFIG: ns.put_kv_config,
+            R.GET_KV_CONFIG: ns.get_kv_config,
+            R.DELETE_KV_CONFIG: ns.delete_kv_config,
+        },
+        NAMESRV,
+    )

@@ -72,8 +72,15 @@ _TRANSACTION_BITS = TRANSACTION_ROLLBACK_TYPE  # both transaction bits: put_mess
 
 
 def _copy_key(topic: str, queue_id: int, msg: MessageExt, properties_string: str | None = None) -> tuple:
-    return (topic, queue_id, msg.born_timestamp, msg.born_host, msg.body_crc, msg.flag,
-            msg.properties_string if properties_string is None else properties_string)
+    return (
+        topic,
+        queue_id,
+        msg.born_timestamp,
+        msg.born_host,
+        msg.body_crc,
+        msg.flag,
+        msg.properties_string if properties_string is None else properties_string,
+    )
 
 
 def _wire_size(msg: MessageExtBrokerInner) -> int:
@@ -116,8 +123,15 @@ class DeliveryStats:
 
 
 class ScheduleMessageService:
-    def __init__(self, *, store, delay_levels_ms: list[int], store_path_root_dir: str,
-                 now_ms: Callable[[], int], batch_max_messages: int = BATCH_MAX_MESSAGES) -> None:
+    def __init__(
+        self,
+        *,
+        store,
+        delay_levels_ms: list[int],
+        store_path_root_dir: str,
+        now_ms: Callable[[], int],
+        batch_max_messages: int = BATCH_MAX_MESSAGES,
+    ) -> None:
         self.store = store
         self.batch_max_messages = max(1, batch_max_messages)
         # one append of a run must pass the store's batch checks (maxMessageSize, a fraction of a file)
@@ -207,8 +221,14 @@ class ScheduleMessageService:
             max_offset = self.store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id)
             corrected = min(max(offset, min_offset), max_offset)
             if corrected != offset:
-                log.warning("delay offset corrected", level=level, offset=offset, corrected=corrected,
-                            min_offset=min_offset, max_offset=max_offset)
+                log.warning(
+                    "delay offset corrected",
+                    level=level,
+                    offset=offset,
+                    corrected=corrected,
+                    min_offset=min_offset,
+                    max_offset=max_offset,
+                )
                 self.offset_table[level] = corrected
 
     def start(self) -> None:
@@ -243,7 +263,8 @@ class ScheduleMessageService:
         if below >= end:
             return
         copies, scanned = scan_delivered_copies(
-            self.store, below, lambda m: m.topic != SCHEDULE_TOPIC and MessageConst.REAL_TOPIC in m.properties)
+            self.store, below, lambda m: m.topic != SCHEDULE_TOPIC and MessageConst.REAL_TOPIC in m.properties
+        )
         unmatched = sum(copies.values())
         skipped: dict[int, int] = {}
         for level in range(1, self.max_level + 1):
@@ -280,8 +301,13 @@ class ScheduleMessageService:
                 self._uncounted_from[level] = below
             if new_offset != start or ahead:
                 skipped[level] = new_offset - start + len(ahead)
-        log.info("schedule recovery", commit_log_from=below, commit_log_to=end, records_scanned=scanned,
-                 delivered_not_recorded=skipped)
+        log.info(
+            "schedule recovery",
+            commit_log_from=below,
+            commit_log_to=end,
+            records_scanned=scanned,
+            delivered_not_recorded=skipped,
+        )
 
     async def stop(self) -> None:
         """Let every level finish the delivery in hand, then write the progress."""
@@ -425,8 +451,13 @@ class ScheduleMessageService:
                 else:
                     put = await self.store.put_messages(msgs)  # type: ignore[arg-type]
                 if put.status != PutMessageStatus.PUT_OK:
-                    log.warning("schedule delivery put failed, will retry", level=level, offset=offset + run[0],
-                                count=len(run), status=put.status.name)
+                    log.warning(
+                        "schedule delivery put failed, will retry",
+                        level=level,
+                        offset=offset + run[0],
+                        count=len(run),
+                        status=put.status.name,
+                    )
                     failed = True
                     break
                 for i in run:
@@ -505,8 +536,9 @@ class ScheduleMessageService:
         if result.status == GetMessageStatus.FOUND:
             return 0.0  # readable now (an entry written between the two looks): look again
         nxt = max(offset + 1, result.next_begin_offset)
-        log.warning("schedule entry unreadable, skipped", level=level, offset=offset, next_offset=nxt,
-                    status=result.status.name)
+        log.warning(
+            "schedule entry unreadable, skipped", level=level, offset=offset, next_offset=nxt, status=result.status.name
+        )
         self._advance(level, nxt)
         return None
 
@@ -522,11 +554,20 @@ class ScheduleMessageService:
             queue_id = 0
         tags = props.get(MessageConst.TAGS)
         return MessageExtBrokerInner(
-            topic=topic, queue_id=queue_id, flag=msg.flag, body=msg.body, properties=props,
-            properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
-            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-            store_host=msg.store_host, reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset)
+            topic=topic,
+            queue_id=queue_id,
+            flag=msg.flag,
+            body=msg.body,
+            properties=props,
+            properties_string=encode_properties(props),
+            tags_code=tags_hash(tags) if tags else 0,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+        )
 
     def runtime_info(self) -> dict[str, str]:
         """Upstream's ``scheduleMessageOffset_<level>`` entries ("delivered,max") plus our lateness."""

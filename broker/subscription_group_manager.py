@@ -27,12 +27,17 @@ class SubscriptionGroupConfig:
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
 
-    _WIRE = {"group_name": "groupName", "consume_enable": "consumeEnable",
-             "consume_from_min_enable": "consumeFromMinEnable",
-             "consume_broadcast_enable": "consumeBroadcastEnable", "retry_queue_nums": "retryQueueNums",
-             "retry_max_times": "retryMaxTimes", "broker_id": "brokerId",
-             "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
-             "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable"}
+    _WIRE = {
+        "group_name": "groupName",
+        "consume_enable": "consumeEnable",
+        "consume_from_min_enable": "consumeFromMinEnable",
+        "consume_broadcast_enable": "consumeBroadcastEnable",
+        "retry_queue_nums": "retryQueueNums",
+        "retry_max_times": "retryMaxTimes",
+        "broker_id": "brokerId",
+        "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+        "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+    }
 
     def to_json(self) -> dict[str, Any]:
         return {wire: getattr(self, name) for name, wire in self._WIRE.items()}
@@ -60,8 +65,16 @@ class SubscriptionGroupManager:
         self._default_retry_max_times = default_retry_max_times
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
-        for system_group in ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
-                             "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"):
+        for system_group in (
+            "TOOLS_CONSUMER",
+            "FILTERSRV_CONSUMER",
+            "SELF_TEST_C_GROUP",
+            "CID_ONS-HTTP-PROXY",
+            "CID_ONSAPI_PULL",
+            "CID_ONSAPI_PERMISSION",
+            "CID_ONSAPI_OWNER",
+            "CID_RMQ_SYS_TRANS",
+        ):
             self.table[system_group] = SubscriptionGroupConfig(system_group)
 
     def find_subscription_group_config(self, group: str) -> SubscriptionGroupConfig | None:
@@ -92,8 +105,10 @@ class SubscriptionGroupManager:
         return True
 
     def to_json(self) -> dict[str, Any]:
-        return {"dataVersion": self.data_version.to_json(),
-                "subscriptionGroupTable": {g: c.to_json() for g, c in self.table.items()}}
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "subscriptionGroupTable": {g: c.to_json() for g, c in self.table.items()},
+        }
 
     def load(self) -> None:
         data = read_config(self._path)

@@ -52,8 +52,11 @@ class TimerPropertyError(ValueError):
 def deliver_ms_of(props: dict[str, str], now_ms: int) -> int | None:
     """The delivery time a message asks for by its timer properties, None if it asks for none.
     ``TIMER_DELIVER_MS`` wins over ``TIMER_DELAY_SEC`` over ``TIMER_DELAY_MS`` (upstream's order)."""
-    for name, scale, relative in ((TIMER_DELIVER_MS, 1, False), (TIMER_DELAY_SEC, 1000, True),
-                                  (TIMER_DELAY_MS, 1, True)):
+    for name, scale, relative in (
+        (TIMER_DELIVER_MS, 1, False),
+        (TIMER_DELAY_SEC, 1000, True),
+        (TIMER_DELAY_MS, 1, True),
+    ):
         raw = props.get(name)
         if raw is None:
             continue
@@ -63,8 +66,9 @@ def deliver_ms_of(props: dict[str, str], now_ms: int) -> int | None:
             raise TimerPropertyError(f"{name} must be an integer, not {raw[:32]!r}") from None
         due = now_ms + value * scale if relative else value
         if due - now_ms > MAX_DELAY_MS:
-            raise TimerPropertyError(f"{name} asks for a delivery more than {MAX_DELAY_MS // 1000} s ahead "
-                                     "(timerMaxDelaySec)")
+            raise TimerPropertyError(
+                f"{name} asks for a delivery more than {MAX_DELAY_MS // 1000} s ahead (timerMaxDelaySec)"
+            )
         return due
     return None
 
@@ -102,8 +106,14 @@ def _ranges(offsets: set[int]) -> list[list[int]]:
 
 
 class TimerMessageService:
-    def __init__(self, *, store, store_path_root_dir: str, now_ms: Callable[[], int],
-                 batch_max_messages: int = BATCH_MAX_MESSAGES) -> None:
+    def __init__(
+        self,
+        *,
+        store,
+        store_path_root_dir: str,
+        now_ms: Callable[[], int],
+        batch_max_messages: int = BATCH_MAX_MESSAGES,
+    ) -> None:
         self.store = store
         self._now_ms = now_ms
         self.batch_max_messages = max(1, batch_max_messages)
@@ -132,8 +142,9 @@ class TimerMessageService:
         if not data:
             return
         self.delivered_below = max(0, int(data.get("deliveredBelow", 0)))
-        self._done = {o for a, b in data.get("deliveredAhead", []) for o in range(int(a), int(b))
-                      if o >= self.delivered_below}
+        self._done = {
+            o for a, b in data.get("deliveredAhead", []) for o in range(int(a), int(b)) if o >= self.delivered_below
+        }
         below = data.get("commitLogOffset")
         self._loaded_below = below if isinstance(below, int) and below >= 0 else None
 
@@ -141,8 +152,13 @@ class TimerMessageService:
         ends = [self.store.commit_log.get_max_offset()]
         if self._uncounted_from is not None:
             ends.append(self._uncounted_from)
-        return dumps({"deliveredBelow": self.delivered_below, "deliveredAhead": _ranges(self._done),
-                      "commitLogOffset": min(ends)})
+        return dumps(
+            {
+                "deliveredBelow": self.delivered_below,
+                "deliveredAhead": _ranges(self._done),
+                "commitLogOffset": min(ends),
+            }
+        )
 
     def persist(self) -> None:
         write_atomically(self._path, self._snapshot())
@@ -163,8 +179,12 @@ class TimerMessageService:
         copies: dict[tuple, int] = {}
         if self._loaded_below is not None and self._loaded_below < self.store.commit_log.get_max_offset():
             copies, scanned = scan_delivered_copies(self.store, self._loaded_below, _is_timer_copy)
-            log.info("timer recovery scan", commit_log_from=self._loaded_below, records_scanned=scanned,
-                     copies=sum(copies.values()))
+            log.info(
+                "timer recovery scan",
+                commit_log_from=self._loaded_below,
+                records_scanned=scanned,
+                copies=sum(copies.values()),
+            )
         self._heap = []
         lowest = self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)
         if lowest > self.delivered_below:
@@ -319,5 +339,8 @@ class TimerMessageService:
         return ScheduleMessageService.restore(msg)
 
     def runtime_info(self) -> dict[str, str]:
-        return {"timerDelivered": str(self.delivered), "timerParked": str(len(self._heap)),
-                "timerMaxLatenessMs": str(self.max_lateness_ms)}
+        return {
+            "timerDelivered": str(self.delivered),
+            "timerParked": str(len(self._heap)),
+            "timerMaxLatenessMs": str(self.max_lateness_ms),
+        }

@@ -32,8 +32,16 @@ GROUP_MAX_LENGTH = 255  # upstream Validators.CHARACTER_MAX_LENGTH
 _VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 # Upstream TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker writes these itself, clients may not.
-NOT_ALLOWED_SEND_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
-                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT))
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    (
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    )
+)
 
 
 def is_topic_or_group_illegal(name: str) -> bool:
@@ -77,8 +85,19 @@ def dlq_topic(group: str) -> str:
 
 
 #: Upstream TopicValidator.SYSTEM_TOPIC_SET as it is before a broker starts (4.9.7).
-SYSTEM_TOPICS = frozenset((DEFAULT_TOPIC, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, TRACE_TOPIC,
-                           TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT))
+SYSTEM_TOPICS = frozenset(
+    (
+        DEFAULT_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    )
+)
 
 
 def is_system_topic(topic: str) -> bool:
@@ -111,20 +130,31 @@ class TopicConfig:
     attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        data: dict[str, Any] = {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
         if self.attributes:
             data["attributes"] = dict(self.attributes)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicConfig:
-        return cls(topic_name=str(data["topicName"]), read_queue_nums=int(data.get("readQueueNums", 16)),
-                   write_queue_nums=int(data.get("writeQueueNums", 16)), perm=int(data.get("perm", 6)),
-                   topic_filter_type=str(data.get("topicFilterType", "SINGLE_TAG")),
-                   topic_sys_flag=int(data.get("topicSysFlag", 0)), order=bool(data.get("order", False)),
-                   attributes={str(k): str(v) for k, v in (data.get("attributes") or {}).items()})
+        return cls(
+            topic_name=str(data["topicName"]),
+            read_queue_nums=int(data.get("readQueueNums", 16)),
+            write_queue_nums=int(data.get("writeQueueNums", 16)),
+            perm=int(data.get("perm", 6)),
+            topic_filter_type=str(data.get("topicFilterType", "SINGLE_TAG")),
+            topic_sys_flag=int(data.get("topicSysFlag", 0)),
+            order=bool(data.get("order", False)),
+            attributes={str(k): str(v) for k, v in (data.get("attributes") or {}).items()},
+        )
 
 
 def parse_topic_attributes(text: str | None) -> dict[str, str]:

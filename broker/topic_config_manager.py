@@ -38,8 +38,13 @@ SCHEDULE_QUEUE_NUMS = 18
 
 
 class TopicConfigManager:
-    def __init__(self, config: BrokerConfig, *, on_change: Callable[[TopicConfig | None], None] | None = None,
-                 now_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        on_change: Callable[[TopicConfig | None], None] | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
         self._config = config
         self._path = Path(config.store_path_root_dir) / "config" / "topics.json"
         self.table: dict[str, TopicConfig] = {}
@@ -58,8 +63,12 @@ class TopicConfigManager:
         c = self._config
         self._system(SELF_TEST_TOPIC, 1, 1)
         if c.auto_create_topic_enable:
-            self._system(DEFAULT_TOPIC, c.default_topic_queue_nums, c.default_topic_queue_nums,
-                         PERM_INHERIT | PERM_READ | PERM_WRITE)
+            self._system(
+                DEFAULT_TOPIC,
+                c.default_topic_queue_nums,
+                c.default_topic_queue_nums,
+                PERM_INHERIT | PERM_READ | PERM_WRITE,
+            )
         self._system(BENCHMARK_TOPIC, 1024, 1024)
         if c.cluster_topic_enable:
             self._system(c.broker_cluster_name, 16, 16, c.broker_permission | PERM_READ | PERM_WRITE)
@@ -93,8 +102,10 @@ class TopicConfigManager:
         write_atomically(self._path, dumps(self.to_json()))
 
     def to_json(self) -> dict:
-        return {"dataVersion": self.data_version.to_json(),
-                "topicConfigTable": {name: tc.to_json() for name, tc in self.table.items()}}
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {name: tc.to_json() for name, tc in self.table.items()},
+        }
 
     # -- queries -----------------------------------------------------------------------
     def select_topic_config(self, topic: str) -> TopicConfig | None:
@@ -112,8 +123,9 @@ class TopicConfigManager:
         if self.on_change is not None:
             self.on_change(tc)
 
-    def create_topic_in_send_message(self, topic: str, default_topic: str, remote: str,
-                                     client_default_topic_queue_nums: int, topic_sys_flag: int) -> TopicConfig | None:
+    def create_topic_in_send_message(
+        self, topic: str, default_topic: str, remote: str, client_default_topic_queue_nums: int, topic_sys_flag: int
+    ) -> TopicConfig | None:
         """Create ``topic`` by inheriting from ``default_topic``, as a producer's first send does upstream."""
         existing = self.table.get(topic)
         if existing is not None:
@@ -122,25 +134,40 @@ class TopicConfigManager:
             return None
         default = self.table.get(default_topic)
         if default is None:
-            log.warn("create new topic failed, default topic does not exist", topic=topic,
-                     default_topic=default_topic, remote=remote)
+            log.warn(
+                "create new topic failed, default topic does not exist",
+                topic=topic,
+                default_topic=default_topic,
+                remote=remote,
+            )
             return None
         if default_topic == DEFAULT_TOPIC and not self._config.auto_create_topic_enable:
             default.perm = PERM_READ | PERM_WRITE
         if not (default.perm & PERM_INHERIT):
-            log.warn("create new topic failed, default topic has no inherit permission", topic=topic,
-                     default_topic=default_topic, perm=default.perm, remote=remote)
+            log.warn(
+                "create new topic failed, default topic has no inherit permission",
+                topic=topic,
+                default_topic=default_topic,
+                perm=default.perm,
+                remote=remote,
+            )
             return None
         queue_nums = min(max(client_default_topic_queue_nums, 1), default.write_queue_nums)
-        tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
-                         perm=default.perm & ~PERM_INHERIT, topic_sys_flag=topic_sys_flag)
+        tc = TopicConfig(
+            topic,
+            read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums,
+            perm=default.perm & ~PERM_INHERIT,
+            topic_sys_flag=topic_sys_flag,
+        )
         self.table[topic] = tc
         log.info("topic auto-created", topic=topic, queues=queue_nums, remote=remote)
         self._changed(tc)
         return tc
 
-    def create_topic_in_send_message_back_method(self, topic: str, queue_nums: int, perm: int,
-                                                 topic_sys_flag: int = 0) -> TopicConfig | None:
+    def create_topic_in_send_message_back_method(
+        self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
         """Create a retry or DLQ topic on first use; None when its name could not be a topic (a group
         name too long or illegal for a folder), as upstream answers ``topic[...] not exist``."""
         existing = self.table.get(topic)
@@ -150,8 +177,9 @@ class TopicConfigManager:
         if reason is not None:
             log.warning("topic not created", reason=reason, topic=topic[:200])
             return None
-        tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm,
-                         topic_sys_flag=topic_sys_flag)
+        tc = TopicConfig(
+            topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm, topic_sys_flag=topic_sys_flag
+        )
         self.table[topic] = tc
         log.info("topic created", topic=topic, queues=queue_nums)
         self._changed(tc)

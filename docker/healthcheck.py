@@ -54,8 +54,14 @@ class Target:
 def encode_request(opaque: int) -> bytes:
     """One JSON-serialised request frame with no body."""
     header = json.dumps(
-        {"code": GET_BROKER_RUNTIME_INFO, "language": "PYTHON", "opaque": opaque, "flag": 0,
-         "version": 409, "extFields": {}},
+        {
+            "code": GET_BROKER_RUNTIME_INFO,
+            "language": "PYTHON",
+            "opaque": opaque,
+            "flag": 0,
+            "version": 409,
+            "extFields": {},
+        },
         separators=(",", ":"),
     ).encode()
     # length counts everything after itself; the high byte of the 2nd int is the serialise type (0 = JSON).
@@ -69,7 +75,7 @@ def decode_response_code(frame: bytes) -> tuple[int, int, str | None]:
     (len_and_type,) = _INT.unpack_from(frame, 0)
     serialize_type = (len_and_type >> 24) & 0xFF
     header_len = len_and_type & 0xFFFFFF
-    header = frame[4:4 + header_len]
+    header = frame[4 : 4 + header_len]
     if len(header) != header_len:
         raise HealthError(f"response header truncated ({len(header)} of {header_len} bytes)")
     if serialize_type == 0:
@@ -131,7 +137,7 @@ def read_properties(text: str) -> dict[str, str]:
             continue
         for i, ch in enumerate(line):
             if ch in "=: \t":
-                key, value = line[:i], line[i + 1:].strip()
+                key, value = line[:i], line[i + 1 :].strip()
                 break
         else:
             key, value = line, ""
@@ -162,7 +168,7 @@ def broker_settings(argv: Sequence[str], read_file=lambda p: Path(p).read_text()
             i += 2
             continue
         elif arg.startswith("--set="):
-            assignments.append(arg[len("--set="):])
+            assignments.append(arg[len("--set=") :])
         i += 1
     settings: dict[str, str] = {}
     if conf_file:
@@ -200,8 +206,10 @@ def find_broker_argv(proc: Path = Path("/proc")) -> list[str] | None:
 
 
 def resolve_target(cli_addr: str | None, env: dict[str, str], broker_argv: Iterable[str] | None) -> Target:
-    for addr, source in ((cli_addr, "--addr"), (env.get("MINI_ROCKETMQ_HEALTHCHECK_ADDR"),
-                                                 "MINI_ROCKETMQ_HEALTHCHECK_ADDR")):
+    for addr, source in (
+        (cli_addr, "--addr"),
+        (env.get("MINI_ROCKETMQ_HEALTHCHECK_ADDR"), "MINI_ROCKETMQ_HEALTHCHECK_ADDR"),
+    ):
         if addr:
             host, sep, port = addr.rpartition(":")
             if not sep or not host or not port.isdigit():

@@ -57,8 +57,9 @@ LONG_MAX = (1 << 63) - 1
 class AdminError(MQClientError):
     """A request failed: refused by the server (``code``/``remark``) or not delivered (``code`` None)."""
 
-    def __init__(self, message: str, *, code: int | None = None, remark: str | None = None,
-                 addr: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: int | None = None, remark: str | None = None, addr: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.remark = remark
@@ -79,13 +80,23 @@ def decode_messages(body: bytes | memoryview | None) -> list[StoredMessage]:
 
 
 def message_json(msg: StoredMessage) -> dict[str, Any]:
-    return {"msgId": msg.msg_id, "offsetMsgId": msg.offset_msg_id, "topic": msg.topic,
-            "queueId": msg.queue_id, "queueOffset": msg.queue_offset,
-            "commitLogOffset": msg.commit_log_offset, "sysFlag": msg.sys_flag, "flag": msg.flag,
-            "bornTimestamp": msg.born_timestamp, "bornHost": msg.born_host,
-            "storeTimestamp": msg.store_timestamp, "storeHost": msg.store_host,
-            "reconsumeTimes": msg.reconsume_times, "properties": msg.properties,
-            "bodySize": len(msg.body)}
+    return {
+        "msgId": msg.msg_id,
+        "offsetMsgId": msg.offset_msg_id,
+        "topic": msg.topic,
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.commit_log_offset,
+        "sysFlag": msg.sys_flag,
+        "flag": msg.flag,
+        "bornTimestamp": msg.born_timestamp,
+        "bornHost": msg.born_host,
+        "storeTimestamp": msg.store_timestamp,
+        "storeHost": msg.store_host,
+        "reconsumeTimes": msg.reconsume_times,
+        "properties": msg.properties,
+        "bodySize": len(msg.body),
+    }
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
@@ -132,9 +143,15 @@ def _mq_map(data: Any, field_name: str) -> dict[MessageQueue, Any]:
 class AdminClient:
     """Admin requests to one name server set and any broker; every failure is an ``AdminError``."""
 
-    def __init__(self, namesrv: str | Sequence[str], *, timeout_s: float = 5.0,
-                 client: RemotingClient | None = None, credentials: SessionCredentials | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str],
+        *,
+        timeout_s: float = 5.0,
+        client: RemotingClient | None = None,
+        credentials: SessionCredentials | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         addrs = namesrv.split(";") if isinstance(namesrv, str) else list(namesrv)
         self.namesrv = [a.strip() for a in addrs if a.strip()]
         self.timeout_s = timeout_s
@@ -154,8 +171,16 @@ class AdminClient:
         await self.close()
 
     # -- plumbing ---------------------------------------------------------------------------
-    async def invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None, *,
-                     ok: Sequence[int] = (ResponseCode.SUCCESS,), timeout_s: float | None = None) -> RemotingCommand:
+    async def invoke(
+        self,
+        addr: str,
+        code: int,
+        ext: dict[str, str] | None = None,
+        body: bytes | None = None,
+        *,
+        ok: Sequence[int] = (ResponseCode.SUCCESS,),
+        timeout_s: float | None = None,
+    ) -> RemotingCommand:
         request = RemotingCommand.request(code, ext or {}, body)
         try:
             resp = await self.client.invoke(addr, request, timeout_s or self.timeout_s)
@@ -163,12 +188,18 @@ class AdminClient:
             raise AdminError(f"{addr}: {exc}", addr=addr) from exc
         if resp.code not in ok:
             name = _name(RequestCode, code)
-            raise AdminError(f"{addr} answered {name} with code {resp.code} ({_name(ResponseCode, resp.code)}): "
-                             f"{(resp.remark or '').strip()}", code=resp.code, remark=resp.remark, addr=addr)
+            raise AdminError(
+                f"{addr} answered {name} with code {resp.code} ({_name(ResponseCode, resp.code)}): "
+                f"{(resp.remark or '').strip()}",
+                code=resp.code,
+                remark=resp.remark,
+                addr=addr,
+            )
         return resp
 
-    async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None,
-                             ok: Sequence[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+    async def invoke_namesrv(
+        self, code: int, ext: dict[str, str] | None = None, ok: Sequence[int] = (ResponseCode.SUCCESS,)
+    ) -> RemotingCommand:
         """Ask the name servers in turn; the first answer wins (J picks one too)."""
         if not self.namesrv:
             raise AdminError("no name server address: pass -n host:port or set NAMESRV_ADDR")
@@ -189,8 +220,10 @@ class AdminClient:
         for addr in split_namesrv(self.namesrv):
             try:
                 resp = await self.client.invoke(
-                    addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": DEFAULT_TOPIC}),
-                    self.timeout_s)
+                    addr,
+                    RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": DEFAULT_TOPIC}),
+                    self.timeout_s,
+                )
             except RemotingError as exc:
                 errors.append(f"{addr}: {_explain(exc)}")
                 continue
@@ -298,16 +331,34 @@ class AdminClient:
         body = "".join(f"{k}={v}\n" for k, v in properties.items()).encode()
         await self.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
 
-    async def create_topic(self, addr: str, topic: str, queues: int | None = None, *, read_queues: int = 8,
-                           write_queues: int = 8, perm: int = 6, order: bool = False, topic_sys_flag: int = 0,
-                           attributes: str | None = None) -> None:
+    async def create_topic(
+        self,
+        addr: str,
+        topic: str,
+        queues: int | None = None,
+        *,
+        read_queues: int = 8,
+        write_queues: int = 8,
+        perm: int = 6,
+        order: bool = False,
+        topic_sys_flag: int = 0,
+        attributes: str | None = None,
+    ) -> None:
         """17 UPDATE_AND_CREATE_TOPIC (``queues`` sets both counts); ``attributes`` as 5.x writes them
         (``+message.type=FIFO``)."""
         if queues is not None:
             read_queues = write_queues = queues
-        hdr = CreateTopicRequestHeader(topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queues,
-                                       write_queue_nums=write_queues, perm=perm, topic_filter_type="SINGLE_TAG",
-                                       order=order, topic_sys_flag=topic_sys_flag, attributes=attributes)
+        hdr = CreateTopicRequestHeader(
+            topic=topic,
+            default_topic=DEFAULT_TOPIC,
+            read_queue_nums=read_queues,
+            write_queue_nums=write_queues,
+            perm=perm,
+            topic_filter_type="SINGLE_TAG",
+            order=order,
+            topic_sys_flag=topic_sys_flag,
+            attributes=attributes,
+        )
         await self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, encode_header(hdr))
 
     async def create_topic_everywhere(self, topic: str, queues: int, *, wait_s: float = 10.0) -> TopicRoute:
@@ -323,8 +374,9 @@ class AdminClient:
             if route is not None and len(route.write_queues()) >= queues * len(masters):
                 return route
             if self.clock() >= deadline:
-                raise MQClientError(f"topic {topic} was created but the name server did not serve its route "
-                                    f"within {wait_s}s")
+                raise MQClientError(
+                    f"topic {topic} was created but the name server did not serve its route within {wait_s}s"
+                )
             await asyncio.sleep(0.1)
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
@@ -333,27 +385,33 @@ class AdminClient:
 
     async def topic_stats(self, addr: str, topic: str) -> dict[MessageQueue, dict[str, int]]:
         """202 GET_TOPIC_STATS_INFO → {mq: {minOffset, maxOffset, lastUpdateTimestamp}}."""
-        resp = await self.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO,
-                                 encode_header(GetTopicStatsInfoRequestHeader(topic)))
+        resp = await self.invoke(
+            addr, RequestCode.GET_TOPIC_STATS_INFO, encode_header(GetTopicStatsInfoRequestHeader(topic))
+        )
         return _mq_map(parse_fastjson(resp.body), "offsetTable")
 
     async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> tuple[float, dict]:
         """208 GET_CONSUME_STATS → (consumeTps, {mq: {brokerOffset, consumerOffset, lastTimestamp}})."""
-        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS,
-                                 encode_header(GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)))
+        resp = await self.invoke(
+            addr,
+            RequestCode.GET_CONSUME_STATS,
+            encode_header(GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)),
+        )
         data = parse_fastjson(resp.body) or {}
         return float(data.get("consumeTps") or 0.0), _mq_map(data, "offsetTable")
 
     async def consumer_connection(self, addr: str, group: str) -> dict[str, Any]:
         """203 GET_CONSUMER_CONNECTION_LIST → ConsumerConnection."""
-        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
-                                 encode_header(GetConsumerConnectionListRequestHeader(group)))
+        resp = await self.invoke(
+            addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, encode_header(GetConsumerConnectionListRequestHeader(group))
+        )
         return parse_fastjson(resp.body) or {}
 
     async def producer_connection(self, addr: str, group: str) -> dict[str, Any]:
         """204 GET_PRODUCER_CONNECTION_LIST → ProducerConnection."""
-        resp = await self.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
-                                 encode_header(GetProducerConnectionListRequestHeader(group)))
+        resp = await self.invoke(
+            addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, encode_header(GetProducerConnectionListRequestHeader(group))
+        )
         return parse_fastjson(resp.body) or {}
 
     async def topic_consume_by_who(self, addr: str, topic: str) -> list[str]:
@@ -363,8 +421,9 @@ class AdminClient:
 
     async def view_stats(self, addr: str, stats_name: str, stats_key: str) -> dict[str, Any]:
         """315 VIEW_BROKER_STATS_DATA → BrokerStatsData (statsMinute/Hour/Day: sum, tps, avgpt)."""
-        resp = await self.invoke(addr, RequestCode.VIEW_BROKER_STATS_DATA,
-                                 {"statsName": stats_name, "statsKey": stats_key})
+        resp = await self.invoke(
+            addr, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": stats_name, "statsKey": stats_key}
+        )
         return parse_fastjson(resp.body) or {}
 
     async def view_message(self, addr: str, offset: int) -> StoredMessage:
@@ -375,19 +434,33 @@ class AdminClient:
             raise AdminError(f"{addr} answered VIEW_MESSAGE_BY_ID without a message", addr=addr)
         return msgs[0]
 
-    async def query_message(self, addr: str, topic: str, key: str, *, max_num: int = 64, begin_ms: int = 0,
-                            end_ms: int = LONG_MAX, unique_key: bool = False) -> list[StoredMessage]:
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = LONG_MAX,
+        unique_key: bool = False,
+    ) -> list[StoredMessage]:
         """12 QUERY_MESSAGE (by KEYS, or by UNIQ_KEY with ``_UNIQUE_KEY_QUERY``); [] on QUERY_NOT_FOUND."""
-        ext = encode_header(QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num,
-                                                      begin_timestamp=begin_ms, end_timestamp=end_ms))
+        ext = encode_header(
+            QueryMessageRequestHeader(
+                topic=topic, key=key, max_num=max_num, begin_timestamp=begin_ms, end_timestamp=end_ms
+            )
+        )
         if unique_key:
             ext["_UNIQUE_KEY_QUERY"] = "true"
-        resp = await self.invoke(addr, RequestCode.QUERY_MESSAGE, ext,
-                                 ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        resp = await self.invoke(
+            addr, RequestCode.QUERY_MESSAGE, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+        )
         return decode_messages(resp.body) if resp.code == ResponseCode.SUCCESS else []
 
-    async def reset_offset(self, addr: str, topic: str, group: str, timestamp: int,
-                           force: bool = True) -> dict[MessageQueue, int]:
+    async def reset_offset(
+        self, addr: str, topic: str, group: str, timestamp: int, force: bool = True
+    ) -> dict[MessageQueue, int]:
         """222 INVOKE_BROKER_TO_RESET_OFFSET (the broker tells the group's clients: 220) → {mq: offset}."""
         ext = encode_header(ResetOffsetRequestHeader(topic=topic, group=group, timestamp=timestamp, is_force=force))
         resp = await self.invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext)
@@ -408,8 +481,9 @@ class AdminClient:
     async def consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None:
         """14 QUERY_CONSUMER_OFFSET: the group's committed offset of a queue; None when the broker has none."""
         ext = encode_header(QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id))
-        resp = await self.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext,
-                                 ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        resp = await self.invoke(
+            addr, RequestCode.QUERY_CONSUMER_OFFSET, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+        )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         return int(resp.ext_fields.get("offset", "-1"))
@@ -432,12 +506,16 @@ class AdminClient:
 
     async def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         """15 UPDATE_CONSUMER_OFFSET."""
-        ext = encode_header(UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,
-                                                              commit_offset=offset))
+        ext = encode_header(
+            UpdateConsumerOffsetRequestHeader(
+                consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset
+            )
+        )
         await self.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
 
-    async def fault_inject(self, addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
-                           value: str | None = None) -> RemotingCommand:
+    async def fault_inject(
+        self, addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None, value: str | None = None
+    ) -> RemotingCommand:
         """5001 FAULT_INJECT (mini-rocketmq's own; the broker needs faultInjectionEnable=true): the answer
         (code 0 = armed); a refusal raises ``AdminError`` with the broker's code and remark."""
         request = fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value)

@@ -134,9 +134,18 @@ def default_client_id() -> str:
 
 
 class PushConsumer:
-    def __init__(self, namesrv: str | Sequence[str], topic: str, config: ConsumerConfig, listener: Listener, *,
-                 client: RemotingClient | None = None, now_ms: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None) -> None:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str],
+        topic: str,
+        config: ConsumerConfig,
+        listener: Listener,
+        *,
+        client: RemotingClient | None = None,
+        now_ms: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        credentials: SessionCredentials | None = None,
+    ) -> None:
         self.topic = topic
         self.config = config
         self.listener = listener
@@ -237,28 +246,46 @@ class PushConsumer:
         return await self.routes.get(self.topic)
 
     def heartbeat_body(self) -> bytes:
-        sub = {"classFilterMode": False, "topic": self.topic, "subString": self.config.sub_expression,
-               "tagsSet": [], "codeSet": [], "subVersion": self.sub_version, "expressionType": "TAG"}
+        sub = {
+            "classFilterMode": False,
+            "topic": self.topic,
+            "subString": self.config.sub_expression,
+            "tagsSet": [],
+            "codeSet": [],
+            "subVersion": self.sub_version,
+            "expressionType": "TAG",
+        }
         if self.config.sub_expression not in ("*", ""):
             tags = [t.strip() for t in self.config.sub_expression.split("||") if t.strip()]
             sub["tagsSet"] = tags
             sub["codeSet"] = [java_string_hash(t) for t in tags]
-        data = {"clientID": self.client_id,
-                "consumerDataSet": [{"groupName": self.config.group, "consumeType": "CONSUME_PASSIVELY",
-                                     "messageModel": "CLUSTERING",
-                                     "consumeFromWhere": ("CONSUME_FROM_FIRST_OFFSET"
-                                                          if self.config.consume_from == "first"
-                                                          else "CONSUME_FROM_LAST_OFFSET"),
-                                     "unitMode": False, "subscriptionDataSet": [sub]}],
-                "producerDataSet": []}
+        data = {
+            "clientID": self.client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": self.config.group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": (
+                        "CONSUME_FROM_FIRST_OFFSET"
+                        if self.config.consume_from == "first"
+                        else "CONSUME_FROM_LAST_OFFSET"
+                    ),
+                    "unitMode": False,
+                    "subscriptionDataSet": [sub],
+                }
+            ],
+            "producerDataSet": [],
+        }
         return orjson.dumps(data)
 
     async def heartbeat(self) -> None:
         route = await self._route()
         body = self.heartbeat_body()
         for addr in sorted(set(route.masters().values())):
-            resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body),
-                                            self.config.rpc_timeout_s)
+            resp = await self.client.invoke(
+                addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), self.config.rpc_timeout_s
+            )
             if resp.code != ResponseCode.SUCCESS:
                 raise MQBrokerError(resp.code, resp.remark, addr)
 
@@ -266,17 +293,20 @@ class PushConsumer:
         route = await self._route()
         addr = sorted(route.masters().values())[0]
         hdr = encode_header(GetConsumerListByGroupRequestHeader(consumer_group=self.config.group))
-        resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, hdr),
-                                        self.config.rpc_timeout_s)
+        resp = await self.client.invoke(
+            addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, hdr), self.config.rpc_timeout_s
+        )
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return sorted(orjson.loads(bytes(resp.body or b"{}")).get("consumerIdList") or [])
 
     async def _query_offset(self, mq: MessageQueue, addr: str) -> int:
-        hdr = encode_header(QueryConsumerOffsetRequestHeader(consumer_group=self.config.group, topic=mq.topic,
-                                                             queue_id=mq.queue_id))
-        resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, hdr),
-                                        self.config.rpc_timeout_s)
+        hdr = encode_header(
+            QueryConsumerOffsetRequestHeader(consumer_group=self.config.group, topic=mq.topic, queue_id=mq.queue_id)
+        )
+        resp = await self.client.invoke(
+            addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, hdr), self.config.rpc_timeout_s
+        )
         if resp.code == ResponseCode.SUCCESS:
             offset = int(resp.ext_fields.get("offset", "-1"))
             if offset >= 0:
@@ -293,8 +323,9 @@ class PushConsumer:
             if addr is None:
                 raise MQClientError(f"no master for {mq.broker_name}")
         hdr = encode_header(GetMaxOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id))
-        resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, hdr),
-                                        self.config.rpc_timeout_s)
+        resp = await self.client.invoke(
+            addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, hdr), self.config.rpc_timeout_s
+        )
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return int(resp.ext_fields.get("offset", "0"))
@@ -307,20 +338,24 @@ class PushConsumer:
             addr = route.master_addr(mq.broker_name)
             if addr is None:
                 continue
-            hdr = encode_header(UpdateConsumerOffsetRequestHeader(consumer_group=self.config.group, topic=mq.topic,
-                                                                  queue_id=mq.queue_id, commit_offset=offset))
-            resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, hdr),
-                                            self.config.rpc_timeout_s)
+            hdr = encode_header(
+                UpdateConsumerOffsetRequestHeader(
+                    consumer_group=self.config.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset
+                )
+            )
+            resp = await self.client.invoke(
+                addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, hdr), self.config.rpc_timeout_s
+            )
             if resp.code == ResponseCode.SUCCESS:
                 self._committed[mq] = offset
 
     async def _unregister(self) -> None:
         route = await self._route()
-        hdr = encode_header(UnregisterClientRequestHeader(client_id=self.client_id,
-                                                          consumer_group=self.config.group))
+        hdr = encode_header(UnregisterClientRequestHeader(client_id=self.client_id, consumer_group=self.config.group))
         for addr in sorted(set(route.masters().values())):
-            await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, hdr),
-                                     self.config.rpc_timeout_s)
+            await self.client.invoke(
+                addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, hdr), self.config.rpc_timeout_s
+            )
 
     # ---- rebalance --------------------------------------------------------------------------------
     async def rebalance(self) -> list[MessageQueue]:
@@ -388,20 +423,29 @@ class PushConsumer:
                 continue
             commit = self.offsets.get(mq, 0)
             sys_flag = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_COMMIT_OFFSET if commit > 0 else 0)
-            hdr = PullMessageRequestHeader(consumer_group=cfg.group, topic=mq.topic, queue_id=mq.queue_id,
-                                           queue_offset=next_offset, max_msg_nums=cfg.pull_batch_size,
-                                           sys_flag=sys_flag, commit_offset=commit,
-                                           suspend_timeout_millis=cfg.suspend_timeout_ms,
-                                           sub_version=self.sub_version, subscription=cfg.sub_expression,
-                                           expression_type="TAG")
+            hdr = PullMessageRequestHeader(
+                consumer_group=cfg.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=next_offset,
+                max_msg_nums=cfg.pull_batch_size,
+                sys_flag=sys_flag,
+                commit_offset=commit,
+                suspend_timeout_millis=cfg.suspend_timeout_ms,
+                sub_version=self.sub_version,
+                subscription=cfg.sub_expression,
+                expression_type="TAG",
+            )
             try:
                 route = await self._route()
                 addr = route.master_addr(mq.broker_name)
                 if addr is None:
                     raise MQClientError(f"no master for {mq.broker_name}")
-                resp = await self.client.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE,
-                                                                              encode_header(hdr)),
-                                                cfg.pull_timeout_ms / 1000)
+                resp = await self.client.invoke(
+                    addr,
+                    RemotingCommand.request(RequestCode.PULL_MESSAGE, encode_header(hdr)),
+                    cfg.pull_timeout_ms / 1000,
+                )
             except (RemotingError, MQClientError) as exc:
                 self.pull_errors += 1
                 log.info("pull failed", queue=mq.queue_id, error=str(exc))

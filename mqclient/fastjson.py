@@ -45,7 +45,7 @@ class _LenientParser:
     def _expect(self, ch: str) -> None:
         self._ws()
         if self.pos >= len(self.text) or self.text[self.pos] != ch:
-            got = self.text[self.pos:self.pos + 10] or "end of input"
+            got = self.text[self.pos : self.pos + 10] or "end of input"
             raise ValueError(f"expected {ch!r} at offset {self.pos}, got {got!r}")
         self.pos += 1
 

@@ -24,16 +24,24 @@ class FaultInjectionError(Exception):
         self.code = code
 
 
-def fault_inject_request(kind: str, *, target: str | None = None, duration_ms: int = 0,
-                         value: str | None = None) -> RemotingCommand:
+def fault_inject_request(
+    kind: str, *, target: str | None = None, duration_ms: int = 0, value: str | None = None
+) -> RemotingCommand:
     """The FAULT_INJECT (5001) request for one fault."""
     hdr = FaultInjectRequestHeader(kind=kind, target=target, duration_ms=duration_ms, value=value)
     return RemotingCommand.request(RequestCode.FAULT_INJECT, encode_header(hdr))
 
 
-async def inject_fault_async(addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
-                             value: str | None = None, client: RemotingClient | None = None,
-                             timeout_s: float = 5.0) -> None:
+async def inject_fault_async(
+    addr: str,
+    kind: str,
+    *,
+    duration_ms: int = 0,
+    target: str | None = None,
+    value: str | None = None,
+    client: RemotingClient | None = None,
+    timeout_s: float = 5.0,
+) -> None:
     """Arm ``kind`` on the broker at ``addr`` ("host:port"); FaultInjectionError if it refuses or is unreachable.
 
     ``client``: reuse a connected ``RemotingClient``; otherwise one is opened and closed for this call.
@@ -41,20 +49,30 @@ async def inject_fault_async(addr: str, kind: str, *, duration_ms: int = 0, targ
     own = client is None
     rc = RemotingClient() if client is None else client
     try:
-        resp = await rc.invoke(addr, fault_inject_request(kind, target=target, duration_ms=duration_ms,
-                                                          value=value), timeout_s)
+        resp = await rc.invoke(
+            addr, fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value), timeout_s
+        )
     except Exception as exc:
         raise FaultInjectionError(f"FAULT_INJECT to {addr} failed: {exc}") from exc
     finally:
         if own:
             await rc.close()
     if resp.code != ResponseCode.SUCCESS:
-        raise FaultInjectionError(f"broker {addr} refused FAULT_INJECT {kind}: {resp.remark} (code {resp.code})",
-                                  resp.code)
+        raise FaultInjectionError(
+            f"broker {addr} refused FAULT_INJECT {kind}: {resp.remark} (code {resp.code})", resp.code
+        )
 
 
-def inject_fault(addr: str, kind: str, *, duration_ms: int = 0, target: str | None = None,
-                 value: str | None = None, timeout_s: float = 5.0) -> None:
+def inject_fault(
+    addr: str,
+    kind: str,
+    *,
+    duration_ms: int = 0,
+    target: str | None = None,
+    value: str | None = None,
+    timeout_s: float = 5.0,
+) -> None:
     """Blocking ``inject_fault_async`` for command-line tools (must not be called from a running loop)."""
-    asyncio.run(inject_fault_async(addr, kind, duration_ms=duration_ms, target=target, value=value,
-                                   timeout_s=timeout_s))
+    asyncio.run(
+        inject_fault_async(addr, kind, duration_ms=duration_ms, target=target, value=value, timeout_s=timeout_s)
+    )

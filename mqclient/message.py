@@ -54,7 +54,7 @@ def decode_properties(text: str) -> dict[str, str]:
     for piece in text.split(PROPERTY_SEPARATOR):
         idx = piece.find(NAME_VALUE_SEPARATOR)
         if idx > 0:
-            out[piece[:idx]] = piece[idx + 1:]
+            out[piece[:idx]] = piece[idx + 1 :]
     return out
 
 
@@ -128,10 +128,10 @@ def create_offset_msg_id(store_host: str, commit_log_offset: int) -> str:
 
 def _host(buf: memoryview, pos: int, v6: bool) -> tuple[str, int]:
     if v6:
-        ip = socket.inet_ntop(socket.AF_INET6, bytes(buf[pos:pos + 16]))
+        ip = socket.inet_ntop(socket.AF_INET6, bytes(buf[pos : pos + 16]))
         port = _I32.unpack_from(buf, pos + 16)[0]
         return f"[{ip}]:{port}", pos + 20
-    ip = socket.inet_ntoa(bytes(buf[pos:pos + 4]))
+    ip = socket.inet_ntoa(bytes(buf[pos : pos + 4]))
     port = _I32.unpack_from(buf, pos + 4)[0]
     return f"{ip}:{port}", pos + 8
 
@@ -144,13 +144,13 @@ def decode_messages(body: bytes | memoryview, *, decompress: bool = True) -> lis
     while pos < end:
         start = pos
         try:
-            total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts = \
-                _HEAD.unpack_from(buf, pos)
+            total, magic, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts = _HEAD.unpack_from(buf, pos)
             if magic != MAGIC_MESSAGE:
                 raise MessageDecodeError(f"record at byte {start}: bad magic code {magic & 0xFFFFFFFF:#x}")
             if total < 91 or start + total > end:
-                raise MessageDecodeError(f"record at byte {start}: total size {total} does not fit "
-                                         f"the {end - start} bytes left")
+                raise MessageDecodeError(
+                    f"record at byte {start}: total size {total} does not fit the {end - start} bytes left"
+                )
             pos += _HEAD.size
             born_host, pos = _host(buf, pos, bool(sys_flag & SYSFLAG_BORNHOST_V6))
             store_ts = _I64.unpack_from(buf, pos)[0]
@@ -160,34 +160,46 @@ def decode_messages(body: bytes | memoryview, *, decompress: bool = True) -> lis
             pos += 4 + 8  # reconsume times, prepared transaction offset
             body_len = _I32.unpack_from(buf, pos)[0]
             pos += 4
-            payload = bytes(buf[pos:pos + body_len])
+            payload = bytes(buf[pos : pos + body_len])
             pos += body_len
             topic_len = buf[pos]
             pos += 1
-            topic = bytes(buf[pos:pos + topic_len]).decode("utf-8")
+            topic = bytes(buf[pos : pos + topic_len]).decode("utf-8")
             pos += topic_len
             prop_len = _I16.unpack_from(buf, pos)[0]
             pos += 2
-            props = decode_properties(bytes(buf[pos:pos + prop_len]).decode("utf-8")) if prop_len > 0 else {}
+            props = decode_properties(bytes(buf[pos : pos + prop_len]).decode("utf-8")) if prop_len > 0 else {}
             pos += prop_len
         except struct.error as exc:
             raise MessageDecodeError(f"record at byte {start}: truncated ({exc})") from None
         except UnicodeDecodeError as exc:
             raise MessageDecodeError(f"record at byte {start}: bad UTF-8 in topic or properties ({exc})") from None
         if pos != start + total:
-            raise MessageDecodeError(f"record at byte {start}: fields take {pos - start} bytes, "
-                                     f"TOTALSIZE says {total}")
+            raise MessageDecodeError(f"record at byte {start}: fields take {pos - start} bytes, TOTALSIZE says {total}")
         if decompress and sys_flag & SYSFLAG_COMPRESSED:
             try:
                 payload = zlib.decompress(payload)
             except zlib.error as exc:
-                raise MessageDecodeError(f"record at byte {start}: compressed body does not inflate ({exc})") \
-                    from None
-        out.append(MessageExt(topic=topic, queue_id=queue_id, queue_offset=queue_offset,
-                              commit_log_offset=phy_offset, sys_flag=sys_flag, flag=flag, born_timestamp=born_ts,
-                              born_host=born_host, store_timestamp=store_ts, store_host=store_host,
-                              reconsume_times=reconsume, body=payload, properties=props, store_size=total,
-                              body_crc=crc))
+                raise MessageDecodeError(f"record at byte {start}: compressed body does not inflate ({exc})") from None
+        out.append(
+            MessageExt(
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                commit_log_offset=phy_offset,
+                sys_flag=sys_flag,
+                flag=flag,
+                born_timestamp=born_ts,
+                born_host=born_host,
+                store_timestamp=store_ts,
+                store_host=store_host,
+                reconsume_times=reconsume,
+                body=payload,
+                properties=props,
+                store_size=total,
+                body_crc=crc,
+            )
+        )
     return out
 
 
@@ -214,11 +226,13 @@ def _local_ip() -> bytes:
 class UniqKeyGenerator:
     """J ``MessageClientIDSetter``: 32 upper-case hex chars, unique per process and message."""
 
-    def __init__(self, *, now_ms: Callable[[], int] | None = None, pid: int | None = None,
-                 ip: bytes | None = None) -> None:
+    def __init__(
+        self, *, now_ms: Callable[[], int] | None = None, pid: int | None = None, ip: bytes | None = None
+    ) -> None:
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
-        fixed = (ip or _local_ip()) + struct.pack(">hi", (pid if pid is not None else os.getpid()) & 0x7FFF,
-                                                  random.getrandbits(31))
+        fixed = (ip or _local_ip()) + struct.pack(
+            ">hi", (pid if pid is not None else os.getpid()) & 0x7FFF, random.getrandbits(31)
+        )
         self._prefix = fixed.hex().upper()
         self._counter = itertools.count(random.getrandbits(15))
         self._month_start = 0

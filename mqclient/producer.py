@@ -41,11 +41,22 @@ from remoting.signature import SessionCredentials
 log = structlog.get_logger(__name__)
 
 # J DefaultMQProducer.retryResponseCodes (4.x default).
-RETRY_CODES = frozenset({ResponseCode.SYSTEM_ERROR, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.NO_PERMISSION,
-                         ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT})
-STORED = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
-          ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
-          ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT"}
+RETRY_CODES = frozenset(
+    {
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+    }
+)
+STORED = {
+    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+}
 
 
 def error_kind(code: int | None, remark: str | None) -> str:
@@ -89,9 +100,16 @@ class SendResult:
 
 
 class Producer:
-    def __init__(self, namesrv: str | Sequence[str], config: ProducerConfig | None = None, *,
-                 client: RemotingClient | None = None, now_ms: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None) -> None:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str],
+        config: ProducerConfig | None = None,
+        *,
+        client: RemotingClient | None = None,
+        now_ms: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        credentials: SessionCredentials | None = None,
+    ) -> None:
         self.config = config or ProducerConfig()
         self.client = client or RemotingClient(credentials=credentials)
         self._own_client = client is None
@@ -132,8 +150,9 @@ class Producer:
         return queues[next(self._queue_index) % len(queues)]
 
     # ---- request building -----------------------------------------------------------------------
-    def _request(self, msg: Message, mq: MessageQueue, *, batch_body: bytes | None = None,
-                 uniq: str | None = None) -> RemotingCommand:
+    def _request(
+        self, msg: Message, mq: MessageQueue, *, batch_body: bytes | None = None, uniq: str | None = None
+    ) -> RemotingCommand:
         sys_flag = 0
         if batch_body is not None:
             body = batch_body
@@ -149,10 +168,20 @@ class Producer:
                 all_props[PROPERTY_UNIQ_KEY] = uniq
             props = encode_properties(all_props)
             code = RequestCode.SEND_MESSAGE_V2
-        hdr = SendMessageRequestHeaderV2(a=self.config.group, b=mq.topic, c=DEFAULT_TOPIC,
-                                         d=self.config.default_topic_queue_nums, e=mq.queue_id, f=sys_flag,
-                                         g=self.now_ms(), h=msg.flag, i=props, j=0, k=False,
-                                         m=batch_body is not None)
+        hdr = SendMessageRequestHeaderV2(
+            a=self.config.group,
+            b=mq.topic,
+            c=DEFAULT_TOPIC,
+            d=self.config.default_topic_queue_nums,
+            e=mq.queue_id,
+            f=sys_flag,
+            g=self.now_ms(),
+            h=msg.flag,
+            i=props,
+            j=0,
+            k=False,
+            m=batch_body is not None,
+        )
         return RemotingCommand.request(code, encode_header(hdr), body)
 
     def _check(self, msg: Message) -> None:
@@ -161,21 +190,24 @@ class Producer:
         if len(msg.body) == 0:
             raise MQClientError("the message body is empty")
         if len(msg.body) > self.config.max_message_size:
-            raise MQClientError(f"the message body is {len(msg.body)} bytes, over the "
-                                f"{self.config.max_message_size}-byte limit")
+            raise MQClientError(
+                f"the message body is {len(msg.body)} bytes, over the {self.config.max_message_size}-byte limit"
+            )
 
     # ---- sends ----------------------------------------------------------------------------------
     async def send(self, msg: Message, *, queue: MessageQueue | None = None) -> SendResult:
         """Sync send: returns once stored (or raises ``SendFailedError`` / ``MQBrokerError``)."""
         self._check(msg)
-        return await self._send_with_retries(msg, None, queue, broker_errors_retry=True,
-                                             attempts=1 + self.config.retries)
+        return await self._send_with_retries(
+            msg, None, queue, broker_errors_retry=True, attempts=1 + self.config.retries
+        )
 
     async def send_async(self, msg: Message, *, queue: MessageQueue | None = None) -> SendResult:
         """J async semantics: broker error answers are not retried; transport failures are."""
         self._check(msg)
-        return await self._send_with_retries(msg, None, queue, broker_errors_retry=False,
-                                             attempts=1 + self.config.retries)
+        return await self._send_with_retries(
+            msg, None, queue, broker_errors_retry=False, attempts=1 + self.config.retries
+        )
 
     async def send_batch(self, messages: Sequence[Message], *, queue: MessageQueue | None = None) -> SendResult:
         """SEND_BATCH_MESSAGE (320): one topic, no delay; each message gets its own UNIQ_KEY."""
@@ -189,8 +221,9 @@ class Producer:
         keys = [self.uniq.next() for _ in messages]
         body = encode_batch(messages, keys)
         head = Message(topic=messages[0].topic, body=b"")
-        result = await self._send_with_retries(head, body, queue, broker_errors_retry=True,
-                                               attempts=1 + self.config.retries, uniq_keys=keys)
+        result = await self._send_with_retries(
+            head, body, queue, broker_errors_retry=True, attempts=1 + self.config.retries, uniq_keys=keys
+        )
         return result
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> MessageQueue:
@@ -206,9 +239,16 @@ class Producer:
         await self.client.invoke_oneway(addr, req)
         return mq
 
-    async def _send_with_retries(self, msg: Message, batch_body: bytes | None, queue: MessageQueue | None, *,
-                                 broker_errors_retry: bool, attempts: int,
-                                 uniq_keys: list[str] | None = None) -> SendResult:
+    async def _send_with_retries(
+        self,
+        msg: Message,
+        batch_body: bytes | None,
+        queue: MessageQueue | None,
+        *,
+        broker_errors_retry: bool,
+        attempts: int,
+        uniq_keys: list[str] | None = None,
+    ) -> SendResult:
         cfg = self.config
         start = self.clock()
         budget = cfg.send_timeout_ms / 1000.0
@@ -220,8 +260,17 @@ class Producer:
             remaining = budget - (self.clock() - start)
             if remaining <= 0:
                 # J: "sendDefaultImpl call timeout" (RemotingTooMuchRequestException), no more tries.
-                errors.append(AttemptError("TIMEOUT_BUDGET", None, f"send budget of {cfg.send_timeout_ms} ms spent",
-                                           None, None, began_ms, began_ms))
+                errors.append(
+                    AttemptError(
+                        "TIMEOUT_BUDGET",
+                        None,
+                        f"send budget of {cfg.send_timeout_ms} ms spent",
+                        None,
+                        None,
+                        began_ms,
+                        began_ms,
+                    )
+                )
                 break
             try:
                 route = await self.routes.get(msg.topic, allow_default=True)
@@ -231,8 +280,17 @@ class Producer:
             mq = queue or self.select_queue(route, msg.topic, last_broker)
             addr = route.master_addr(mq.broker_name)
             if addr is None:
-                errors.append(AttemptError("NO_ROUTE", None, f"no master for {mq.broker_name}", mq.broker_name,
-                                           mq.queue_id, began_ms, self.now_ms()))
+                errors.append(
+                    AttemptError(
+                        "NO_ROUTE",
+                        None,
+                        f"no master for {mq.broker_name}",
+                        mq.broker_name,
+                        mq.queue_id,
+                        began_ms,
+                        self.now_ms(),
+                    )
+                )
                 last_broker = mq.broker_name
                 continue
             timeout = remaining if cfg.attempt_timeout_ms is None else min(remaining, cfg.attempt_timeout_ms / 1000)
@@ -240,8 +298,9 @@ class Producer:
             try:
                 resp = await self.client.invoke(addr, req, timeout)
             except RemotingTimeoutError as exc:
-                errors.append(AttemptError("CLIENT_TIMEOUT", None, str(exc), addr, mq.queue_id, began_ms,
-                                           self.now_ms()))
+                errors.append(
+                    AttemptError("CLIENT_TIMEOUT", None, str(exc), addr, mq.queue_id, began_ms, self.now_ms())
+                )
                 last_broker = mq.broker_name
                 if cfg.retry_on_timeout:
                     continue
@@ -260,12 +319,28 @@ class Producer:
                 except ValueError:
                     queue_id, offset = mq.queue_id, -1
                 msg_id = ",".join(uniq_keys) if uniq_keys else (uniq or "")
-                return SendResult(status=status, msg_id=msg_id, offset_msg_id=ext.get("msgId", ""),
-                                  queue=MessageQueue(mq.topic, mq.broker_name, queue_id), queue_offset=offset,
-                                  broker=addr, attempts=attempt, attempt_errors=errors,
-                                  transaction_id=ext.get("transactionId"))
-            errors.append(AttemptError(error_kind(resp.code, resp.remark), resp.code, resp.remark, addr,
-                                       mq.queue_id, began_ms, self.now_ms()))
+                return SendResult(
+                    status=status,
+                    msg_id=msg_id,
+                    offset_msg_id=ext.get("msgId", ""),
+                    queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
+                    queue_offset=offset,
+                    broker=addr,
+                    attempts=attempt,
+                    attempt_errors=errors,
+                    transaction_id=ext.get("transactionId"),
+                )
+            errors.append(
+                AttemptError(
+                    error_kind(resp.code, resp.remark),
+                    resp.code,
+                    resp.remark,
+                    addr,
+                    mq.queue_id,
+                    began_ms,
+                    self.now_ms(),
+                )
+            )
             last_broker = mq.broker_name
             if broker_errors_retry and resp.code in RETRY_CODES:
                 continue

@@ -87,8 +87,12 @@ class TopicRoute:
         return out
 
     def read_queues(self) -> list[MessageQueue]:
-        return sorted(MessageQueue(self.topic, q.broker_name, i)
-                      for q in self.queues if q.perm & PERM_READ for i in range(q.read_queue_nums))
+        return sorted(
+            MessageQueue(self.topic, q.broker_name, i)
+            for q in self.queues
+            if q.perm & PERM_READ
+            for i in range(q.read_queue_nums)
+        )
 
 
 def parse_route(topic: str, body: bytes | memoryview, fetched_at: float = 0.0) -> TopicRoute:
@@ -102,12 +106,23 @@ def parse_route(topic: str, body: bytes | memoryview, fetched_at: float = 0.0) -
         except ValueError as exc:
             raise TopicRouteError(f"route of {topic} is not JSON: {exc}") from None
     try:
-        brokers = tuple(BrokerData(broker_name=b["brokerName"], cluster=b.get("cluster", ""),
-                                   addrs={str(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()})
-                        for b in data.get("brokerDatas") or [])
-        queues = tuple(QueueData(broker_name=q["brokerName"], read_queue_nums=int(q["readQueueNums"]),
-                                 write_queue_nums=int(q["writeQueueNums"]), perm=int(q["perm"]))
-                       for q in data.get("queueDatas") or [])
+        brokers = tuple(
+            BrokerData(
+                broker_name=b["brokerName"],
+                cluster=b.get("cluster", ""),
+                addrs={str(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
+            )
+            for b in data.get("brokerDatas") or []
+        )
+        queues = tuple(
+            QueueData(
+                broker_name=q["brokerName"],
+                read_queue_nums=int(q["readQueueNums"]),
+                write_queue_nums=int(q["writeQueueNums"]),
+                perm=int(q["perm"]),
+            )
+            for q in data.get("queueDatas") or []
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TopicRouteError(f"route of {topic} is malformed: {exc!r}") from None
     return TopicRoute(topic=topic, brokers=brokers, queues=queues, fetched_at=fetched_at)
@@ -142,8 +157,9 @@ class RouteCache:
         errors: list[str] = []
         for i in range(len(self.namesrv)):
             addr = self.namesrv[(self._next_ns + i) % len(self.namesrv)]
-            req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                          {"topic": topic, "acceptStandardJsonOnly": "true"})
+            req = RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
+            )
             try:
                 resp = await self.client.invoke(addr, req, self.timeout_s)
             except RemotingError as exc:
@@ -156,8 +172,9 @@ class RouteCache:
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                 return None
             if resp.code != ResponseCode.SUCCESS or not resp.body:
-                raise TopicRouteError(f"name server {addr} answered code {resp.code} for the route of "
-                                      f"{topic}: {resp.remark or ''}")
+                raise TopicRouteError(
+                    f"name server {addr} answered code {resp.code} for the route of {topic}: {resp.remark or ''}"
+                )
             route = parse_route(topic, resp.body, self.clock())
             self.routes[topic] = route
             return route
@@ -178,12 +195,19 @@ class RouteCache:
         if route is None and allow_default:
             default = await self.query(DEFAULT_TOPIC)
             if default is not None:
-                route = TopicRoute(topic=topic, brokers=default.brokers, queues=tuple(
-                    QueueData(q.broker_name, min(4, q.read_queue_nums), min(4, q.write_queue_nums), q.perm)
-                    for q in default.queues), fetched_at=self.clock())
+                route = TopicRoute(
+                    topic=topic,
+                    brokers=default.brokers,
+                    queues=tuple(
+                        QueueData(q.broker_name, min(4, q.read_queue_nums), min(4, q.write_queue_nums), q.perm)
+                        for q in default.queues
+                    ),
+                    fetched_at=self.clock(),
+                )
                 # J keeps such a route only until the real one shows up: refresh on the next send burst.
-                self.routes[topic] = TopicRoute(route.topic, route.brokers, route.queues,
-                                                self.clock() - self.ttl_s + 1.0)
+                self.routes[topic] = TopicRoute(
+                    route.topic, route.brokers, route.queues, self.clock() - self.ttl_s + 1.0
+                )
         if route is None:
             raise TopicRouteError(f"no route for topic {topic} on name server(s) {';'.join(self.namesrv)}")
         if not route.brokers:

@@ -68,8 +68,10 @@ class LocalTransactionState(str, enum.Enum):
 
     @property
     def commit_or_rollback(self) -> int:
-        return {LocalTransactionState.COMMIT_MESSAGE: TRANSACTION_COMMIT_TYPE,
-                LocalTransactionState.ROLLBACK_MESSAGE: TRANSACTION_ROLLBACK_TYPE}.get(self, TRANSACTION_NOT_TYPE)
+        return {
+            LocalTransactionState.COMMIT_MESSAGE: TRANSACTION_COMMIT_TYPE,
+            LocalTransactionState.ROLLBACK_MESSAGE: TRANSACTION_ROLLBACK_TYPE,
+        }.get(self, TRANSACTION_NOT_TYPE)
 
 
 StateOrAwaitable = LocalTransactionState | Awaitable[LocalTransactionState]
@@ -124,10 +126,18 @@ def _default_client_id() -> str:
 
 
 class TransactionProducer:
-    def __init__(self, namesrv: str | Sequence[str], listener: TransactionListener,
-                 config: ProducerConfig | None = None, *, client: RemotingClient | None = None,
-                 client_id: str | None = None, heartbeat_interval_s: float = 30.0,
-                 now_ms: Callable[[], int] | None = None, credentials: SessionCredentials | None = None) -> None:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str],
+        listener: TransactionListener,
+        config: ProducerConfig | None = None,
+        *,
+        client: RemotingClient | None = None,
+        client_id: str | None = None,
+        heartbeat_interval_s: float = 30.0,
+        now_ms: Callable[[], int] | None = None,
+        credentials: SessionCredentials | None = None,
+    ) -> None:
         self.config = config or ProducerConfig()
         self.listener = listener
         self.client = client or RemotingClient(credentials=credentials)
@@ -148,8 +158,9 @@ class TransactionProducer:
     async def start(self) -> None:
         self.client.set_request_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
         await self.producer.start()
-        self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop(),
-                                                                      name="tx-producer-heartbeat")
+        self._heartbeat_task = asyncio.get_running_loop().create_task(
+            self._heartbeat_loop(), name="tx-producer-heartbeat"
+        )
 
     async def close(self) -> None:
         if self._heartbeat_task is not None:
@@ -159,8 +170,9 @@ class TransactionProducer:
             task.cancel()
         await asyncio.gather(*self._check_tasks, return_exceptions=True)
         for addr in sorted(self.brokers):
-            request = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT,
-                                              {"clientID": self.client_id, "producerGroup": self.group})
+            request = RemotingCommand.request(
+                RequestCode.UNREGISTER_CLIENT, {"clientID": self.client_id, "producerGroup": self.group}
+            )
             try:
                 await self.client.invoke(addr, request, 3.0)
             except RemotingError:
@@ -178,8 +190,13 @@ class TransactionProducer:
 
     # ---- heartbeats -----------------------------------------------------------------------------
     def heartbeat_body(self) -> bytes:
-        return orjson.dumps({"clientID": self.client_id, "consumerDataSet": [],
-                             "producerDataSet": [{"groupName": self.group}, {"groupName": "CLIENT_INNER_PRODUCER"}]})
+        return orjson.dumps(
+            {
+                "clientID": self.client_id,
+                "consumerDataSet": [],
+                "producerDataSet": [{"groupName": self.group}, {"groupName": "CLIENT_INNER_PRODUCER"}],
+            }
+        )
 
     async def heartbeat(self, addr: str) -> None:
         request = RemotingCommand.request(RequestCode.HEART_BEAT, {}, self.heartbeat_body())
@@ -231,13 +248,18 @@ class TransactionProducer:
         await self.end_transaction(result, state, local_error)
         return TransactionSendResult(result, state, local_error, result.broker)
 
-    async def end_transaction(self, result: SendResult, state: LocalTransactionState,
-                              local_error: str | None = None) -> None:
+    async def end_transaction(
+        self, result: SendResult, state: LocalTransactionState, local_error: str | None = None
+    ) -> None:
         header = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=result.queue_offset,
+            producer_group=self.group,
+            tran_state_table_offset=result.queue_offset,
             commit_log_offset=_offset_of(result.offset_msg_id or result.msg_id),
-            commit_or_rollback=state.commit_or_rollback, msg_id=result.msg_id, from_transaction_check=False,
-            transaction_id=result.transaction_id)
+            commit_or_rollback=state.commit_or_rollback,
+            msg_id=result.msg_id,
+            from_transaction_check=False,
+            transaction_id=result.transaction_id,
+        )
         request = RemotingCommand.request(RequestCode.END_TRANSACTION, encode_header(header))
         if local_error:
             request.remark = f"executeLocalTransactionBranch exception: {local_error}"
@@ -275,14 +297,22 @@ class TransactionProducer:
             state = LocalTransactionState.UNKNOW
         unique_key = msg.properties.get("UNIQ_KEY") or msg.offset_msg_id
         answer = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=header.tran_state_table_offset,
-            commit_log_offset=header.commit_log_offset, commit_or_rollback=state.commit_or_rollback,
-            msg_id=unique_key, from_transaction_check=True, transaction_id=header.transaction_id)
+            producer_group=self.group,
+            tran_state_table_offset=header.tran_state_table_offset,
+            commit_log_offset=header.commit_log_offset,
+            commit_or_rollback=state.commit_or_rollback,
+            msg_id=unique_key,
+            from_transaction_check=True,
+            transaction_id=header.transaction_id,
+        )
         reply = RemotingCommand.request(RequestCode.END_TRANSACTION, encode_header(answer))
         if error:
             reply.remark = f"checkLocalTransactionState Exception: {error}"
-        self.checks.append(CheckRecord(header.msg_id, channel.remote_addr, header.tran_state_table_offset,
-                                       header.commit_log_offset, state))
+        self.checks.append(
+            CheckRecord(
+                header.msg_id, channel.remote_addr, header.tran_state_table_offset, header.commit_log_offset, state
+            )
+        )
         try:
             channel.invoke_oneway(reply)
         except RemotingError as exc:

@@ -75,12 +75,14 @@ def sign(secret_key: str, date_time: str) -> str:
     return hmac.new(secret_key.encode("utf-8"), date_time.encode("utf-8"), sha1).hexdigest()
 
 
-def signed_metadata(access_key: str, secret_key: str,
-                    now: time.struct_time | None = None) -> tuple[tuple[str, str], ...]:
+def signed_metadata(
+    access_key: str, secret_key: str, now: time.struct_time | None = None
+) -> tuple[tuple[str, str], ...]:
     """The two metadata entries a 5.x client adds to sign a call (for our own tools, e.g. mqbench)."""
     date_time = time.strftime("%Y%m%dT%H%M%SZ", now or time.gmtime())
-    authorization = (f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME_KEY}, "
-                     f"Signature={sign(secret_key, date_time)}")
+    authorization = (
+        f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME_KEY}, Signature={sign(secret_key, date_time)}"
+    )
     return (DATE_TIME_KEY, date_time), (AUTHORIZATION_KEY, authorization)
 
 
@@ -91,8 +93,9 @@ def _text(value: Any) -> str:
 def access_request(request: Any, metadata: Iterable[tuple[str, Any]], peer_addr: str | None) -> AccessRequest:
     """What one 5.x request asks for, with its credentials (J ``PlainAccessResource.parse`` for gRPC)."""
     entries = {key: _text(value) for key, value in metadata or ()}
-    access = AccessRequest(code=_CODE_OF.get(type(request).__name__, RequestCode.PULL_MESSAGE),
-                           remote_host=host_of(peer_addr))
+    access = AccessRequest(
+        code=_CODE_OF.get(type(request).__name__, RequestCode.PULL_MESSAGE), remote_host=host_of(peer_addr)
+    )
     authorization = entries.get(AUTHORIZATION_KEY)
     if authorization is not None:
         access.access_key, signature = parse_authorization(authorization)
@@ -125,8 +128,15 @@ def _add_resources(access: AccessRequest, request: Any) -> None:
     elif isinstance(request, spb.ReceiveMessageRequest):
         _group(access, request.group)
         _topic(access, request.message_queue.topic, SUB)
-    elif isinstance(request, (spb.AckMessageRequest, spb.ChangeInvisibleDurationRequest,
-                              spb.ForwardMessageToDeadLetterQueueRequest, spb.QueryAssignmentRequest)):
+    elif isinstance(
+        request,
+        (
+            spb.AckMessageRequest,
+            spb.ChangeInvisibleDurationRequest,
+            spb.ForwardMessageToDeadLetterQueueRequest,
+            spb.QueryAssignmentRequest,
+        ),
+    ):
         _group(access, request.group)
         _topic(access, request.topic, SUB)
     elif isinstance(request, spb.EndTransactionRequest):
@@ -169,8 +179,12 @@ class GrpcAccessChecker:
             access_key = access.access_key
             self.manager.validate(access)
         except AclError as exc:
-            log.warning("grpc request refused by acl", request=type(request).__name__, remote=peer_addr,
-                        access_key=access_key[:_LOG_MAX] if access_key else access_key,
-                        reason=exc.message[:_LOG_MAX])
+            log.warning(
+                "grpc request refused by acl",
+                request=type(request).__name__,
+                remote=peer_addr,
+                access_key=access_key[:_LOG_MAX] if access_key else access_key,
+                reason=exc.message[:_LOG_MAX],
+            )
             return exc.message
         return None

@@ -24,8 +24,9 @@ class ProxyChannel:
     #: every request on this channel comes from a 5.x call the service has put through ACL (proxy/auth.py)
     acl_checked_by_proxy = True
 
-    def __init__(self, client_id: str, remote_addr: str, local_addr: str, dispatch: Callable[[Any, RemotingCommand],
-                                                                                            None]) -> None:
+    def __init__(
+        self, client_id: str, remote_addr: str, local_addr: str, dispatch: Callable[[Any, RemotingCommand], None]
+    ) -> None:
         self.id = f"grpc:{client_id}"
         self.client_id = client_id
         self.remote_addr = remote_addr
@@ -76,9 +77,10 @@ class ProxyChannel:
     async def invoke(self, request: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Broker → client calls that expect an answer (consumer running info, direct consumption) have
         no 5.x counterpart we serve: the admin asking gets a clear refusal, not an empty success."""
-        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                f"client {self.client_id} is a RocketMQ 5.x (gRPC) client: it does not answer "
-                                f"request code {request.code}")
+        return request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f"client {self.client_id} is a RocketMQ 5.x (gRPC) client: it does not answer request code {request.code}",
+        )
 
     def request_started(self) -> None:
         pass

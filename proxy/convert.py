@@ -19,16 +19,37 @@ PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"  # the due time the broker's timer delive
 PROPERTY_TRANSACTION_ID = "__transactionId__"
 PROPERTY_MESSAGE_TYPE = "__MESSAGE_TYPE"  # ours: how a 5.x producer labelled the message
 
-SYSTEM_PROPERTY_NAMES = frozenset({
-    MessageConst.TAGS, MessageConst.KEYS, MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageConst.WAIT,
-    MessageConst.DELAY, MessageConst.RETRY_TOPIC, MessageConst.REAL_TOPIC, MessageConst.REAL_QID,
-    MessageConst.TRAN_MSG, MessageConst.PRODUCER_GROUP, MessageConst.MIN_OFFSET, MessageConst.MAX_OFFSET,
-    MessageConst.ORIGIN_MESSAGE_ID, MessageConst.RECONSUME_TIME, MessageConst.MSG_REGION,
-    MessageConst.TRACE_SWITCH, MessageConst.MAX_RECONSUME_TIMES, MessageConst.CLUSTER,
-    MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET, MessageConst.TRANSACTION_CHECK_TIMES,
-    MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS, MessageConst.CONSUME_START_TIMESTAMP,
-    PROPERTY_SHARDING_KEY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OUT_MS, PROPERTY_TRANSACTION_ID, PROPERTY_MESSAGE_TYPE,
-})
+SYSTEM_PROPERTY_NAMES = frozenset(
+    {
+        MessageConst.TAGS,
+        MessageConst.KEYS,
+        MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        MessageConst.WAIT,
+        MessageConst.DELAY,
+        MessageConst.RETRY_TOPIC,
+        MessageConst.REAL_TOPIC,
+        MessageConst.REAL_QID,
+        MessageConst.TRAN_MSG,
+        MessageConst.PRODUCER_GROUP,
+        MessageConst.MIN_OFFSET,
+        MessageConst.MAX_OFFSET,
+        MessageConst.ORIGIN_MESSAGE_ID,
+        MessageConst.RECONSUME_TIME,
+        MessageConst.MSG_REGION,
+        MessageConst.TRACE_SWITCH,
+        MessageConst.MAX_RECONSUME_TIMES,
+        MessageConst.CLUSTER,
+        MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET,
+        MessageConst.TRANSACTION_CHECK_TIMES,
+        MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS,
+        MessageConst.CONSUME_START_TIMESTAMP,
+        PROPERTY_SHARDING_KEY,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_OUT_MS,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_MESSAGE_TYPE,
+    }
+)
 
 
 class BadMessage(ValueError):
@@ -69,8 +90,9 @@ def to_properties(message: pb.Message) -> dict[str, str]:
     return props
 
 
-def to_message(msg: MessageExt, topic: str, *, receipt_handle: str, attempt: int, invisible_ms: int,
-               namespace: str = "") -> pb.Message:
+def to_message(
+    msg: MessageExt, topic: str, *, receipt_handle: str, attempt: int, invisible_ms: int, namespace: str = ""
+) -> pb.Message:
     """A stored record as a 5.x client receives it from ReceiveMessage."""
     props = msg.properties
     out = pb.Message()

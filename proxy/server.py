@@ -43,15 +43,23 @@ class GrpcServer:
         if not self.enabled:
             return
         c = self.config
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                          ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                                          ("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
         server.add_generic_rpc_handlers((messaging_handlers(self.service),))
         address = f"{c.grpc_listen_host}:{c.grpc_server_port}"
         try:
             if c.grpc_tls_enable:
-                tls = load_or_generate(c.grpc_tls_cert_path, c.grpc_tls_key_path, c.store_path_root_dir,
-                                       ["localhost", "127.0.0.1", c.broker_ip1])
+                tls = load_or_generate(
+                    c.grpc_tls_cert_path,
+                    c.grpc_tls_key_path,
+                    c.store_path_root_dir,
+                    ["localhost", "127.0.0.1", c.broker_ip1],
+                )
                 self.cert_path = str(tls.cert_path)
                 port = server.add_secure_port(address, grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)]))
             else:
@@ -61,8 +69,12 @@ class GrpcServer:
             return
         await server.start()
         self._server, self.port = server, port
-        log.info("gRPC endpoint listening", address=f"{c.grpc_listen_host}:{port}",
-                 tls=c.grpc_tls_enable, cert=self.cert_path)
+        log.info(
+            "gRPC endpoint listening",
+            address=f"{c.grpc_listen_host}:{port}",
+            tls=c.grpc_tls_enable,
+            cert=self.cert_path,
+        )
 
     async def stop(self, grace_s: float) -> None:
         if self._server is not None:
@@ -76,11 +88,13 @@ SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 def _decoder(cls: Any) -> Callable[[bytes], Any]:
     """``cls.FromString`` that returns an ``Undecodable`` instead of raising: grpcio would answer UNKNOWN
     and log a traceback; the method answers INVALID_ARGUMENT with the reason instead."""
+
     def decode(data: bytes) -> Any:
         try:
             return cls.FromString(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
             return Undecodable(cls.DESCRIPTOR.name, str(exc) or "wire format is corrupt")
+
     return decode
 
 
@@ -103,10 +117,12 @@ def messaging_handlers(service: MessagingService) -> grpc.GenericRpcHandler:
 
 
 async def _refuse(request: Undecodable, context: grpc.aio.ServicerContext) -> None:
-    log.warning("grpc request cannot be decoded", message_type=request.message_type, error=request.error,
-                peer=context.peer())
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                        f"the request is not a valid {request.message_type}: {request.error}")
+    log.warning(
+        "grpc request cannot be decoded", message_type=request.message_type, error=request.error, peer=context.peer()
+    )
+    await context.abort(
+        grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {request.message_type}: {request.error}"
+    )
 
 
 def _checked_unary(impl: Callable[..., Any]) -> Callable[..., Any]:
@@ -114,6 +130,7 @@ def _checked_unary(impl: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(request, Undecodable):
             await _refuse(request, context)
         return await impl(request, context)
+
     return call
 
 
@@ -123,4 +140,5 @@ def _checked_stream(impl: Callable[..., AsyncIterator[Any]]) -> Callable[..., As
             await _refuse(request, context)
         async for response in impl(request, context):
             yield response
+
     return call

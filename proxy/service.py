@@ -120,13 +120,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if key == CLIENT_ID_KEY:
                 client_id = value if isinstance(value, str) else value.decode("utf-8", "replace")
         if not client_id:
-            raise CallError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"the request has no '{CLIENT_ID_KEY}' metadata: 5.x clients send their client id")
+            raise CallError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request has no '{CLIENT_ID_KEY}' metadata: 5.x clients send their client id",
+            )
         state = self.clients.get(client_id)
         if state is None or not state.channel.is_active:  # new, or expired by the broker's housekeeping
             peer = _peer_addr(context.peer())
-            channel = ProxyChannel(client_id, peer, f"{self.config.broker_ip1}:{self.config.grpc_server_port}",
-                                   self.c.server.dispatch)
+            channel = ProxyChannel(
+                client_id, peer, f"{self.config.broker_ip1}:{self.config.grpc_server_port}", self.c.server.dispatch
+            )
             state = self.clients[client_id] = ClientState(channel)
             channel.on_broker_request = lambda request, s=state: self._on_broker_request(s, request)
         return state
@@ -167,7 +170,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         tc = self._topic(request.topic, create=True)
         if tc is None:
             return spb.QueryRouteResponse(
-                status=status(pb.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist"))
+                status=status(pb.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist")
+            )
         broker = self._broker(request.endpoints)
         kinds = topic_message_types(tc)
         response = spb.QueryRouteResponse(status=OK)
@@ -175,9 +179,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             readable = qid < tc.read_queue_nums and is_readable(tc.perm)
             writeable = qid < tc.write_queue_nums and is_writeable(tc.perm)
             perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
-                (readable, writeable), pb.NONE)
-            response.message_queues.add(topic=request.topic, id=qid, permission=perm, broker=broker,
-                                        accept_message_types=kinds)
+                (readable, writeable), pb.NONE
+            )
+            response.message_queues.add(
+                topic=request.topic, id=qid, permission=perm, broker=broker, accept_message_types=kinds
+            )
         return response
 
     async def QueryAssignment(self, request, context) -> spb.QueryAssignmentResponse:
@@ -188,15 +194,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         tc = self._topic(request.topic)
         if tc is None:
             return spb.QueryAssignmentResponse(
-                status=status(pb.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist"))
+                status=status(pb.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist")
+            )
         if self._group_config(request.group.name) is None:
             return spb.QueryAssignmentResponse(
-                status=status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name} does not exist"))
+                status=status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name} does not exist")
+            )
         # POP: the broker serves the whole topic; queue id -1 means "any queue of this broker".
         response = spb.QueryAssignmentResponse(status=OK)
-        response.assignments.add().message_queue.CopyFrom(pb.MessageQueue(
-            topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=self._broker(request.endpoints),
-            accept_message_types=topic_message_types(tc)))
+        response.assignments.add().message_queue.CopyFrom(
+            pb.MessageQueue(
+                topic=request.topic,
+                id=-1,
+                permission=pb.READ_WRITE,
+                broker=self._broker(request.endpoints),
+                accept_message_types=topic_message_types(tc),
+            )
+        )
         return response
 
     # -- Heartbeat / NotifyClientTermination / Telemetry ---------------------------------------------------
@@ -226,12 +240,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if state.client_type == pb.PRODUCER:
             data["producerDataSet"] = [{"groupName": producer_group(t)} for t in state.topics]
         elif state.group:
-            subs = [{"topic": topic, "subString": expr.expression or "*",
-                     "expressionType": "SQL92" if expr.type == pb.SQL else "TAG", "tagsSet": [], "codeSet": [],
-                     "subVersion": 0, "classFilterMode": False} for topic, expr in state.subscriptions.items()]
-            data["consumerDataSet"] = [{"groupName": state.group, "consumeType": "CONSUME_PASSIVELY",
-                                        "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                                        "subscriptionDataSet": subs, "unitMode": False}]
+            subs = [
+                {
+                    "topic": topic,
+                    "subString": expr.expression or "*",
+                    "expressionType": "SQL92" if expr.type == pb.SQL else "TAG",
+                    "tagsSet": [],
+                    "codeSet": [],
+                    "subVersion": 0,
+                    "classFilterMode": False,
+                }
+                for topic, expr in state.subscriptions.items()
+            ]
+            data["consumerDataSet"] = [
+                {
+                    "groupName": state.group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": subs,
+                    "unitMode": False,
+                }
+            ]
         request = RemotingCommand.request(RequestCode.HEART_BEAT, {}, orjson.dumps(data))
         request.language = "PYTHON"
         return request
@@ -259,10 +289,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             try:
                 async for command in request_iterator:
                     if isinstance(command, Undecodable):
-                        log.warning("telemetry command cannot be decoded", client=state.channel.client_id,
-                                    error=command.error)
-                        outbox.put_nowait(spb.TelemetryCommand(status=status(
-                            pb.BAD_REQUEST, f"the command is not a valid TelemetryCommand: {command.error}")))
+                        log.warning(
+                            "telemetry command cannot be decoded", client=state.channel.client_id, error=command.error
+                        )
+                        outbox.put_nowait(
+                            spb.TelemetryCommand(
+                                status=status(
+                                    pb.BAD_REQUEST, f"the command is not a valid TelemetryCommand: {command.error}"
+                                )
+                            )
+                        )
                         continue
                     if self.acl is not None:
                         reason = self.acl.refusal(command, context.invocation_metadata(), state.channel.remote_addr)
@@ -324,7 +360,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             out.subscription.receive_batch_size = MAX_BATCH
             if not sub.HasField("long_polling_timeout"):
                 out.subscription.long_polling_timeout.FromMilliseconds(
-                    self.config.grpc_proxy_long_polling_timeout_mills)
+                    self.config.grpc_proxy_long_polling_timeout_mills
+                )
             out.backoff_policy.CopyFrom(pb.RetryPolicy(max_attempts=retry_max + 1))
             for seconds in CONSUMER_BACKOFF_S:
                 out.backoff_policy.customized_backoff.next.add().FromSeconds(seconds)
@@ -347,9 +384,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         tx_id = transaction_id(ext.get("offsetMsgId") or msg.msg_id, int(ext.get("tranStateTableOffset", "0")))
         message = to_message(msg, topic, receipt_handle="", attempt=1, invisible_ms=0)
         message.system_properties.message_type = pb.TRANSACTION
-        state.telemetry.put_nowait(spb.TelemetryCommand(
-            status=OK, recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
-                message=message, transaction_id=tx_id)))
+        state.telemetry.put_nowait(
+            spb.TelemetryCommand(
+                status=OK,
+                recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                    message=message, transaction_id=tx_id
+                ),
+            )
+        )
 
     # -- SendMessage / EndTransaction --------------------------------------------------------------------------
     async def SendMessage(self, request, context) -> spb.SendMessageResponse:
@@ -367,8 +409,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 entry = spb.SendResultEntry(status=status(exc.code, str(exc)))
             response.entries.append(entry)
         codes = {e.status.code for e in response.entries}
-        response.status.CopyFrom(response.entries[0].status if len(codes) == 1 else
-                                 status(pb.MULTIPLE_RESULTS, "the messages have different results"))
+        response.status.CopyFrom(
+            response.entries[0].status
+            if len(codes) == 1
+            else status(pb.MULTIPLE_RESULTS, "the messages have different results")
+        )
         return response
 
     async def _send_one(self, state: ClientState, message: pb.Message) -> spb.SendResultEntry:
@@ -378,16 +423,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not message.body:
             raise BadMessage(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
         if len(message.body) > self.config.max_message_size:
-            raise BadMessage(pb.MESSAGE_BODY_TOO_LARGE, f"the message body is {len(message.body)} bytes, more "
-                                                        f"than maxMessageSize {self.config.max_message_size}")
+            raise BadMessage(
+                pb.MESSAGE_BODY_TOO_LARGE,
+                f"the message body is {len(message.body)} bytes, more "
+                f"than maxMessageSize {self.config.max_message_size}",
+            )
         props = to_properties(message)
         sp = message.system_properties
         kind = sp.message_type or pb.NORMAL
         accepted = topic_message_types(tc)
         if kind not in accepted:
-            raise BadMessage(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                             f"topic {tc.topic_name} accepts {'/'.join(pb.MessageType.Name(k) for k in accepted)} "
-                             f"messages, not {pb.MessageType.Name(kind)}")
+            raise BadMessage(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {tc.topic_name} accepts {'/'.join(pb.MessageType.Name(k) for k in accepted)} "
+                f"messages, not {pb.MessageType.Name(kind)}",
+            )
         sys_flag = 0
         group = producer_group(tc.topic_name)
         if kind == pb.TRANSACTION:
@@ -402,10 +452,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         else:
             self._round_robin += 1
             queue_id = self._round_robin % max(tc.write_queue_nums, 1)
-        ext = {"producerGroup": group, "topic": tc.topic_name, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-               "queueId": str(queue_id), "sysFlag": str(sys_flag), "bornTimestamp": str(int(time.time() * 1000)),
-               "flag": "0", "properties": encode_properties(props), "reconsumeTimes": "0", "unitMode": "false",
-               "batch": "false"}
+        ext = {
+            "producerGroup": group,
+            "topic": tc.topic_name,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": "4",
+            "queueId": str(queue_id),
+            "sysFlag": str(sys_flag),
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": "0",
+            "properties": encode_properties(props),
+            "reconsumeTimes": "0",
+            "unitMode": "false",
+            "batch": "false",
+        }
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, bytes(message.body))
         request.language = "PYTHON"
         response = await self._call(state, request)
@@ -430,10 +490,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
             return spb.EndTransactionResponse(status=status(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK"))
         hdr = EndTransactionRequestHeader(
-            producer_group=producer_group(request.topic.name), tran_state_table_offset=queue_offset,
-            commit_log_offset=commit_log_offset, commit_or_rollback=COMMIT if request.resolution == pb.COMMIT
-            else ROLLBACK, msg_id=offset_msg_id, from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK,
-            transaction_id=request.transaction_id)
+            producer_group=producer_group(request.topic.name),
+            tran_state_table_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
+            commit_or_rollback=COMMIT if request.resolution == pb.COMMIT else ROLLBACK,
+            msg_id=offset_msg_id,
+            from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK,
+            transaction_id=request.transaction_id,
+        )
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, encode_header(hdr))
         response = await self._call(state, cmd)
         if response.code != ResponseCode.SUCCESS:
@@ -441,8 +505,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.EndTransactionResponse(status=OK)
 
     # -- ReceiveMessage / AckMessage / ChangeInvisibleDuration / DLQ ----------------------------------------------
-    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context) -> AsyncIterator[
-            spb.ReceiveMessageResponse]:
+    async def ReceiveMessage(
+        self, request: spb.ReceiveMessageRequest, context
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
         try:
             responses = await self._receive(request, context)
         except CallError as exc:
@@ -467,16 +532,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise BadMessage(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
         if not sgc.consume_enable:
             raise BadMessage(pb.FORBIDDEN, f"consumer group {group} may not consume")
-        invisible_ms = (request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration")
-                        else DEFAULT_INVISIBLE_MS)
+        invisible_ms = (
+            request.invisible_duration.ToMilliseconds()
+            if request.HasField("invisible_duration")
+            else DEFAULT_INVISIBLE_MS
+        )
         if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
-            raise BadMessage(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
-                                                        f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
+            raise BadMessage(
+                pb.ILLEGAL_INVISIBLE_TIME,
+                f"invisible duration {invisible_ms} ms is outside [{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms",
+            )
         if request.batch_size < 0 or request.batch_size > MAX_BATCH:
             raise BadMessage(pb.BAD_REQUEST, f"batch size {request.batch_size} is outside [1, {MAX_BATCH}]")
         matches = self._matcher(request.filter_expression)
-        poll_ms = (request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout")
-                   else self.config.grpc_proxy_long_polling_timeout_mills)
+        poll_ms = (
+            request.long_polling_timeout.ToMilliseconds()
+            if request.HasField("long_polling_timeout")
+            else self.config.grpc_proxy_long_polling_timeout_mills
+        )
         poll_ms = max(0, min(poll_ms, self.config.grpc_proxy_long_polling_timeout_mills))
         # The request names a queue of the route (clients pick one per receive), but this broker pops from
         # all of the topic's queues, as upstream's proxy pops from the whole broker the queue belongs to.
@@ -484,9 +557,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         random.shuffle(queue_ids)
         if state.group != group:
             state.group = group
-        pop = PopRequest(group=group, topic=tc.topic_name, queue_ids=queue_ids, max_nums=request.batch_size or 1,
-                         invisible_ms=invisible_ms, fifo=_is_fifo(tc), max_attempts=sgc.retry_max_times + 1,
-                         matches=matches)
+        pop = PopRequest(
+            group=group,
+            topic=tc.topic_name,
+            queue_ids=queue_ids,
+            max_nums=request.batch_size or 1,
+            invisible_ms=invisible_ms,
+            fifo=_is_fifo(tc),
+            max_attempts=sgc.retry_max_times + 1,
+            matches=matches,
+        )
         deadline = time.monotonic() + poll_ms / 1000
         popped = await self.c.pop_service.pop(pop)
         while not popped:
@@ -501,9 +581,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         delivered.delivery_timestamp.GetCurrentTime()
         out.append(delivered)
         for p in popped:
-            out.append(spb.ReceiveMessageResponse(message=to_message(
-                p.message, tc.topic_name, receipt_handle=p.receipt_handle, attempt=p.attempt,
-                invisible_ms=p.invisible_ms, namespace=request.message_queue.topic.resource_namespace)))
+            out.append(
+                spb.ReceiveMessageResponse(
+                    message=to_message(
+                        p.message,
+                        tc.topic_name,
+                        receipt_handle=p.receipt_handle,
+                        attempt=p.attempt,
+                        invisible_ms=p.invisible_ms,
+                        namespace=request.message_queue.topic.resource_namespace,
+                    )
+                )
+            )
         return out
 
     def _matcher(self, expression: pb.FilterExpression):
@@ -511,8 +600,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if expression.type != pb.SQL:
             return tag_matcher(expression)
         if not self.config.enable_property_filter:
-            raise BadMessage(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is disabled on this broker "
-                                                          "(enablePropertyFilter=false)")
+            raise BadMessage(
+                pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is disabled on this broker (enablePropertyFilter=false)"
+            )
         try:
             predicate = self.c.compile_expression("SQL92", expression.expression)
         except ValueError as exc:
@@ -533,23 +623,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 st = status(pb.INVALID_RECEIPT_HANDLE, str(exc))
             response.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
         codes = {e.status.code for e in response.entries}
-        response.status.CopyFrom(OK if codes <= {pb.OK} else response.entries[0].status if len(codes) == 1 else
-                                 status(pb.MULTIPLE_RESULTS, "the entries have different results"))
+        response.status.CopyFrom(
+            OK
+            if codes <= {pb.OK}
+            else response.entries[0].status
+            if len(codes) == 1
+            else status(pb.MULTIPLE_RESULTS, "the entries have different results")
+        )
         return response
 
     async def ChangeInvisibleDuration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
         return await self._guard(context, self._change_invisible, request, spb.ChangeInvisibleDurationResponse)
 
-    async def _change_invisible(self, request: spb.ChangeInvisibleDurationRequest,
-                                context) -> spb.ChangeInvisibleDurationResponse:
+    async def _change_invisible(
+        self, request: spb.ChangeInvisibleDurationRequest, context
+    ) -> spb.ChangeInvisibleDurationResponse:
         self._client(context)
         invisible_ms = request.invisible_duration.ToMilliseconds()
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
-            return spb.ChangeInvisibleDurationResponse(status=status(
-                pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside [0, {MAX_INVISIBLE_MS}]"))
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(
+                    pb.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible duration {invisible_ms} ms is outside [0, {MAX_INVISIBLE_MS}]",
+                )
+            )
         try:
-            handle = self.c.pop_service.change_invisible_time(request.group.name, request.topic.name,
-                                                             request.receipt_handle, invisible_ms)
+            handle = self.c.pop_service.change_invisible_time(
+                request.group.name, request.topic.name, request.receipt_handle, invisible_ms
+            )
         except InvalidReceiptHandle as exc:
             return spb.ChangeInvisibleDurationResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(exc)))
         return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
@@ -565,23 +666,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except InvalidReceiptHandle as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.INVALID_RECEIPT_HANDLE, str(exc)))
         if msg is None:
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.MESSAGE_NOT_FOUND,
-                                                                            "the message is no longer stored"))
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(pb.MESSAGE_NOT_FOUND, "the message is no longer stored")
+            )
         if not await self.send_to_dlq(state.channel, group, msg):
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.INTERNAL_SERVER_ERROR,
-                                                                            "the dead letter queue refused it"))
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(pb.INTERNAL_SERVER_ERROR, "the dead letter queue refused it")
+            )
         self.c.pop_service.ack(group, topic, request.receipt_handle)
         return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     async def send_to_dlq(self, channel: ProxyChannel, group: str, msg: MessageExt) -> bool:
         """CONSUMER_SEND_MSG_BACK with delay level -1 (straight to %DLQ%<group>) through the send queue."""
-        ext = {"offset": str(msg.commit_log_offset), "group": group, "delayLevel": "-1",
-               "originMsgId": msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, msg.msg_id),
-               "originTopic": msg.topic, "unitMode": "false", "maxReconsumeTimes": "0"}
+        ext = {
+            "offset": str(msg.commit_log_offset),
+            "group": group,
+            "delayLevel": "-1",
+            "originMsgId": msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, msg.msg_id),
+            "originTopic": msg.topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": "0",
+        }
         response = await channel.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext), 10.0)
         if response.code != ResponseCode.SUCCESS:
-            log.warning("cannot move a message to the dead letter queue", group=group, topic=msg.topic,
-                        code=response.code, remark=response.remark)
+            log.warning(
+                "cannot move a message to the dead letter queue",
+                group=group,
+                topic=msg.topic,
+                code=response.code,
+                remark=response.remark,
+            )
         return response.code == ResponseCode.SUCCESS
 
     # -- the guard every unary method runs under --------------------------------------------------------------
@@ -606,8 +720,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-_TYPE_OF = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION],
-            "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]}
+_TYPE_OF = {
+    "NORMAL": [pb.NORMAL],
+    "FIFO": [pb.FIFO],
+    "DELAY": [pb.DELAY],
+    "TRANSACTION": [pb.TRANSACTION],
+    "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+}
 
 
 def topic_message_types(tc: TopicConfig | None) -> list[int]:
@@ -655,4 +774,3 @@ def _peer_addr(peer: str) -> str:
         host, _, port = rest.rpartition(":")
         return f"{host.strip('[]')}:{port}"
     return "0.0.0.0:0"
-

@@ -86,8 +86,7 @@ class Channel:
         pipelined load that is one syscall for many responses instead of one each.
         """
         if self._closed or self._transport.is_closing():
-            log.debug("dropping write on a closed channel", remote=self.remote_addr, code=cmd.code,
-                      opaque=cmd.opaque)
+            log.debug("dropping write on a closed channel", remote=self.remote_addr, code=cmd.code, opaque=cmd.opaque)
             return
         out = self._out
         if not out:
@@ -139,17 +138,21 @@ class Channel:
 
     def _expire(self, opaque: int, fut: asyncio.Future[RemotingCommand], timeout_s: float) -> None:
         if not fut.done():
-            fut.set_exception(RemotingTimeoutError(
-                f"wait response on the channel <{self.remote_addr}> timeout, {int(timeout_s * 1000)}(ms), "
-                f"opaque {opaque}"))
+            fut.set_exception(
+                RemotingTimeoutError(
+                    f"wait response on the channel <{self.remote_addr}> timeout, {int(timeout_s * 1000)}(ms), "
+                    f"opaque {opaque}"
+                )
+            )
 
     # ---- called by the protocol -------------------------------------------------------------
     def response_received(self, response: RemotingCommand) -> None:
         fut = self._pending.pop(response.opaque, None)
         if fut is None or fut.done():
             # Late (timed out) or unsolicited; J logs and drops it too.
-            log.debug("response for an unknown opaque", remote=self.remote_addr, opaque=response.opaque,
-                      code=response.code)
+            log.debug(
+                "response for an unknown opaque", remote=self.remote_addr, opaque=response.opaque, code=response.code
+            )
             return
         fut.set_result(response)
 
@@ -165,6 +168,9 @@ class Channel:
         pending, self._pending = self._pending, {}
         for opaque, fut in pending.items():
             if not fut.done():
-                fut.set_exception(RemotingConnectError(
-                    f"connection to {self.remote_addr} closed before the response to opaque {opaque}"
-                    + (f": {exc}" if exc else "")))
+                fut.set_exception(
+                    RemotingConnectError(
+                        f"connection to {self.remote_addr} closed before the response to opaque {opaque}"
+                        + (f": {exc}" if exc else "")
+                    )
+                )

@@ -35,8 +35,14 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 
 class RemotingClient:
-    def __init__(self, *, connect_timeout_s: float = 3.0, frame_max: int = DEFAULT_FRAME_MAX,
-                 max_inflight: int = 1 << 30, credentials: SessionCredentials | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 3.0,
+        frame_max: int = DEFAULT_FRAME_MAX,
+        max_inflight: int = 1 << 30,
+        credentials: SessionCredentials | None = None,
+    ) -> None:
         self.connect_timeout_s = connect_timeout_s
         #: when set, every request is signed for ACL 1.0 (J ``AclClientRPCHook``) just before it goes out
         self.credentials = credentials
@@ -81,11 +87,15 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: RemotingProtocol(self, next(self._channel_ids),
-                                                                frame_max=self.frame_max,
-                                                                max_inflight=self.max_inflight),
-                                       host, port),
-                self.connect_timeout_s)
+                loop.create_connection(
+                    lambda: RemotingProtocol(
+                        self, next(self._channel_ids), frame_max=self.frame_max, max_inflight=self.max_inflight
+                    ),
+                    host,
+                    port,
+                ),
+                self.connect_timeout_s,
+            )
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {self.connect_timeout_s}s") from None
         except OSError as exc:
@@ -147,8 +157,11 @@ class RemotingClient:
         handler = self._handlers.get(request.code)
         if handler is None:
             if not request.flag & FLAG_ONEWAY:
-                channel.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                              f" request type {request.code} not supported"))
+                channel.send(
+                    request.response(
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+                    )
+                )
             return
         task = asyncio.ensure_future(self._handle(handler, channel, request))
         self._handler_tasks.add(task)

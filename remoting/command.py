@@ -96,21 +96,43 @@ class RemotingCommand:
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
-    def request(cls, code: int, ext_fields: dict[str, str] | None = None,
-                body: bytes | memoryview | None = None, *, opaque: int = 0,
-                oneway: bool = False, serialize_type: int = _JSON) -> RemotingCommand:
+    def request(
+        cls,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | memoryview | None = None,
+        *,
+        opaque: int = 0,
+        oneway: bool = False,
+        serialize_type: int = _JSON,
+    ) -> RemotingCommand:
         """A request; the sender (client or channel) assigns the opaque from its own counter."""
-        return cls(code=int(code), opaque=opaque, flag=FLAG_ONEWAY if oneway else 0,
-                   ext_fields=ext_fields if ext_fields is not None else {}, body=body,
-                   serialize_type=serialize_type)
+        return cls(
+            code=int(code),
+            opaque=opaque,
+            flag=FLAG_ONEWAY if oneway else 0,
+            ext_fields=ext_fields if ext_fields is not None else {},
+            body=body,
+            serialize_type=serialize_type,
+        )
 
-    def response(self, code: int, remark: str | None = None,
-                 ext_fields: dict[str, str] | None = None,
-                 body: bytes | memoryview | None = None) -> RemotingCommand:
+    def response(
+        self,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | memoryview | None = None,
+    ) -> RemotingCommand:
         """The answer to this request: same opaque, response bit, same serialization type."""
-        return RemotingCommand(code=int(code), opaque=self.opaque, flag=FLAG_RESPONSE, remark=remark,
-                               ext_fields=ext_fields if ext_fields is not None else {}, body=body,
-                               serialize_type=self.serialize_type)
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            remark=remark,
+            ext_fields=ext_fields if ext_fields is not None else {},
+            body=body,
+            serialize_type=self.serialize_type,
+        )
 
     @property
     def is_response(self) -> bool:
@@ -145,13 +167,26 @@ class RemotingCommand:
         # orjson writes IntEnum members as their numbers, so codes need no int() here.
         ext = self.ext_fields
         if self.remark is None:
-            obj = {"code": self.code, "extFields": _outbound_ext(ext) if ext else {}, "flag": self.flag,
-                   "language": self.language, "opaque": self.opaque,
-                   "serializeTypeCurrentRPC": _SERIALIZE_NAMES[self.serialize_type], "version": self.version}
+            obj = {
+                "code": self.code,
+                "extFields": _outbound_ext(ext) if ext else {},
+                "flag": self.flag,
+                "language": self.language,
+                "opaque": self.opaque,
+                "serializeTypeCurrentRPC": _SERIALIZE_NAMES[self.serialize_type],
+                "version": self.version,
+            }
         else:
-            obj = {"code": self.code, "extFields": _outbound_ext(ext) if ext else {}, "flag": self.flag,
-                   "language": self.language, "opaque": self.opaque, "remark": self.remark,
-                   "serializeTypeCurrentRPC": _SERIALIZE_NAMES[self.serialize_type], "version": self.version}
+            obj = {
+                "code": self.code,
+                "extFields": _outbound_ext(ext) if ext else {},
+                "flag": self.flag,
+                "language": self.language,
+                "opaque": self.opaque,
+                "remark": self.remark,
+                "serializeTypeCurrentRPC": _SERIALIZE_NAMES[self.serialize_type],
+                "version": self.version,
+            }
         try:
             return orjson.dumps(obj)
         except TypeError as exc:
@@ -166,8 +201,13 @@ class RemotingCommand:
             parts += (_I16.pack(len(kb)), kb, _I32.pack(len(vb)), vb)
         ext = b"".join(parts)
         try:
-            fixed = _BIN_FIXED.pack(int(self.code), _LANG_NUMBER.get(self.language, LanguageCode.OTHER),
-                                    int(self.version), int(self.opaque), int(self.flag))
+            fixed = _BIN_FIXED.pack(
+                int(self.code),
+                _LANG_NUMBER.get(self.language, LanguageCode.OTHER),
+                int(self.version),
+                int(self.opaque),
+                int(self.flag),
+            )
         except struct.error as exc:
             raise RemotingCommandError(f"cannot encode ROCKETMQ header: {exc}") from exc
         return b"".join((fixed, _I32.pack(len(remark)), remark, _I32.pack(len(ext)), ext))
@@ -185,15 +225,16 @@ class RemotingCommand:
         hlen = word & 0xFFFFFF
         if hlen > flen - 4:
             raise RemotingCommandError(
-                f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)")
+                f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)"
+            )
         if stype == _JSON:
-            cmd = cls._decode_json_header(frame[4:4 + hlen])
+            cmd = cls._decode_json_header(frame[4 : 4 + hlen])
         elif stype == _ROCKETMQ:
-            cmd = cls._decode_binary_header(bytes(frame[4:4 + hlen]))
+            cmd = cls._decode_binary_header(bytes(frame[4 : 4 + hlen]))
         else:
             raise RemotingCommandError(f"unknown serialization type {stype} (expected 0 JSON or 1 ROCKETMQ)")
         if flen > 4 + hlen:
-            cmd.body = bytes(frame[4 + hlen:])
+            cmd.body = bytes(frame[4 + hlen :])
         return cmd
 
     @classmethod
@@ -228,8 +269,7 @@ class RemotingCommand:
             elif type(ext) is dict:
                 ext = _normalise_ext(ext)
             else:
-                raise RemotingCommandError(
-                    f"JSON header: 'extFields' must be an object, got {type(ext).__name__}")
+                raise RemotingCommandError(f"JSON header: 'extFields' must be an object, got {type(ext).__name__}")
         except RemotingCommandError as exc:
             exc.opaque = opaque
             exc.flag = flag
@@ -249,7 +289,7 @@ class RemotingCommand:
             pos += 4
             if rlen < 0 or pos + rlen > n - 4:
                 raise RemotingCommandError(f"ROCKETMQ header: remark length {rlen} out of bounds")
-            remark = header[pos:pos + rlen].decode() if rlen else None
+            remark = header[pos : pos + rlen].decode() if rlen else None
             pos += rlen
             (elen,) = _I32.unpack_from(header, pos)
             pos += 4
@@ -264,17 +304,18 @@ class RemotingCommand:
                 pos += 2
                 if klen < 0 or pos + klen + 4 > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
-                key = header[pos:pos + klen].decode()
+                key = header[pos : pos + klen].decode()
                 pos += klen
                 (vlen,) = _I32.unpack_from(header, pos)
                 pos += 4
                 if vlen < 0 or pos + vlen > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
-                ext[key] = header[pos:pos + vlen].decode()
+                ext[key] = header[pos : pos + vlen].decode()
                 pos += vlen
         except UnicodeDecodeError as exc:
-            raise RemotingCommandError(f"ROCKETMQ header: invalid UTF-8: {exc}",
-                                       opaque=opaque, flag=flag, serialize_type=_ROCKETMQ) from exc
+            raise RemotingCommandError(
+                f"ROCKETMQ header: invalid UTF-8: {exc}", opaque=opaque, flag=flag, serialize_type=_ROCKETMQ
+            ) from exc
         except RemotingCommandError as exc:
             exc.opaque = opaque
             exc.flag = flag

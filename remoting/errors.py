@@ -22,8 +22,7 @@ class RemotingCommandError(RemotingError):
     connection can answer the request instead of dropping it.
     """
 
-    def __init__(self, message: str, *, opaque: int | None = None, flag: int = 0,
-                 serialize_type: int = 0) -> None:
+    def __init__(self, message: str, *, opaque: int | None = None, flag: int = 0, serialize_type: int = 0) -> None:
         super().__init__(message)
         self.opaque = opaque
         self.flag = flag

@@ -77,9 +77,14 @@ class RequestTask:
             self.finish()
             raise
         except Exception as exc:  # a processor bug must cost one request, not the worker
-            log.warning("request processing failed", code=request.code, opaque=request.opaque,
-                        remote=self.channel.remote_addr, error=exception_remark(exc),
-                        exc_info=not isinstance(exc, RemotingError))
+            log.warning(
+                "request processing failed",
+                code=request.code,
+                opaque=request.opaque,
+                remote=self.channel.remote_addr,
+                error=exception_remark(exc),
+                exc_info=not isinstance(exc, RemotingError),
+            )
             response = None if oneway else request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
         try:
             if response is not None and not oneway:
@@ -87,8 +92,13 @@ class RequestTask:
                 response.flag |= FLAG_RESPONSE
                 self.channel.send(response)
         except Exception as exc:  # noqa: BLE001 - e.g. an unencodable header: log it, keep the worker
-            log.error("cannot write response", code=request.code, opaque=request.opaque,
-                      remote=self.channel.remote_addr, error=exception_remark(exc))
+            log.error(
+                "cannot write response",
+                code=request.code,
+                opaque=request.opaque,
+                remote=self.channel.remote_addr,
+                error=exception_remark(exc),
+            )
         finally:
             self.finish()
 
@@ -96,8 +106,7 @@ class RequestTask:
 class RequestExecutor:
     """Bounded FIFO of ``RequestTask`` plus ``workers`` coroutines running them."""
 
-    def __init__(self, name: str, workers: int, capacity: int, *,
-                 now_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(self, name: str, workers: int, capacity: int, *, now_ms: Callable[[], int] = wall_ms) -> None:
         if workers < 1:
             raise ValueError(f"executor {name}: workers must be ≥ 1, got {workers}")
         if capacity < 1:
@@ -125,8 +134,15 @@ class RequestExecutor:
 
     def counters(self) -> dict[str, int]:
         """Snapshot for runtime info / metrics."""
-        return {"size": len(self.queue), "capacity": self.capacity, "peak": self.peak, "rejected": self.rejected,
-                "expired": self.expired, "completed": self.completed, "active": self.active}
+        return {
+            "size": len(self.queue),
+            "capacity": self.capacity,
+            "peak": self.peak,
+            "rejected": self.rejected,
+            "expired": self.expired,
+            "completed": self.completed,
+            "active": self.active,
+        }
 
     @property
     def running(self) -> bool:
@@ -183,8 +199,7 @@ class RequestExecutor:
             return
         self._accepting = True
         self._drained = asyncio.Event()
-        self._worker_tasks = [asyncio.create_task(self._work(), name=f"{self.name}-{i}")
-                              for i in range(self.workers)]
+        self._worker_tasks = [asyncio.create_task(self._work(), name=f"{self.name}-{i}") for i in range(self.workers)]
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Refuse new tasks, let queued and running ones finish for up to ``grace_s``, then cancel."""
@@ -197,8 +212,9 @@ class RequestExecutor:
             try:
                 await asyncio.wait_for(self._drained.wait(), grace_s)
             except TimeoutError:
-                log.warning("executor did not drain in time", executor=self.name,
-                            queued=len(self.queue), active=self.active)
+                log.warning(
+                    "executor did not drain in time", executor=self.name, queued=len(self.queue), active=self.active
+                )
         tasks, self._worker_tasks = self._worker_tasks, []
         for t in tasks:
             t.cancel()

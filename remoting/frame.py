@@ -50,18 +50,18 @@ class FrameDecoder:
             return
         if type(buf) is bytes:
             # A partial frame left over from an in-place chunk: now we need a growable buffer.
-            self._buf = bytearray(memoryview(buf)[self._pos:])
+            self._buf = bytearray(memoryview(buf)[self._pos :])
             self._pos = 0
             self._buf += data
             return
         try:
             if self._pos >= _COMPACT_AT or self._pos * 2 >= len(buf):
-                del buf[:self._pos]  # CPython removes a bytearray prefix without moving the tail
+                del buf[: self._pos]  # CPython removes a bytearray prefix without moving the tail
                 self._pos = 0
             buf += data
         except BufferError:
             # Someone still holds a view of a returned frame: leave them the old buffer.
-            fresh = bytearray(memoryview(buf)[self._pos:])
+            fresh = bytearray(memoryview(buf)[self._pos :])
             fresh += data
             self._buf = fresh
             self._pos = 0

@@ -106,10 +106,12 @@ def header(cls: type[H]) -> type[H]:
 
 def _first_use(cls: type, attr: str, compile_fn: Any) -> Any:
     """A stand-in that compiles the real function, puts it on the class in its place, and calls it."""
+
     def compile_and_call(arg: Any) -> Any:
         fn = compile_fn(cls, getattr(cls, _PLAN_ATTR))
         setattr(cls, attr, fn)
         return fn(arg)
+
     return compile_and_call
 
 
@@ -136,8 +138,9 @@ def _parse_int(cls_name: str, wire_name: str, value: str, kind: int) -> int:
     if value[0] == "-":
         number = -number
     if not lo <= number <= hi:
-        raise HeaderError(f"{cls_name}: the header field '{wire_name}' is out of range for "
-                          f"{_KIND_NAMES[kind]}: {value!r}")
+        raise HeaderError(
+            f"{cls_name}: the header field '{wire_name}' is out of range for {_KIND_NAMES[kind]}: {value!r}"
+        )
     return number
 
 
@@ -169,8 +172,10 @@ def _compile_decoder(cls: type, plan: tuple[_FieldPlan, ...]) -> Any:
         if fp.kind == _KIND_BOOL:
             lines.append(f"{ind}{v} = {v}.lower() == 'true'")
         elif fp.kind in (_KIND_INT, _KIND_LONG):
-            lines.append(f"{ind}{v} = int({v}) if {v}.isdigit() and {v}.isascii() and len({v}) < "
-                         f"{_SAFE_DIGITS[fp.kind]} else _parse_int({name!r}, {fp.wire!r}, {v}, {fp.kind})")
+            lines.append(
+                f"{ind}{v} = int({v}) if {v}.isdigit() and {v}.isascii() and len({v}) < "
+                f"{_SAFE_DIGITS[fp.kind]} else _parse_int({name!r}, {fp.wire!r}, {v}, {fp.kind})"
+            )
     lines.append(f"    return _cls({', '.join(f'v{i}' for i in range(len(plan)))})")
     exec("\n".join(lines), ns)  # noqa: S102 - generated from our own declarations only
     return ns["decode"]
@@ -211,6 +216,7 @@ def header_wire_names(cls: type) -> tuple[str, ...]:
 # =====================================================================================
 # NameServer (protocol §2.1)
 # =====================================================================================
+
 
 @header
 class GetRouteInfoRequestHeader:  # 105
@@ -282,6 +288,7 @@ class GetTopicsByClusterRequestHeader:  # 224
 # Producer (protocol §2.2)
 # =====================================================================================
 
+
 @header
 class SendMessageRequestHeader:  # 10
     producer_group: str
@@ -301,17 +308,40 @@ class SendMessageRequestHeader:  # 10
 
     @classmethod
     def from_v2(cls, v2: SendMessageRequestHeaderV2) -> SendMessageRequestHeader:
-        return cls(producer_group=v2.a, topic=v2.b, default_topic=v2.c, default_topic_queue_nums=v2.d,
-                   queue_id=v2.e, sys_flag=v2.f, born_timestamp=v2.g, flag=v2.h, properties=v2.i,
-                   reconsume_times=v2.j, unit_mode=v2.k, batch=v2.m, max_reconsume_times=v2.l,
-                   broker_name=v2.n)
+        return cls(
+            producer_group=v2.a,
+            topic=v2.b,
+            default_topic=v2.c,
+            default_topic_queue_nums=v2.d,
+            queue_id=v2.e,
+            sys_flag=v2.f,
+            born_timestamp=v2.g,
+            flag=v2.h,
+            properties=v2.i,
+            reconsume_times=v2.j,
+            unit_mode=v2.k,
+            batch=v2.m,
+            max_reconsume_times=v2.l,
+            broker_name=v2.n,
+        )
 
     def to_v2(self) -> SendMessageRequestHeaderV2:
         return SendMessageRequestHeaderV2(
-            a=self.producer_group, b=self.topic, c=self.default_topic, d=self.default_topic_queue_nums,
-            e=self.queue_id, f=self.sys_flag, g=self.born_timestamp, h=self.flag, i=self.properties,
-            j=self.reconsume_times, k=self.unit_mode, l=self.max_reconsume_times, m=self.batch,
-            n=self.broker_name)
+            a=self.producer_group,
+            b=self.topic,
+            c=self.default_topic,
+            d=self.default_topic_queue_nums,
+            e=self.queue_id,
+            f=self.sys_flag,
+            g=self.born_timestamp,
+            h=self.flag,
+            i=self.properties,
+            j=self.reconsume_times,
+            k=self.unit_mode,
+            l=self.max_reconsume_times,
+            m=self.batch,
+            n=self.broker_name,
+        )
 
 
 @header
@@ -366,6 +396,7 @@ class CheckTransactionStateRequestHeader:  # 39, broker → client
 # =====================================================================================
 # Consumer (protocol §2.3); HEART_BEAT (34) has no header, only a body.
 # =====================================================================================
+
 
 @header
 class UnregisterClientRequestHeader:  # 35
@@ -502,6 +533,7 @@ class ResetOffsetRequestHeader:  # 220, broker → client (and 222 admin → bro
 # Admin (protocol §2.4); 21, 28 and 25 have no header (25 carries properties in the body).
 # =====================================================================================
 
+
 @header
 class CreateTopicRequestHeader:  # 17
     topic: str
@@ -612,7 +644,6 @@ class UpdateGlobalWhiteAddrsConfigRequestHeader:  # 53 UPDATE_GLOBAL_WHITE_ADDRS
 
 
 ALL_HEADERS: tuple[type, ...] = tuple(
-    obj for obj in list(globals().values())
-    if isinstance(obj, type) and hasattr(obj, _PLAN_ATTR)
+    obj for obj in list(globals().values()) if isinstance(obj, type) and hasattr(obj, _PLAN_ATTR)
 )
 """Every header class declared here (tests iterate over it)."""

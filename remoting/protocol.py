@@ -41,9 +41,16 @@ class Dispatcher(Protocol):
 
 
 class RemotingProtocol(asyncio.Protocol):
-    def __init__(self, dispatcher: Dispatcher, channel_id: int, *, frame_max: int = DEFAULT_FRAME_MAX,
-                 max_inflight: int = DEFAULT_MAX_INFLIGHT, write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
-                 write_low_water: int = DEFAULT_WRITE_LOW_WATER) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        channel_id: int,
+        *,
+        frame_max: int = DEFAULT_FRAME_MAX,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
+        write_low_water: int = DEFAULT_WRITE_LOW_WATER,
+    ) -> None:
         self._dispatcher = dispatcher
         self._channel_id = channel_id
         self._decoder = FrameDecoder(frame_max)
@@ -152,8 +159,13 @@ class RemotingProtocol(asyncio.Protocol):
                     return
                 log.warning("bad request header", remote=channel.remote_addr, opaque=exc.opaque, error=str(exc))
                 if not exc.flag & FLAG_ONEWAY:
-                    answer = RemotingCommand(code=ResponseCode.SYSTEM_ERROR, opaque=exc.opaque, flag=FLAG_RESPONSE,
-                                             remark=str(exc), serialize_type=exc.serialize_type)
+                    answer = RemotingCommand(
+                        code=ResponseCode.SYSTEM_ERROR,
+                        opaque=exc.opaque,
+                        flag=FLAG_RESPONSE,
+                        remark=str(exc),
+                        serialize_type=exc.serialize_type,
+                    )
                     channel.send(answer)
                 continue
             finally:

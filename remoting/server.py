@@ -74,14 +74,19 @@ class _Route:
 
 
 class RemotingServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 listener: ChannelEventListener | None = None,
-                 now_ms: Callable[[], int] = wall_ms,
-                 frame_max: int = DEFAULT_FRAME_MAX,
-                 max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT,
-                 write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
-                 write_low_water: int = DEFAULT_WRITE_LOW_WATER,
-                 backlog: int = 1024) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        listener: ChannelEventListener | None = None,
+        now_ms: Callable[[], int] = wall_ms,
+        frame_max: int = DEFAULT_FRAME_MAX,
+        max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT,
+        write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
+        write_low_water: int = DEFAULT_WRITE_LOW_WATER,
+        backlog: int = 1024,
+    ) -> None:
         self.host = host
         self._requested_port = port
         self.listener = listener
@@ -141,8 +146,9 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         for executor in self._executors:
             executor.start()
-        self._server = await loop.create_server(self._new_protocol, self.host, self._requested_port,
-                                                backlog=self.backlog, reuse_address=True)
+        self._server = await loop.create_server(
+            self._new_protocol, self.host, self._requested_port, backlog=self.backlog, reuse_address=True
+        )
         self._port = self._server.sockets[0].getsockname()[1]
         log.info("remoting server listening", host=self.host, port=self._port)
 
@@ -164,9 +170,14 @@ class RemotingServer:
         log.info("remoting server stopped", port=self._port)
 
     def _new_protocol(self) -> RemotingProtocol:
-        return RemotingProtocol(self, next(self._channel_ids), frame_max=self.frame_max,
-                                max_inflight=self.max_inflight_per_connection,
-                                write_high_water=self.write_high_water, write_low_water=self.write_low_water)
+        return RemotingProtocol(
+            self,
+            next(self._channel_ids),
+            frame_max=self.frame_max,
+            max_inflight=self.max_inflight_per_connection,
+            write_high_water=self.write_high_water,
+            write_low_water=self.write_low_water,
+        )
 
     # ---- Dispatcher (called by RemotingProtocol) ----------------------------------------------
     def channel_connected(self, channel: Channel) -> None:
@@ -206,8 +217,9 @@ class RemotingServer:
         if route is None:
             log.warning("request code not supported", code=request.code, remote=channel.remote_addr)
             if not oneway:
-                channel.send(request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                              not_supported_remark(request.code)))
+                channel.send(
+                    request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, not_supported_remark(request.code))
+                )
             return
         if route.reject is not None and self._rejects(route, request):
             if not oneway:

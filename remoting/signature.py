@@ -64,8 +64,9 @@ def _fields_text(ext_fields: Mapping[str, str], exclude: Iterable[str]) -> bytes
     return "".join(map(ext_fields.__getitem__, keys)).encode("utf-8", "surrogatepass")
 
 
-def signed_content(ext_fields: Mapping[str, str], body: bytes | memoryview | None,
-                   exclude: Iterable[str] = (SIGNATURE,)) -> bytes:
+def signed_content(
+    ext_fields: Mapping[str, str], body: bytes | memoryview | None, exclude: Iterable[str] = (SIGNATURE,)
+) -> bytes:
     """The bytes a signature covers: sorted ext-field values, then the body."""
     text = _fields_text(ext_fields, exclude)
     return text + bytes(body) if body else text
@@ -77,8 +78,12 @@ def calculate_signature(content: bytes, secret_key: str) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def request_signature(ext_fields: Mapping[str, str], body: bytes | memoryview | None, secret_key: str,
-                      exclude: Iterable[str] = (SIGNATURE,)) -> str:
+def request_signature(
+    ext_fields: Mapping[str, str],
+    body: bytes | memoryview | None,
+    secret_key: str,
+    exclude: Iterable[str] = (SIGNATURE,),
+) -> str:
     """``calculate_signature(signed_content(...))`` without copying the body into one buffer first."""
     mac = hmac.new(secret_key.encode("utf-8"), _fields_text(ext_fields, exclude), hashlib.sha1)
     if body:
@@ -91,8 +96,9 @@ def signature_matches(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace"))
 
 
-def sign_request_fields(ext_fields: dict[str, str], body: bytes | memoryview | None,
-                        credentials: SessionCredentials) -> dict[str, str]:
+def sign_request_fields(
+    ext_fields: dict[str, str], body: bytes | memoryview | None, credentials: SessionCredentials
+) -> dict[str, str]:
     """Add ``AccessKey`` (and ``SecurityToken``) then ``Signature`` to ``ext_fields`` in place, as J's
     ``AclClientRPCHook.doBeforeRequest`` does; returns the same dict."""
     for key, value in list(ext_fields.items()):

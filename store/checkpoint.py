@@ -33,7 +33,9 @@ class StoreCheckpoint:
         self.index_msg_timestamp = 0
         self.clean_max_offset = -1
         if exists:
-            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = _TS.unpack_from(self._mm, 0)
+            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = _TS.unpack_from(
+                self._mm, 0
+            )
             magic, clean = _EXT.unpack_from(self._mm, 24)
             if magic == _EXT_MAGIC:
                 self.clean_max_offset = clean

@@ -133,9 +133,7 @@ class CleanService:
             clean_at_once=clean_at_once,
         )
         mfq = self.store.commit_log.mapped_file_queue
-        count = mfq.delete_expired_file_by_time(
-            cfg.file_reserved_time * 3_600_000, self.store.now_ms(), clean_at_once
-        )
+        count = mfq.delete_expired_file_by_time(cfg.file_reserved_time * 3_600_000, self.store.now_ms(), clean_at_once)
         if count == 0 and spacefull:
             log.warning("disk space will be full soon, but delete file failed")
         return count

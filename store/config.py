@@ -187,16 +187,12 @@ class MessageStoreConfig:
                     f"(got {self.flush_disk_type.value}); upstream only uses the pool with asynchronous flush"
                 )
             if self.broker_role == BrokerRole.SLAVE:
-                raise StoreConfigError(
-                    "transientStorePoolEnable=true is only valid on a master (brokerRole is SLAVE)"
-                )
+                raise StoreConfigError("transientStorePoolEnable=true is only valid on a master (brokerRole is SLAVE)")
             positive("transient_store_pool_size")
         for part in self.delete_when.split(";"):
             if not part.strip().isdigit() or not 0 <= int(part) <= 23:
                 raise StoreConfigError(f"deleteWhen must be hours 0-23 separated by ';', got {self.delete_when!r}")
         if not 10 <= self.disk_max_used_space_ratio <= 95:
             # upstream clamps to [10, 95] in getDiskMaxUsedSpaceRatio; we say so instead of guessing
-            raise StoreConfigError(
-                f"diskMaxUsedSpaceRatio must be within 10..95, got {self.disk_max_used_space_ratio}"
-            )
+            raise StoreConfigError(f"diskMaxUsedSpaceRatio must be within 10..95, got {self.disk_max_used_space_ratio}")
         self.delay_levels_ms()

@@ -150,9 +150,14 @@ class CommitLogDispatcher:
             return
         if len(self._dispatch_failures) < 1024:
             self._dispatch_failures.add(key)
-        log.error("dispatch failed, the record stays in the CommitLog without a consume queue entry", step=what,
-                  topic=topic[:200], queue_id=queue_id, error=f"{type(exc).__name__}: {exc}",
-                  exc_info=not isinstance(exc, UnsafeStorePath))
+        log.error(
+            "dispatch failed, the record stays in the CommitLog without a consume queue entry",
+            step=what,
+            topic=topic[:200],
+            queue_id=queue_id,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=not isinstance(exc, UnsafeStorePath),
+        )
 
     def _queue_for_dispatch(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         try:
@@ -169,9 +174,12 @@ class CommitLogDispatcher:
         tran = transaction_value(req.sys_flag)
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
             cq = self._queue_for_dispatch(req.topic, req.queue_id)
-            if (cq is not None and cq.needs_file_for(req.consume_queue_offset)
-                    and req.commit_log_offset + req.msg_size > cq.max_physic_offset
-                    and (req.topic, req.queue_id) not in self._unwritable_queues):
+            if (
+                cq is not None
+                and cq.needs_file_for(req.consume_queue_offset)
+                and req.commit_log_offset + req.msg_size > cq.max_physic_offset
+                and (req.topic, req.queue_id) not in self._unwritable_queues
+            ):
                 return self._guarded(cq.ensure_file_for(req.consume_queue_offset), req.topic, req.queue_id)
         if self._index_enabled and self.index_service.needs_file():
             return self.index_service.ensure_file()
@@ -198,8 +206,9 @@ class CommitLogDispatcher:
             cq = self._queue_for_dispatch(req.topic, req.queue_id)
             if cq is None:
                 pass
-            elif cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
-                                              req.consume_queue_offset):
+            elif cq.put_message_position_info(
+                req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset
+            ):
                 if self.checkpoint is not None:
                     self.checkpoint.logics_msg_timestamp = req.store_timestamp
             else:
@@ -375,8 +384,9 @@ class CommitLogDispatcher:
                     self.failed("bulk", topic, queue_id, exc)
                     continue
                 if failed:
-                    log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id,
-                              entries=failed)
+                    log.error(
+                        "[BUG] put commit log position info failed", topic=topic, queue_id=queue_id, entries=failed
+                    )
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = int(recs.store_ts[np.flatnonzero(to_cq)[-1]])
         if self._index_enabled and len(recs.key_record):

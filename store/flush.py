@@ -186,9 +186,7 @@ class CommitLogFlusher:
 
     async def flush(self, least_pages: int) -> bool:
         async with self._lock:
-            idle = await flush_queue(
-                self.mfq, least_pages, self.run_blocking, self.fault.slow_fsync_ms, self.release
-            )
+            idle = await flush_queue(self.mfq, least_pages, self.run_blocking, self.fault.slow_fsync_ms, self.release)
             if not idle:
                 self.flush_count += 1
                 if self.mfq.store_timestamp > 0:

@@ -169,7 +169,10 @@ class IndexFile:
         view = self.mapped_file.view
         slots_arr = np.frombuffer(view, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
         entries = np.frombuffer(
-            view, dtype=_ENTRY_DTYPE, count=self.index_num, offset=INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+            view,
+            dtype=_ENTRY_DTYPE,
+            count=self.index_num,
+            offset=INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE,
         )
         slots = h % self.hash_slot_num
         numbers = np.arange(count, count + n, dtype=np.int64)  # entry number = index_count at its insert
@@ -396,9 +399,7 @@ class IndexService:
         f.write_header()
         if done < n:
             # the file filled up in the middle: the rest waits for the next file (ensure_file)
-            self._pending_keys.extend(
-                zip(_as_list(hashes[done:]), _as_list(phys[done:]), _as_list(times[done:]))
-            )
+            self._pending_keys.extend(zip(_as_list(hashes[done:]), _as_list(phys[done:]), _as_list(times[done:])))
 
     def has_pending(self) -> bool:
         return bool(self._pending_keys)

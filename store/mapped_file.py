@@ -356,4 +356,3 @@ class MappedFile:
             f"MappedFile({os.path.basename(self.file_name)}, wrote={self.wrote_position}, "
             f"committed={self.committed_position}, flushed={self.flushed_position})"
         )
-

@@ -100,9 +100,7 @@ def encode_properties(properties: Mapping[str, str] | None) -> str:
     """J `messageProperties2String`: `k\\x01v\\x02k\\x01v`, no trailing separator, None values skipped."""
     if not properties:
         return ""
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None
-    )
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None)
 
 
 def decode_properties(properties: str | None) -> dict[str, str]:
@@ -345,9 +343,7 @@ class RecordEncoder:
         if raw is None:
             data = topic.encode("utf-8")
             if len(data) > MAX_TOPIC_LENGTH:
-                raise RecordError(
-                    f"MESSAGE_ILLEGAL: topic is {len(data)} bytes, more than {MAX_TOPIC_LENGTH}"
-                )
+                raise RecordError(f"MESSAGE_ILLEGAL: topic is {len(data)} bytes, more than {MAX_TOPIC_LENGTH}")
             if len(self._topics) > self._CACHE_MAX:
                 self._topics.clear()
             raw = self._topics[topic] = bytes((len(data),)) + data
@@ -366,9 +362,7 @@ class RecordEncoder:
             )
         body = msg.body or b""
         if max_body_size is not None and len(body) > max_body_size:
-            raise RecordError(
-                f"MESSAGE_ILLEGAL: body is {len(body)} bytes, more than maxMessageSize {max_body_size}"
-            )
+            raise RecordError(f"MESSAGE_ILLEGAL: body is {len(body)} bytes, more than maxMessageSize {max_body_size}")
         tail = b"".join((topic, _SHORT.pack(len(props)), props))
         return tail, crc32(body) & 0x7FFFFFFF, FIXED_PART_LENGTH + len(body) + len(tail)
 
@@ -460,9 +454,25 @@ class RecordEncoder:
             store_ip = hosts.get(store[0]) or self._host(store[0])
             phy = pos + delta
             pack(
-                buf, pos, size, MESSAGE_MAGIC_CODE, crcs[i], msg.queue_id, msg.flag, qo, phy,
-                msg.sys_flag & mask, msg.born_timestamp, born_ip, born[1], store_ts, store_ip, store[1],
-                msg.reconsume_times, msg.prepared_transaction_offset, blen,
+                buf,
+                pos,
+                size,
+                MESSAGE_MAGIC_CODE,
+                crcs[i],
+                msg.queue_id,
+                msg.flag,
+                qo,
+                phy,
+                msg.sys_flag & mask,
+                msg.born_timestamp,
+                born_ip,
+                born[1],
+                store_ts,
+                store_ip,
+                store[1],
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+                blen,
             )
             b = pos + FIXED_PART_LENGTH
             e = b + blen

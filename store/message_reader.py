@@ -317,7 +317,6 @@ class MessageReader:
         return out
 
 
-
 def _has_key(msg: MessageExt, key: str) -> bool:
     if msg.properties.get(MessageConst.UNIQ_KEY) == key:
         return True

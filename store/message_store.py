@@ -235,9 +235,7 @@ class MessageStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise OSError(
-                f"Lock failed, MQ already started: another process holds {self.config.lock_file}"
-            ) from None
+            raise OSError(f"Lock failed, MQ already started: another process holds {self.config.lock_file}") from None
         os.ftruncate(fd, 0)
         os.write(fd, b"lock")
         self._lock_fd = fd
@@ -487,9 +485,7 @@ class MessageStore:
         """Append one message; with SYNC_FLUSH wait until an fsync covers it (MessagePutter.put_message)."""
         return await self.putter.put_message(msg, stall_append_ms=stall_append_ms)
 
-    async def put_messages(
-        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
-    ) -> PutMessageResult:
+    async def put_messages(self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0) -> PutMessageResult:
         """Append a batch of one topic and queue (MessagePutter.put_messages)."""
         return await self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
 

@@ -138,13 +138,23 @@ class MessagePutter:
             return plan
         tail, crc, size = plan
         return await self._submit(
-            [msg], [tail], [crc], [size], size, msg.topic, msg.queue_id, msg.sys_flag,
-            msg.prepared_transaction_offset, msg.store_host, stall_append_ms, False, msg, begin,
+            [msg],
+            [tail],
+            [crc],
+            [size],
+            size,
+            msg.topic,
+            msg.queue_id,
+            msg.sys_flag,
+            msg.prepared_transaction_offset,
+            msg.store_host,
+            stall_append_ms,
+            False,
+            msg,
+            begin,
         )
 
-    async def put_messages(
-        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
-    ) -> PutMessageResult:
+    async def put_messages(self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0) -> PutMessageResult:
         """Append a batch of messages of one topic and queue: one contiguous write, consecutive queue
         offsets, one file (upstream asyncPutMessages)."""
         status, remark = self._store_status()
@@ -173,8 +183,20 @@ class MessagePutter:
             return planned
         tails, crcs, sizes, total = planned
         return await self._submit(
-            msgs, tails, crcs, sizes, total, first.topic, first.queue_id, first.sys_flag, 0, first.store_host,
-            stall_append_ms, True, None, begin,
+            msgs,
+            tails,
+            crcs,
+            sizes,
+            total,
+            first.topic,
+            first.queue_id,
+            first.sys_flag,
+            0,
+            first.store_host,
+            stall_append_ms,
+            True,
+            None,
+            begin,
         )
 
     async def _submit(
@@ -201,7 +223,18 @@ class MessagePutter:
                 f"{total} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
             )
         req = AppendRequest(
-            msgs, tails, crcs, sizes, total, topic, queue_id, sys_flag, prepared_offset, store_host, stall_ms, None,
+            msgs,
+            tails,
+            crcs,
+            sizes,
+            total,
+            topic,
+            queue_id,
+            sys_flag,
+            prepared_offset,
+            store_host,
+            stall_ms,
+            None,
             batch,
         )
         cl = self.commit_log

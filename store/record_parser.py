@@ -324,9 +324,13 @@ class RecordParser:
                 level = _int_or_zero(text)
                 if level > 0:
                     tags_code[i] = self.compute_deliver_timestamp(min(level, self.max_delay_level), ts_list[i])
-        key_record, key_hash = _index_key_hashes(u8, view, topics, topic_ids, found[2], found[1]) if with_keys else (
-            np.empty(0, dtype=np.int64),
-            np.empty(0, dtype=np.int64),
+        key_record, key_hash = (
+            _index_key_hashes(u8, view, topics, topic_ids, found[2], found[1])
+            if with_keys
+            else (
+                np.empty(0, dtype=np.int64),
+                np.empty(0, dtype=np.int64),
+            )
         )
         return (
             ParsedRecords(

@@ -287,8 +287,12 @@ class StoreRecovery:
             os.rename(qdir, target)
         except OSError as move_error:
             target = f"not moved ({move_error})"
-        log.error("consume queue folder set aside, it will be rebuilt from the CommitLog", queue=queue,
-                  error=f"{type(exc).__name__}: {exc}", moved_to=target)
+        log.error(
+            "consume queue folder set aside, it will be rebuilt from the CommitLog",
+            queue=queue,
+            error=f"{type(exc).__name__}: {exc}",
+            moved_to=target,
+        )
 
     def recover_scan(self, last_exit_ok: bool, pre: PreDispatch) -> tuple[RecoveryReport, int, float]:
         """Recover the consume queues, then verify the CommitLog (all of it that may be torn) while `pre`

@@ -14,8 +14,16 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 MIN_KEY_LENGTH = 6  # keys must be LONGER than this (J AclConstants.ACCESS_KEY_MIN_LENGTH)
 
 #: The keys of one account in a plain_acl.yml file, in upstream's order.
-ACCOUNT_KEYS = ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm", "defaultGroupPerm",
-                "topicPerms", "groupPerms")
+ACCOUNT_KEYS = (
+    "accessKey",
+    "secretKey",
+    "whiteRemoteAddress",
+    "admin",
+    "defaultTopicPerm",
+    "defaultGroupPerm",
+    "topicPerms",
+    "groupPerms",
+)
 
 
 def retry_topic(group: str | None) -> str | None:
@@ -27,7 +35,7 @@ def is_retry_topic(topic: str | None) -> bool:
 
 
 def printable_resource(resource: str, is_group: bool) -> str:
-    return f"group:{resource[len(RETRY_GROUP_TOPIC_PREFIX):]}" if is_group else f"topic:{resource}"
+    return f"group:{resource[len(RETRY_GROUP_TOPIC_PREFIX) :]}" if is_group else f"topic:{resource}"
 
 
 def _text(value: Any) -> str | None:
@@ -55,10 +63,16 @@ def _list(value: Any) -> list[str] | None:
 
 def check_keys(access_key: str | None, secret_key: str | None) -> None:
     """J ``checkPlainAccessConfig``."""
-    if access_key is None or secret_key is None or len(access_key) <= MIN_KEY_LENGTH \
-            or len(secret_key) <= MIN_KEY_LENGTH:
-        raise AclError(f"The accessKey={_null(access_key)} and secretKey={_null(secret_key)} cannot be null and "
-                       "length should longer than 6")
+    if (
+        access_key is None
+        or secret_key is None
+        or len(access_key) <= MIN_KEY_LENGTH
+        or len(secret_key) <= MIN_KEY_LENGTH
+    ):
+        raise AclError(
+            f"The accessKey={_null(access_key)} and secretKey={_null(secret_key)} cannot be null and "
+            "length should longer than 6"
+        )
 
 
 def _null(value: str | None) -> str:
@@ -97,21 +111,29 @@ class PlainAccount:
                 name = items[0].strip()
                 perms[name if is_topic else RETRY_GROUP_TOPIC_PREFIX + name] = parse_perm(items[1].strip())
         white = _text(data.get("whiteRemoteAddress"))
-        return cls(access_key=access_key, secret_key=secret_key,  # type: ignore[arg-type]
-                   white_remote_address=white, admin=_bool(data.get("admin")),
-                   default_topic_perm=parse_perm(_text(data.get("defaultTopicPerm"))),
-                   default_group_perm=parse_perm(_text(data.get("defaultGroupPerm"))),
-                   resource_perms=perms, address=address_strategy(white))
+        return cls(
+            access_key=access_key,
+            secret_key=secret_key,  # type: ignore[arg-type]
+            white_remote_address=white,
+            admin=_bool(data.get("admin")),
+            default_topic_perm=parse_perm(_text(data.get("defaultTopicPerm"))),
+            default_group_perm=parse_perm(_text(data.get("defaultGroupPerm"))),
+            resource_perms=perms,
+            address=address_strategy(white),
+        )
 
 
 def account_config_json(data: Mapping[str, Any]) -> dict[str, Any]:
     """An account as GET_BROKER_CLUSTER_ACL_CONFIG lists it (J ``PlainAccessConfig`` through fastjson: keys
     sorted, nulls left out, ``admin`` always present)."""
-    out: dict[str, Any] = {"accessKey": _text(data.get("accessKey")), "admin": _bool(data.get("admin")),
-                           "defaultGroupPerm": _text(data.get("defaultGroupPerm")),
-                           "defaultTopicPerm": _text(data.get("defaultTopicPerm")),
-                           "groupPerms": _list(data.get("groupPerms")),
-                           "secretKey": _text(data.get("secretKey")),
-                           "topicPerms": _list(data.get("topicPerms")),
-                           "whiteRemoteAddress": _text(data.get("whiteRemoteAddress"))}
+    out: dict[str, Any] = {
+        "accessKey": _text(data.get("accessKey")),
+        "admin": _bool(data.get("admin")),
+        "defaultGroupPerm": _text(data.get("defaultGroupPerm")),
+        "defaultTopicPerm": _text(data.get("defaultTopicPerm")),
+        "groupPerms": _list(data.get("groupPerms")),
+        "secretKey": _text(data.get("secretKey")),
+        "topicPerms": _list(data.get("topicPerms")),
+        "whiteRemoteAddress": _text(data.get("whiteRemoteAddress")),
+    }
     return {k: v for k, v in out.items() if v is not None}

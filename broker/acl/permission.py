@@ -21,14 +21,27 @@ SUB = 1 << 3
 _BY_NAME = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
 
 #: 4.9.7's ``Permission.ADMIN_CODE``.
-UPSTREAM_ADMIN_CODES = frozenset({
-    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
-    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
-})
-ADMIN_CODES = frozenset(int(c) for c in UPSTREAM_ADMIN_CODES | {
-    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
-    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, RequestCode.FAULT_INJECT,
-})
+UPSTREAM_ADMIN_CODES = frozenset(
+    {
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    }
+)
+ADMIN_CODES = frozenset(
+    int(c)
+    for c in UPSTREAM_ADMIN_CODES
+    | {
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
+        RequestCode.FAULT_INJECT,
+    }
+)
 
 
 def parse_perm(text: str | None) -> int:
@@ -60,9 +73,13 @@ def check_resource_perms(resources: Iterable[str] | None) -> None:
     for resource in resources or ():
         items = split_resource(resource)
         if len(items) != 2:
-            raise AclError(f"Parse Resource format error for {resource}.\n"
-                           "The expected resource format is 'Res=Perm'. For example: topicA=SUB")
+            raise AclError(
+                f"Parse Resource format error for {resource}.\n"
+                "The expected resource format is 'Res=Perm'. For example: topicA=SUB"
+            )
         perm = items[1].strip()
         if perm != "DENY" and parse_perm(perm) == DENY:
-            raise AclError(f"Parse resource permission error for {resource}.\n"
-                           "The expected permissions are 'SUB' or 'PUB' or 'SUB|PUB' or 'PUB|SUB'.")
+            raise AclError(
+                f"Parse resource permission error for {resource}.\n"
+                "The expected permissions are 'SUB' or 'PUB' or 'SUB|PUB' or 'PUB|SUB'."
+            )

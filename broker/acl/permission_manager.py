@@ -145,14 +145,23 @@ class PlainPermissionManager:
             for entry in _items(data.get("accounts"), path):
                 account = PlainAccount.from_config(entry)
                 if account.access_key in account_file:
-                    log.warning("access key defined in more than one acl file, the first one counts",
-                                access_key=account.access_key, file=path, first=account_file[account.access_key])
+                    log.warning(
+                        "access key defined in more than one acl file, the first one counts",
+                        access_key=account.access_key,
+                        file=path,
+                        first=account_file[account.access_key],
+                    )
                     continue
                 accounts[account.access_key] = account
                 account_file[account.access_key] = path
             versions[path] = _data_version(data.get("dataVersion"), self.now_ms)
-        self.tables = AclTables(files=tuple(files), accounts=accounts, account_file=account_file,
-                                global_white=tuple(white), data_versions=versions)
+        self.tables = AclTables(
+            files=tuple(files),
+            accounts=accounts,
+            account_file=account_file,
+            global_white=tuple(white),
+            data_versions=versions,
+        )
         if self.default_file in versions:
             self.default_version = versions[self.default_file]
         self._stamps = self._file_stamps()
@@ -300,8 +309,10 @@ class PlainPermissionManager:
 def check_perm(request: AccessRequest, account: PlainAccount) -> None:
     """J ``PlainPermissionManager.checkPerm``."""
     if need_admin(request.code) and not account.admin:
-        raise AclError(f"Need admin permission for request code={request.code}, but accessKey="
-                       f"{account.access_key} is not", FRAME_CHECK_ADMIN)
+        raise AclError(
+            f"Need admin permission for request code={request.code}, but accessKey={account.access_key} is not",
+            FRAME_CHECK_ADMIN,
+        )
     needed = request.resources
     if not needed:
         return
@@ -313,12 +324,12 @@ def check_perm(request: AccessRequest, account: PlainAccount) -> None:
         if resource not in owned:
             default = account.default_group_perm if is_group else account.default_topic_perm
             if not check_permission(perm, default):
-                raise AclError(f"No default permission for {printable_resource(resource, is_group)}",
-                               FRAME_CHECK_DEFAULT)
+                raise AclError(
+                    f"No default permission for {printable_resource(resource, is_group)}", FRAME_CHECK_DEFAULT
+                )
             continue
         if not check_permission(perm, owned[resource]):
-            raise AclError(f"No default permission for {printable_resource(resource, is_group)}",
-                           FRAME_CHECK_RESOURCE)
+            raise AclError(f"No default permission for {printable_resource(resource, is_group)}", FRAME_CHECK_RESOURCE)
 
 
 def _items(value: Any, path: str) -> Iterable[Any]:

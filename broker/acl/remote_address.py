@@ -23,8 +23,13 @@ def is_ipv4(text: str | None) -> bool:
     if len(parts) != 4:
         return False
     for part in parts:
-        if not part.isdigit() or not part.isascii() or len(part) > 3 or (len(part) > 1 and part[0] == "0") \
-                or int(part) > 255:
+        if (
+            not part.isdigit()
+            or not part.isascii()
+            or len(part) > 3
+            or (len(part) > 1 and part[0] == "0")
+            or int(part) > 255
+        ):
             return False
     return True
 
@@ -105,7 +110,7 @@ def _int(text: str, base: int = 10) -> int:
     try:
         return int(text.strip(), base)
     except ValueError:
-        raise AclError(f"For input string: \"{text}\"") from None
+        raise AclError(f'For input string: "{text}"') from None
 
 
 def _in_scope(address: str, index: int) -> bool:
@@ -127,10 +132,10 @@ def _v6_head(address: str) -> str:
     star, minus = "*" in address, "-" in address
     if star and minus:
         last = address.rfind(":")
-        return expand_ip(address[:address[:last].rfind(":")], 6)
+        return expand_ip(address[: address[:last].rfind(":")], 6)
     if not star and not minus:
         return expand_ip(address, 8)
-    return expand_ip(address[:address.rfind(":")], 7)
+    return expand_ip(address[: address.rfind(":")], 7)
 
 
 @dataclass(slots=True)
@@ -159,7 +164,7 @@ class _Range(AddressStrategy):
             if any(strategy._analyse(parts, i, 10, 255) for i in (1, 2, 3)):
                 if not _in_scope(pattern, strategy.index - 1):
                     raise AclError(f"Netaddress examine scope Exception netaddress is {pattern}")
-                strategy.head = "".join(part.strip() + "." for part in parts[:strategy.index])
+                strategy.head = "".join(part.strip() + "." for part in parts[: strategy.index])
         return strategy
 
     def _analyse(self, parts: list[str], index: int, base: int, top: int) -> bool:
@@ -177,8 +182,10 @@ class _Range(AddressStrategy):
                 raise AclError(f"RangeRemoteAddressStrategy netaddress examine scope Exception value {value} ")
             self.start, self.end = _int(bounds[0], base), _int(bounds[1], base)
             if not (0 <= self.start <= self.end <= top):
-                raise AclError("RangeRemoteAddressStrategy netaddress examine scope Exception "
-                               f"start is {self.start} , end is {self.end}")
+                raise AclError(
+                    "RangeRemoteAddressStrategy netaddress examine scope Exception "
+                    f"start is {self.start} , end is {self.end}"
+                )
         return self.end > 0
 
     def match(self, address: str | None) -> bool:
@@ -189,11 +196,11 @@ class _Range(AddressStrategy):
                 return False
             last = address.rfind(".")
             if self.index == 3:
-                value = address[len(self.head):]
+                value = address[len(self.head) :]
             elif self.index == 2:
-                value = address[len(self.head):last]
+                value = address[len(self.head) : last]
             else:
-                value = address[len(self.head):address.rfind(".", 0, last)]
+                value = address[len(self.head) : address.rfind(".", 0, last)]
             try:
                 return self.start <= int(value) <= self.end
             except ValueError:
@@ -201,7 +208,7 @@ class _Range(AddressStrategy):
         if is_ipv6(address):
             address = expand_ip(address, 8).upper()
             if address.startswith(self.head):
-                return self.start <= int(address[5 * self.index:5 * self.index + 4], 16) <= self.end
+                return self.start <= int(address[5 * self.index : 5 * self.index + 4], 16) <= self.end
         return False
 
 
@@ -219,7 +226,7 @@ def _check_v6_range(pattern: str) -> None:
 
 
 def _brace_addresses(pattern: str, last: str) -> list[str]:
-    prefix = pattern[:pattern.find("{")]
+    prefix = pattern[: pattern.find("{")]
     return [prefix + piece for piece in _split(last[1:-1], ",")]
 
 
@@ -251,6 +258,6 @@ def address_strategy(pattern: str | None) -> AddressStrategy:
 def host_of(remote_addr: str | None) -> str | None:
     """``ip:port`` → ``ip`` (everything before the last colon), as the validator's parse does."""
     if remote_addr is not None and ":" in remote_addr:
-        host = remote_addr[:remote_addr.rfind(":")]
+        host = remote_addr[: remote_addr.rfind(":")]
         return host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return remote_addr

@@ -122,7 +122,12 @@ class PlainAccessValidator:
             self.manager.validate(parse_access(request, remote))
         except AclError as exc:
             access_key = request.ext_fields.get(ACCESS_KEY)
-            log.warning("request refused by acl", code=request.code, remote=remote,
-                        access_key=access_key[:_LOG_MAX] if access_key else access_key, reason=exc.message[:_LOG_MAX])
+            log.warning(
+                "request refused by acl",
+                code=request.code,
+                remote=remote,
+                access_key=access_key[:_LOG_MAX] if access_key else access_key,
+                reason=exc.message[:_LOG_MAX],
+            )
             return request.response(ResponseCode.SYSTEM_ERROR, exc.remark)
         return None

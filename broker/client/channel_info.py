@@ -15,5 +15,9 @@ class ClientChannelInfo:
     last_update_ms: int
 
     def to_connection_json(self) -> dict[str, Any]:
-        return {"clientAddr": self.channel.remote_addr, "clientId": self.client_id,
-                "language": self.language, "version": self.version}
+        return {
+            "clientAddr": self.channel.remote_addr,
+            "clientId": self.client_id,
+            "language": self.language,
+            "version": self.version,
+        }

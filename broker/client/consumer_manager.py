@@ -56,9 +56,14 @@ class ConsumerGroupInfo:
 
 
 class ConsumerManager:
-    def __init__(self, *, now_ms: Callable[[], int], channel_expired_ms: int,
-                 on_ids_changed: Callable[[str, list[Any]], None] | None = None,
-                 on_subscriptions_changed: Callable[[str, ConsumerGroupInfo], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        now_ms: Callable[[], int],
+        channel_expired_ms: int,
+        on_ids_changed: Callable[[str, list[Any]], None] | None = None,
+        on_subscriptions_changed: Callable[[str, ConsumerGroupInfo], None] | None = None,
+    ) -> None:
         self.table: dict[str, ConsumerGroupInfo] = {}
         self._now_ms = now_ms
         self._channel_expired_ms = channel_expired_ms
@@ -72,8 +77,7 @@ class ConsumerManager:
         info = self.table.get(group)
         return info.subscriptions.get(topic) if info else None
 
-    def register_consumer(self, data: ConsumerData, channel_info: ClientChannelInfo,
-                          notify: bool = True) -> bool:
+    def register_consumer(self, data: ConsumerData, channel_info: ClientChannelInfo, notify: bool = True) -> bool:
         """Add or refresh a consumer; returns True when the group's membership changed."""
         now = self._now_ms()
         info = self.table.get(data.group_name)
@@ -87,8 +91,12 @@ class ConsumerManager:
         if existing is None:
             info.channels[channel_info.channel] = channel_info
             membership_changed = True
-            log.info("new consumer connected", group=data.group_name, client_id=channel_info.client_id,
-                     remote=channel_info.channel.remote_addr)
+            log.info(
+                "new consumer connected",
+                group=data.group_name,
+                client_id=channel_info.client_id,
+                remote=channel_info.channel.remote_addr,
+            )
         else:
             if existing.client_id != channel_info.client_id:
                 existing.client_id = channel_info.client_id
@@ -127,8 +135,13 @@ class ConsumerManager:
         for group, info in list(self.table.items()):
             for channel, ci in list(info.channels.items()):
                 if now - ci.last_update_ms > self._channel_expired_ms:
-                    log.warn("consumer channel expired", group=group, client_id=ci.client_id,
-                             remote=channel.remote_addr, silent_ms=now - ci.last_update_ms)
+                    log.warn(
+                        "consumer channel expired",
+                        group=group,
+                        client_id=ci.client_id,
+                        remote=channel.remote_addr,
+                        silent_ms=now - ci.last_update_ms,
+                    )
                     del info.channels[channel]
                     expired.append(channel)
             if not info.channels:

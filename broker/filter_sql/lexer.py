@@ -18,9 +18,11 @@ _WHITESPACE = frozenset(" \t\n\r\f")
 _LINE_COMMENT = re.compile(r"--[^\n\r]*(?:\r\n|\n|\r)")
 _BLOCK_COMMENT = re.compile(r"/\*[^*]*\*+(?:[^/*][^*]*\*+)*/")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*[lL]?")
-_FLOATS = (re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?"),
-           re.compile(r"\.[0-9]+(?:[eE][+-]?[0-9]+)?"),
-           re.compile(r"[0-9]+[eE][+-]?[0-9]+"))
+_FLOATS = (
+    re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?"),
+    re.compile(r"\.[0-9]+(?:[eE][+-]?[0-9]+)?"),
+    re.compile(r"[0-9]+[eE][+-]?[0-9]+"),
+)
 _STRING = re.compile(r"'(?:''|[^'])*'")
 _ID = re.compile(r"[a-zA-Z_$][a-zA-Z0-9_$]*")
 
@@ -58,8 +60,7 @@ def tokenize(text: str) -> list[Token]:
             if ch in _WHITESPACE:
                 pos += 1
                 continue
-            m = _LINE_COMMENT.match(text, pos) if ch == "-" else _BLOCK_COMMENT.match(text, pos) if ch == "/" \
-                else None
+            m = _LINE_COMMENT.match(text, pos) if ch == "-" else _BLOCK_COMMENT.match(text, pos) if ch == "/" else None
             if m is None:
                 break
             pos = m.end()

@@ -148,12 +148,14 @@ class _Parser:
                 self.expect("AND", "AND between the BETWEEN bounds")
                 high = self.unary_expression()
                 if negated:
-                    left = Or([self.create_ordering("<", left, low, token),
-                               self.create_ordering(">", left, high, token)])
+                    left = Or(
+                        [self.create_ordering("<", left, low, token), self.create_ordering(">", left, high, token)]
+                    )
                 else:
                     self.check_between(low, high, token)
-                    left = And([self.create_ordering(">=", left, low, token),
-                                self.create_ordering("<=", left, high, token)])
+                    left = And(
+                        [self.create_ordering(">=", left, low, token), self.create_ordering("<=", left, high, token)]
+                    )
             elif kind == "IN" or (kind == "NOT" and self.peek().kind == "IN"):
                 negated = kind == "NOT"
                 self.take()
@@ -272,5 +274,8 @@ class _Parser:
         except EvalError as exc:
             self.fail(f"illegal values of BETWEEN: {exc}", token)
         if out_of_order:
-            self.fail(f"illegal values of BETWEEN: the low bound {low.to_sql()} is greater than the high bound "
-                      f"{high.to_sql()}", token)
+            self.fail(
+                f"illegal values of BETWEEN: the low bound {low.to_sql()} is greater than the high bound "
+                f"{high.to_sql()}",
+                token,
+            )

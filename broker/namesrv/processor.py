@@ -67,7 +67,7 @@ def parse_registration(body: bytes) -> tuple[dict[str, dict], dict | None]:
             raise ValueError(f"the topic config of {topic!r} is not an object but {type(tc).__name__}")
         for name in _QUEUE_DATA_FIELDS:
             value = tc.get(name, 0)
-            if type(value) is not int or not -2 ** 31 <= value < 2 ** 31:
+            if type(value) is not int or not -(2**31) <= value < 2**31:
                 raise ValueError(f"{name} of the topic {topic!r} is not an int32: {value!r}")
     version = wrapper.get("dataVersion")
     if version is not None and not isinstance(version, dict):
@@ -76,8 +76,7 @@ def parse_registration(body: bytes) -> tuple[dict[str, dict], dict | None]:
 
 
 class NamesrvProcessor:
-    def __init__(self, routes: RouteInfoManager, *,
-                 topic_creator: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, routes: RouteInfoManager, *, topic_creator: Callable[[str], bool] | None = None) -> None:
         self.routes = routes
         self.kv_config: dict[str, dict[str, str]] = {}
         self.topic_creator = topic_creator
@@ -89,27 +88,38 @@ class NamesrvProcessor:
         if route is None and self.topic_creator is not None and self.topic_creator(hdr.topic):
             route = self.routes.pickup_topic_route_data(hdr.topic)
         if route is None:
-            return request.response(ResponseCode.TOPIC_NOT_EXIST,
-                                    f"No topic route info in name server for the topic: {hdr.topic}"
-                                    + FAQ_NO_TOPIC_ROUTE)
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {hdr.topic}" + FAQ_NO_TOPIC_ROUTE,
+            )
         # Compact separators and quoted keys: Go parses brokerAddrs by hand (protocol.md §4.1).
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(route, option=_COMPACT_ROUTE_KEYS))
 
     def register_broker(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(RegisterBrokerRequestHeader, request.ext_fields)
         if hdr.compressed:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    "compressed broker registration is not supported; set compressedRegister=false")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                "compressed broker registration is not supported; set compressedRegister=false",
+            )
         topic_table, data_version = None, None
         if request.body:
             try:
                 topic_table, data_version = parse_registration(bytes(request.body))
             except ValueError as exc:
-                log.warning("bad broker registration", broker_name=hdr.broker_name, broker_addr=hdr.broker_addr,
-                            error=str(exc))
+                log.warning(
+                    "bad broker registration", broker_name=hdr.broker_name, broker_addr=hdr.broker_addr, error=str(exc)
+                )
                 return request.response(ResponseCode.SYSTEM_ERROR, f"register broker body: {exc}")
-        self.routes.register_broker(hdr.cluster_name, hdr.broker_addr, hdr.broker_name, hdr.broker_id,
-                                    hdr.ha_server_addr, topic_table, data_version)
+        self.routes.register_broker(
+            hdr.cluster_name,
+            hdr.broker_addr,
+            hdr.broker_name,
+            hdr.broker_id,
+            hdr.ha_server_addr,
+            topic_table,
+            data_version,
+        )
         answer = RegisterBrokerResponseHeader(ha_server_addr="", master_addr="")
         return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(answer))
 
@@ -126,8 +136,9 @@ class NamesrvProcessor:
 
     def get_topics_by_cluster(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetTopicsByClusterRequestHeader, request.ext_fields)
-        return request.response(ResponseCode.SUCCESS,
-                                body=orjson.dumps({"topicList": self.routes.topics_by_cluster(hdr.cluster)}))
+        return request.response(
+            ResponseCode.SUCCESS, body=orjson.dumps({"topicList": self.routes.topics_by_cluster(hdr.cluster)})
+        )
 
     def delete_topic_in_namesrv(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteTopicFromNamesrvRequestHeader, request.ext_fields)
@@ -144,8 +155,9 @@ class NamesrvProcessor:
         hdr = decode_header(GetKVConfigRequestHeader, request.ext_fields)
         value = self.kv_config.get(hdr.namespace, {}).get(hdr.key)
         if value is None:
-            return request.response(ResponseCode.QUERY_NOT_FOUND,
-                                    f"No config item, Namespace: {hdr.namespace} Key: {hdr.key}")
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {hdr.namespace} Key: {hdr.key}"
+            )
         return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(GetKVConfigResponseHeader(value=value)))
 
     def delete_kv_config(self, channel, request: RemotingCommand) -> RemotingCommand:

@@ -27,8 +27,13 @@ class QueueData:
     topic_sys_flag: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
 
 
 @dataclass(slots=True)
@@ -39,8 +44,11 @@ class BrokerData:
 
     def to_json(self) -> dict[str, Any]:
         # Quoted integer keys: valid JSON for every client (the Go client parses this object by hand).
-        return {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
-                "brokerName": self.broker_name, "cluster": self.cluster}
+        return {
+            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+        }
 
 
 @dataclass(slots=True)
@@ -58,9 +66,16 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
 
-    def register_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
-                        ha_server_addr: str, topic_config_table: dict[str, dict[str, Any]] | None,
-                        data_version: dict[str, Any] | None) -> None:
+    def register_broker(
+        self,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        topic_config_table: dict[str, dict[str, Any]] | None,
+        data_version: dict[str, Any] | None,
+    ) -> None:
         """Record a broker and (for a master) the topics it serves; replaces that broker's topics."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
@@ -78,20 +93,33 @@ class RouteInfoManager:
                 queues.pop(broker_name, None)
             for topic, tc in topic_config_table.items():
                 self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
-                    broker_name, int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)),
-                    int(tc.get("perm", 6)), int(tc.get("topicSysFlag", 0)))
+                    broker_name,
+                    int(tc.get("readQueueNums", 0)),
+                    int(tc.get("writeQueueNums", 0)),
+                    int(tc.get("perm", 6)),
+                    int(tc.get("topicSysFlag", 0)),
+                )
             for topic in [t for t, q in self.topic_queue_table.items() if not q]:
                 del self.topic_queue_table[topic]
         self.broker_live_table[broker_addr] = BrokerLiveInfo(self._now_ms(), data_version or {}, ha_server_addr)
         if first:
-            log.info("new broker registered", cluster=cluster, broker_name=broker_name, broker_addr=broker_addr,
-                     broker_id=broker_id)
+            log.info(
+                "new broker registered",
+                cluster=cluster,
+                broker_name=broker_name,
+                broker_addr=broker_addr,
+                broker_id=broker_id,
+            )
 
     def register_topic(self, broker_name: str, topic: str, tc: dict[str, Any]) -> None:
         """Incremental registration of one topic (an in-process broker creating a topic)."""
         self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
-            broker_name, int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)),
-            int(tc.get("perm", 6)), int(tc.get("topicSysFlag", 0)))
+            broker_name,
+            int(tc.get("readQueueNums", 0)),
+            int(tc.get("writeQueueNums", 0)),
+            int(tc.get("perm", 6)),
+            int(tc.get("topicSysFlag", 0)),
+        )
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
         self.broker_live_table.pop(broker_addr, None)
@@ -130,16 +158,22 @@ class RouteInfoManager:
         queues = self.topic_queue_table.get(topic)
         if not queues:
             return None
-        broker_datas = [self.broker_addr_table[name].to_json() for name in sorted(queues)
-                        if name in self.broker_addr_table]
+        broker_datas = [
+            self.broker_addr_table[name].to_json() for name in sorted(queues) if name in self.broker_addr_table
+        ]
         if not broker_datas:
             return None
-        return {"brokerDatas": broker_datas, "filterServerTable": {},
-                "queueDatas": [queues[name].to_json() for name in sorted(queues)]}
+        return {
+            "brokerDatas": broker_datas,
+            "filterServerTable": {},
+            "queueDatas": [queues[name].to_json() for name in sorted(queues)],
+        }
 
     def cluster_info(self) -> dict[str, Any]:
-        return {"brokerAddrTable": {name: bd.to_json() for name, bd in self.broker_addr_table.items()},
-                "clusterAddrTable": {c: sorted(names) for c, names in self.cluster_addr_table.items()}}
+        return {
+            "brokerAddrTable": {name: bd.to_json() for name, bd in self.broker_addr_table.items()},
+            "clusterAddrTable": {c: sorted(names) for c, names in self.cluster_addr_table.items()},
+        }
 
     def all_topics(self) -> list[str]:
         return sorted(self.topic_queue_table)

@@ -54,10 +54,16 @@ class AclAdminProcessor:
         failed = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
         if self.acl is None:
             return request.response(failed, ACL_DISABLED)
-        config = {"accessKey": hdr.access_key, "secretKey": hdr.secret_key,
-                  "whiteRemoteAddress": hdr.white_remote_address, "admin": hdr.admin,
-                  "defaultTopicPerm": hdr.default_topic_perm, "defaultGroupPerm": hdr.default_group_perm,
-                  "topicPerms": java_split(hdr.topic_perms), "groupPerms": java_split(hdr.group_perms)}
+        config = {
+            "accessKey": hdr.access_key,
+            "secretKey": hdr.secret_key,
+            "whiteRemoteAddress": hdr.white_remote_address,
+            "admin": hdr.admin,
+            "defaultTopicPerm": hdr.default_topic_perm,
+            "defaultGroupPerm": hdr.default_group_perm,
+            "topicPerms": java_split(hdr.topic_perms),
+            "groupPerms": java_split(hdr.group_perms),
+        }
         try:
             if self.acl.update_access_config(config):
                 log.info("acl account updated", access_key=hdr.access_key, remote=channel.remote_addr)
@@ -65,8 +71,9 @@ class AclAdminProcessor:
         except (AclError, OSError) as exc:
             log.warning("acl account update refused", access_key=hdr.access_key, error=str(exc))
             return request.response(failed, str(exc))
-        return request.response(failed, f"The accesskey[{hdr.access_key}] corresponding to accessConfig has been "
-                                        "updated failed.")
+        return request.response(
+            failed, f"The accesskey[{hdr.access_key}] corresponding to accessConfig has been updated failed."
+        )
 
     def delete_access_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(DeleteAccessConfigRequestHeader, request.ext_fields)
@@ -81,8 +88,9 @@ class AclAdminProcessor:
             log.warning("acl account delete refused", access_key=hdr.access_key, error=str(exc))
             return request.response(failed, str(exc))
         log.warning("acl account delete refused", access_key=hdr.access_key, error="no such account")
-        return request.response(failed, f"The accesskey[{hdr.access_key}] corresponding to accessConfig has been "
-                                        "deleted failed.")
+        return request.response(
+            failed, f"The accesskey[{hdr.access_key}] corresponding to accessConfig has been deleted failed."
+        )
 
     def update_global_white_addrs_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(UpdateGlobalWhiteAddrsConfigRequestHeader, request.ext_fields)
@@ -94,8 +102,10 @@ class AclAdminProcessor:
                 return request.response(ResponseCode.SUCCESS)
         except (AclError, OSError) as exc:
             return request.response(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, str(exc))
-        return request.response(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
-                                f"The globalWhiteAddresses[{hdr.global_white_addrs}] has been updated failed.")
+        return request.response(
+            ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
+            f"The globalWhiteAddresses[{hdr.global_white_addrs}] has been updated failed.",
+        )
 
     def get_broker_acl_config_version(self, channel, request: RemotingCommand) -> RemotingCommand:
         if self.acl is None:
@@ -103,8 +113,12 @@ class AclAdminProcessor:
         version, all_versions = self.acl.version_info()
         cfg = self.config
         hdr = GetBrokerAclConfigResponseHeader(
-            version=orjson.dumps(version).decode(), broker_name=cfg.broker_name, broker_addr=cfg.broker_addr,
-            cluster_name=cfg.broker_cluster_name, all_acl_file_version=orjson.dumps(all_versions).decode())
+            version=orjson.dumps(version).decode(),
+            broker_name=cfg.broker_name,
+            broker_addr=cfg.broker_addr,
+            cluster_name=cfg.broker_cluster_name,
+            all_acl_file_version=orjson.dumps(all_versions).decode(),
+        )
         return request.response(ResponseCode.SUCCESS, ext_fields=encode_header(hdr))
 
     def get_broker_cluster_acl_config(self, channel, request: RemotingCommand) -> RemotingCommand:

@@ -62,14 +62,16 @@ REQUEST_LOG_KEY = "requestLogEnable"
 
 def mq_key(topic: str, broker_name: str, queue_id: int) -> str:
     """A MessageQueue used as a JSON object key, the way fastjson writes it (protocol.md §4.5)."""
-    return orjson.dumps({"brokerName": broker_name, "queueId": queue_id, "topic": topic},
-                        option=orjson.OPT_SORT_KEYS).decode()
+    return orjson.dumps(
+        {"brokerName": broker_name, "queueId": queue_id, "topic": topic}, option=orjson.OPT_SORT_KEYS
+    ).decode()
 
 
 def fastjson_mq_map(entries: dict[str, Any]) -> str:
     """Serialize ``{mq_key: value}`` with object keys unquoted, as Java admin tools expect."""
-    return "{" + ",".join(f"{k}:{orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()}"
-                          for k, v in entries.items()) + "}"
+    return (
+        "{" + ",".join(f"{k}:{orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()}" for k, v in entries.items()) + "}"
+    )
 
 
 class AdminBrokerProcessor:
@@ -83,19 +85,30 @@ class AdminBrokerProcessor:
         if reason is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, reason)
         if hdr.topic == self.c.config.broker_cluster_name or self.c.topic_config_manager.is_system_topic(hdr.topic):
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"The topic[{hdr.topic}] is conflict with system topic.")
-        if hdr.read_queue_nums <= 0 or hdr.write_queue_nums <= 0 or hdr.read_queue_nums > 1024 \
-                or hdr.write_queue_nums > 1024:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    "readQueueNums and writeQueueNums must be between 1 and 1024")
+            return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{hdr.topic}] is conflict with system topic.")
+        if (
+            hdr.read_queue_nums <= 0
+            or hdr.write_queue_nums <= 0
+            or hdr.read_queue_nums > 1024
+            or hdr.write_queue_nums > 1024
+        ):
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be between 1 and 1024"
+            )
         try:
             attributes = parse_topic_attributes(hdr.attributes)
         except ValueError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        tc = TopicConfig(hdr.topic, read_queue_nums=hdr.read_queue_nums, write_queue_nums=hdr.write_queue_nums,
-                         perm=hdr.perm, topic_filter_type=hdr.topic_filter_type,
-                         topic_sys_flag=hdr.topic_sys_flag or 0, order=hdr.order, attributes=attributes)
+        tc = TopicConfig(
+            hdr.topic,
+            read_queue_nums=hdr.read_queue_nums,
+            write_queue_nums=hdr.write_queue_nums,
+            perm=hdr.perm,
+            topic_filter_type=hdr.topic_filter_type,
+            topic_sys_flag=hdr.topic_sys_flag or 0,
+            order=hdr.order,
+            attributes=attributes,
+        )
         self.c.topic_config_manager.update_topic_config(tc)
         return request.response(ResponseCode.SUCCESS)
 
@@ -105,8 +118,7 @@ class AdminBrokerProcessor:
         if reason is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, reason)
         if self.c.topic_config_manager.is_system_topic(hdr.topic):
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"The topic[{hdr.topic}] is conflict with system topic.")
+            return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{hdr.topic}] is conflict with system topic.")
         log.info("deleteTopic called", topic=hdr.topic, remote=getattr(channel, "remote_addr", None))
         self.c.topic_config_manager.delete_topic_config(hdr.topic)
         self.c.consumer_offset_manager.remove_topic(hdr.topic)
@@ -127,8 +139,10 @@ class AdminBrokerProcessor:
             max_offset = max(0, store.get_max_offset_in_queue(hdr.topic, qid))  # upstream clamps both at 0
             last = store.get_message_store_timestamp(hdr.topic, qid, max_offset - 1) if max_offset > 0 else 0
             entries[mq_key(hdr.topic, self.c.config.broker_name, qid)] = {
-                "lastUpdateTimestamp": last, "maxOffset": max_offset,
-                "minOffset": max(0, store.get_min_offset_in_queue(hdr.topic, qid))}
+                "lastUpdateTimestamp": last,
+                "maxOffset": max_offset,
+                "minOffset": max(0, store.get_min_offset_in_queue(hdr.topic, qid)),
+            }
         body = '{"offsetTable":' + fastjson_mq_map(entries) + "}"
         return request.response(ResponseCode.SUCCESS, body=body.encode())
 
@@ -136,26 +150,30 @@ class AdminBrokerProcessor:
     def get_max_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetMaxOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_max_offset_in_queue(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS,
-                                ext_fields=encode_header(GetMaxOffsetResponseHeader(offset=offset)))
+        return request.response(
+            ResponseCode.SUCCESS, ext_fields=encode_header(GetMaxOffsetResponseHeader(offset=offset))
+        )
 
     def get_min_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetMinOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS,
-                                ext_fields=encode_header(GetMinOffsetResponseHeader(offset=offset)))
+        return request.response(
+            ResponseCode.SUCCESS, ext_fields=encode_header(GetMinOffsetResponseHeader(offset=offset))
+        )
 
     def search_offset_by_timestamp(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(SearchOffsetRequestHeader, request.ext_fields)
         offset = self.c.store.get_offset_in_queue_by_time(hdr.topic, hdr.queue_id, hdr.timestamp)
-        return request.response(ResponseCode.SUCCESS,
-                                ext_fields=encode_header(SearchOffsetResponseHeader(offset=offset)))
+        return request.response(
+            ResponseCode.SUCCESS, ext_fields=encode_header(SearchOffsetResponseHeader(offset=offset))
+        )
 
     def get_earliest_msg_storetime(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetEarliestMsgStoretimeRequestHeader, request.ext_fields)
         ts = self.c.store.get_earliest_message_time(hdr.topic, hdr.queue_id)
-        return request.response(ResponseCode.SUCCESS,
-                                ext_fields=encode_header(GetEarliestMsgStoretimeResponseHeader(timestamp=ts)))
+        return request.response(
+            ResponseCode.SUCCESS, ext_fields=encode_header(GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
+        )
 
     def get_all_consumer_offset(self, channel, request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=self.c.consumer_offset_manager.snapshot())
@@ -218,8 +236,9 @@ class AdminBrokerProcessor:
         root = c.config.store_path_root_dir
         if os.path.isdir(root):
             usage = shutil.disk_usage(root)
-            info["commitLogDirCapacity"] = (f"Total : {human_readable_bytes(usage.total)}, "
-                                            f"Free : {human_readable_bytes(usage.free)}.")
+            info["commitLogDirCapacity"] = (
+                f"Total : {human_readable_bytes(usage.total)}, Free : {human_readable_bytes(usage.free)}."
+            )
         return info
 
     def get_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
@@ -228,9 +247,11 @@ class AdminBrokerProcessor:
         items[REQUEST_LOG_KEY] = str(logging_setup.request_logging_enabled()).lower()
         text = "\n".join(f"{k}={v}" for k, v in sorted(items.items())) + "\n"
         version = orjson.dumps(self.c.config_data_version.to_json()).decode()
-        return request.response(ResponseCode.SUCCESS,
-                                ext_fields=encode_header(GetBrokerConfigResponseHeader(version=version)),
-                                body=text.encode())
+        return request.response(
+            ResponseCode.SUCCESS,
+            ext_fields=encode_header(GetBrokerConfigResponseHeader(version=version)),
+            body=text.encode(),
+        )
 
     def update_broker_config(self, channel, request: RemotingCommand) -> RemotingCommand:
         if not request.body:
@@ -264,8 +285,9 @@ class AdminBrokerProcessor:
     def view_broker_stats_data(self, channel, request: RemotingCommand) -> RemotingCommand:
         name, key = request.ext_fields.get("statsName"), request.ext_fields.get("statsKey")
         if not name or key is None:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    "the header fields 'statsName' and 'statsKey' are required")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "the header fields 'statsName' and 'statsKey' are required"
+            )
         data = self.c.metrics.windows.view(name, key)
         if data is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
@@ -291,8 +313,10 @@ class AdminBrokerProcessor:
     # -- fault injection (ours) ------------------------------------------------------------
     def fault_inject(self, channel, request: RemotingCommand) -> RemotingCommand:
         if not self.c.config.fault_injection_enable:
-            return request.response(ResponseCode.NO_PERMISSION,
-                                    "fault injection is disabled; start the broker with faultInjectionEnable=true")
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                "fault injection is disabled; start the broker with faultInjectionEnable=true",
+            )
         hdr = decode_header(FaultInjectRequestHeader, request.ext_fields)
         try:
             self.c.fault_injector.inject(hdr.kind, hdr.target, hdr.duration_ms or 0, hdr.value)
@@ -312,7 +336,7 @@ def parse_properties(text: str) -> list[tuple[str, str]]:
         if cut < 0:
             items.append((line, ""))
             continue
-        items.append((line[:cut].strip(), line[cut + 1:].strip()))
+        items.append((line[:cut].strip(), line[cut + 1 :].strip()))
     return items
 
 
@@ -321,4 +345,4 @@ def human_readable_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     exp = min(int(math.log(n) / math.log(1024)), 6)
-    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
+    return f"{n / 1024**exp:.1f} {'KMGTPE'[exp - 1]}iB"

@@ -60,10 +60,12 @@ class ClientManageProcessor:
                 notify = sgc.notify_consumer_ids_changed_enable
                 if sgc.retry_queue_nums > 0:
                     self.c.topic_config_manager.create_topic_in_send_message_back_method(
-                        retry_topic(consumer.group_name), sgc.retry_queue_nums, PERM_WRITE | PERM_READ)
+                        retry_topic(consumer.group_name), sgc.retry_queue_nums, PERM_WRITE | PERM_READ
+                    )
             info = ClientChannelInfo(channel, data.client_id, request.language, request.version, now)
             self.c.consumer_manager.register_consumer(
-                consumer, info, notify=notify and self.c.config.notify_consumer_ids_changed_enable)
+                consumer, info, notify=notify and self.c.config.notify_consumer_ids_changed_enable
+            )
         for group in data.producer_groups:
             info = ClientChannelInfo(channel, data.client_id, request.language, request.version, now)
             self.c.producer_manager.register_producer(group, info)
@@ -91,8 +93,9 @@ class ClientManageProcessor:
         expr_type = (sub.get("expressionType") or "TAG").upper()
         if expr_type != "TAG":
             if not self.c.config.enable_property_filter:
-                return request.response(ResponseCode.SYSTEM_ERROR,
-                                        f"The broker does not support consumer to filter message by {expr_type}")
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expr_type}"
+                )
             try:
                 self.c.compile_expression(expr_type, sub.get("subString") or "")
             except ValueError as exc:

@@ -67,8 +67,12 @@ class ConsumerAdminProcessor:
             tc = self.c.topic_config_manager.select_topic_config(topic)
             if tc is None:
                 continue
-            if online is not None and online.subscriptions and topic not in online.subscriptions \
-                    and topic != retry_topic(group):
+            if (
+                online is not None
+                and online.subscriptions
+                and topic not in online.subscriptions
+                and topic != retry_topic(group)
+            ):
                 continue
             for qid in range(tc.write_queue_nums):
                 broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
@@ -77,7 +81,10 @@ class ConsumerAdminProcessor:
                 if consumer_offset > 0:
                     last = max(store.get_message_store_timestamp(topic, qid, consumer_offset - 1), 0)
                 entries[mq_key(topic, broker_name, qid)] = {
-                    "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last}
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "lastTimestamp": last,
+                }
         tps = float(self.c.stats.consume_tps(group))
         body = '{"consumeTps":' + orjson.dumps(tps).decode() + ',"offsetTable":' + fastjson_mq_map(entries) + "}"
         return request.response(ResponseCode.SUCCESS, body=body.encode())
@@ -86,19 +93,25 @@ class ConsumerAdminProcessor:
         hdr = decode_header(GetConsumerConnectionListRequestHeader, request.ext_fields)
         info = self.c.consumer_manager.get(hdr.consumer_group)
         if info is None or not info.channels:
-            return request.response(ResponseCode.CONSUMER_NOT_ONLINE,
-                                    f"the consumer group[{hdr.consumer_group}] not online")
-        body = {"connectionSet": [ci.to_connection_json() for ci in info.channels.values()],
-                "consumeFromWhere": info.consume_from_where, "consumeType": info.consume_type,
-                "messageModel": info.message_model,
-                "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()}}
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{hdr.consumer_group}] not online"
+            )
+        body = {
+            "connectionSet": [ci.to_connection_json() for ci in info.channels.values()],
+            "consumeFromWhere": info.consume_from_where,
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+        }
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     def query_topic_consume_by_who(self, channel, request: RemotingCommand) -> RemotingCommand:
         topic = request.ext_fields.get("topic")
         if not topic:
             return request.response(ResponseCode.SYSTEM_ERROR, "the header field 'topic' is missing")
-        groups = self.c.consumer_manager.groups_by_topic(topic) | self.c.consumer_offset_manager.which_group_by_topic(topic)
+        groups = self.c.consumer_manager.groups_by_topic(topic) | self.c.consumer_offset_manager.which_group_by_topic(
+            topic
+        )
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"groupList": sorted(groups)}))
 
     # -- reset offsets -------------------------------------------------------------------------
@@ -108,8 +121,10 @@ class ConsumerAdminProcessor:
         hdr = decode_header(ResetOffsetRequestHeader, request.ext_fields)
         tc = self.c.topic_config_manager.select_topic_config(hdr.topic)
         if tc is None:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"[reset-offset] reset offset failed, no topic in this broker. topic={hdr.topic}")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={hdr.topic}",
+            )
         offsets = self.c.consumer_offset_manager
         store = self.c.store
         table: dict[int, int] = {}
@@ -127,28 +142,49 @@ class ConsumerAdminProcessor:
             table[qid] = target if hdr.is_force or current == -1 or target < current else current
         info = self.c.consumer_manager.get(hdr.group)
         if info is None or not info.channels:
-            return request.response(ResponseCode.CONSUMER_NOT_ONLINE,
-                                    f"Consumer not online, so can not reset offset, Group: {hdr.group} "
-                                    f"Topic: {hdr.topic} Timestamp: {hdr.timestamp}")
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"Consumer not online, so can not reset offset, Group: {hdr.group} "
+                f"Topic: {hdr.topic} Timestamp: {hdr.timestamp}",
+            )
         broker_name = self.c.config.broker_name
-        header = encode_header(ResetOffsetRequestHeader(topic=hdr.topic, group=hdr.group, timestamp=hdr.timestamp,
-                                                        is_force=hdr.is_force))
+        header = encode_header(
+            ResetOffsetRequestHeader(topic=hdr.topic, group=hdr.group, timestamp=hdr.timestamp, is_force=hdr.is_force)
+        )
         map_body = self._map_body(hdr.topic, broker_name, table)
-        list_body = orjson.dumps({"offsetTable": [{"brokerName": broker_name, "offset": off, "queueId": q,
-                                                   "topic": hdr.topic} for q, off in sorted(table.items())]})
+        list_body = orjson.dumps(
+            {
+                "offsetTable": [
+                    {"brokerName": broker_name, "offset": off, "queueId": q, "topic": hdr.topic}
+                    for q, off in sorted(table.items())
+                ]
+            }
+        )
         told = 0
         for client_channel, ci in list(info.channels.items()):
             body = list_body if _is_cpp(ci.language) else map_body
             try:
-                client_channel.invoke_oneway(RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                                                                     dict(header), body, oneway=True))
+                client_channel.invoke_oneway(
+                    RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(header), body, oneway=True)
+                )
                 told += 1
             except RemotingError as exc:
-                log.warning("cannot tell a consumer to reset its offsets", group=hdr.group,
-                            client_id=ci.client_id, error=str(exc))
+                log.warning(
+                    "cannot tell a consumer to reset its offsets",
+                    group=hdr.group,
+                    client_id=ci.client_id,
+                    error=str(exc),
+                )
         offsets.reset_offset(hdr.group, hdr.topic, table)
-        log.info("consumer offsets reset", group=hdr.group, topic=hdr.topic, timestamp=hdr.timestamp,
-                 force=hdr.is_force, offsets=table, clients=told)
+        log.info(
+            "consumer offsets reset",
+            group=hdr.group,
+            topic=hdr.topic,
+            timestamp=hdr.timestamp,
+            force=hdr.is_force,
+            offsets=table,
+            clients=told,
+        )
         return request.response(ResponseCode.SUCCESS, body=map_body)
 
     @staticmethod
@@ -163,8 +199,9 @@ class ConsumerAdminProcessor:
         info = self.c.consumer_manager.get(hdr.consumer_group)
         ci = info.find_channel(hdr.client_id) if info is not None else None
         if ci is None or not ci.channel.is_active:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"The Consumer <{hdr.consumer_group}> <{hdr.client_id}> not online")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{hdr.consumer_group}> <{hdr.client_id}> not online"
+            )
         body = request.body
         if request.code == RequestCode.CONSUME_MESSAGE_DIRECTLY and request.ext_fields.get("msgId"):
             # upstream sends the client the message itself, looked up by its offset message id
@@ -173,18 +210,21 @@ class ConsumerAdminProcessor:
             except ValueError:
                 record = None
             if record is None:
-                return request.response(ResponseCode.SYSTEM_ERROR,
-                                        f"no message with the offset message id {request.ext_fields['msgId']}")
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR, f"no message with the offset message id {request.ext_fields['msgId']}"
+                )
             body = bytes(record)
         forward = RemotingCommand.request(request.code, dict(request.ext_fields), body)
         try:
             answer = await ci.channel.invoke(forward, CALL_CLIENT_TIMEOUT_S)
         except RemotingTimeoutError as exc:
-            return request.response(ResponseCode.CONSUME_MSG_TIMEOUT,
-                                    f"consumer <{hdr.consumer_group}> <{hdr.client_id}> Timeout: {exc}")
+            return request.response(
+                ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{hdr.consumer_group}> <{hdr.client_id}> Timeout: {exc}"
+            )
         except RemotingError as exc:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"invoke consumer <{hdr.consumer_group}> <{hdr.client_id}> Exception: {exc}")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"invoke consumer <{hdr.consumer_group}> <{hdr.client_id}> Exception: {exc}"
+            )
         return request.response(answer.code, answer.remark, dict(answer.ext_fields), answer.body)
 
 

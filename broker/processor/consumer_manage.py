@@ -61,8 +61,9 @@ class ConsumerManageProcessor:
             return self.query_consumer_offset(request)
         if code == RequestCode.UPDATE_CONSUMER_OFFSET:
             hdr = decode_header(UpdateConsumerOffsetRequestHeader, request.ext_fields)
-            self.offsets.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset,
-                                       channel.remote_addr)
+            self.offsets.commit_offset(
+                hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr
+            )
             return request.response(ResponseCode.SUCCESS)
         return not_supported(request)
 
@@ -70,15 +71,17 @@ class ConsumerManageProcessor:
         hdr = decode_header(QueryConsumerOffsetRequestHeader, request.ext_fields)
         offset = self.offsets.query_offset(hdr.consumer_group, hdr.topic, hdr.queue_id)
         if offset >= 0:
-            return request.response(ResponseCode.SUCCESS,
-                                    ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=offset)))
+            return request.response(
+                ResponseCode.SUCCESS, ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=offset))
+            )
         # A young queue (nothing ever removed from it) answers 0 so a new group reads from the start
         # even with CONSUME_FROM_LAST_OFFSET, as upstream does while offset 0 is still in memory.
         store = self.store
         min_offset = store.get_min_offset_in_queue(hdr.topic, hdr.queue_id)
         if min_offset <= 0 and not self._in_disk(hdr.topic, hdr.queue_id, 0):
-            return request.response(ResponseCode.SUCCESS,
-                                    ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=0)))
+            return request.response(
+                ResponseCode.SUCCESS, ext_fields=encode_header(QueryConsumerOffsetResponseHeader(offset=0))
+            )
         return request.response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
 
     def _in_disk(self, topic: str, queue_id: int, cq_offset: int) -> bool:

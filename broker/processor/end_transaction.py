@@ -59,12 +59,23 @@ class EndTransactionProcessor:
         tx = hdr.commit_or_rollback
         if hdr.from_transaction_check:
             self.stats.from_check += 1
-            log.info("transaction state from a check", msg_id=hdr.msg_id, state=_STATE_NAMES.get(tx, tx),
-                     group=hdr.producer_group, commit_log_offset=hdr.commit_log_offset, remote=channel.remote_addr)
+            log.info(
+                "transaction state from a check",
+                msg_id=hdr.msg_id,
+                state=_STATE_NAMES.get(tx, tx),
+                group=hdr.producer_group,
+                commit_log_offset=hdr.commit_log_offset,
+                remote=channel.remote_addr,
+            )
         if tx == TRANSACTION_NOT_TYPE:
             self.stats.unknown += 1
-            log.info("transaction state unknown from producer", msg_id=hdr.msg_id,
-                     from_check=hdr.from_transaction_check, remote=channel.remote_addr, remark=request.remark)
+            log.info(
+                "transaction state unknown from producer",
+                msg_id=hdr.msg_id,
+                from_check=hdr.from_transaction_check,
+                remote=channel.remote_addr,
+                remark=request.remark,
+            )
             return None
         if tx not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             return self._refuse(request, hdr, f"commitOrRollback {tx} is not 0, 8 or 12")
@@ -88,8 +99,13 @@ class EndTransactionProcessor:
 
     def _refuse(self, request: RemotingCommand, hdr, remark: str) -> RemotingCommand:
         self.stats.refused += 1
-        log.warning("end transaction refused", msg_id=hdr.msg_id, reason=remark, group=hdr.producer_group,
-                    commit_log_offset=hdr.commit_log_offset)
+        log.warning(
+            "end transaction refused",
+            msg_id=hdr.msg_id,
+            reason=remark,
+            group=hdr.producer_group,
+            commit_log_offset=hdr.commit_log_offset,
+        )
         return request.response(ResponseCode.SYSTEM_ERROR, remark)
 
     @staticmethod
@@ -106,5 +122,8 @@ class EndTransactionProcessor:
         return None
 
 
-_STATE_NAMES = {TRANSACTION_NOT_TYPE: "UNKNOW", TRANSACTION_COMMIT_TYPE: "COMMIT_MESSAGE",
-                TRANSACTION_ROLLBACK_TYPE: "ROLLBACK_MESSAGE"}
+_STATE_NAMES = {
+    TRANSACTION_NOT_TYPE: "UNKNOW",
+    TRANSACTION_COMMIT_TYPE: "COMMIT_MESSAGE",
+    TRANSACTION_ROLLBACK_TYPE: "ROLLBACK_MESSAGE",
+}

@@ -77,16 +77,20 @@ class PullMessageProcessor:
         hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
         cfg = self.config
         if not is_readable(cfg.broker_permission):
-            return request.response(ResponseCode.NO_PERMISSION,
-                                    f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden"
+            )
         sgc = self.c.subscription_group_manager.find_subscription_group_config(hdr.consumer_group)
         if sgc is None:
-            return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                    f"subscription group [{hdr.consumer_group}] does not exist, "
-                                    "See http://rocketmq.apache.org/docs/faq/ for further details.")
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{hdr.consumer_group}] does not exist, "
+                "See http://rocketmq.apache.org/docs/faq/ for further details.",
+            )
         if not sgc.consume_enable:
-            return request.response(ResponseCode.NO_PERMISSION,
-                                    f"subscription group no permission, {hdr.consumer_group}")
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"subscription group no permission, {hdr.consumer_group}"
+            )
         has_commit_offset = bool(hdr.sys_flag & FLAG_COMMIT_OFFSET)
         has_suspend = bool(hdr.sys_flag & FLAG_SUSPEND)
         has_subscription = bool(hdr.sys_flag & FLAG_SUBSCRIPTION)
@@ -94,50 +98,64 @@ class PullMessageProcessor:
 
         tc = self.c.topic_config_manager.select_topic_config(hdr.topic)
         if tc is None:
-            return request.response(ResponseCode.TOPIC_NOT_EXIST,
-                                    f"topic[{hdr.topic}] not exist, apply first please! "
-                                    "See http://rocketmq.apache.org/docs/faq/ for further details.")
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{hdr.topic}] not exist, apply first please! "
+                "See http://rocketmq.apache.org/docs/faq/ for further details.",
+            )
         if not is_readable(tc.perm):
             return request.response(ResponseCode.NO_PERMISSION, f"the topic[{hdr.topic}] pulling message is forbidden")
         if hdr.queue_id < 0 or hdr.queue_id >= tc.read_queue_nums:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"queueId[{hdr.queue_id}] is illegal, topic:[{hdr.topic}] "
-                                    f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.remote_addr}]")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{hdr.queue_id}] is illegal, topic:[{hdr.topic}] "
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.remote_addr}]",
+            )
 
         if has_subscription:
             try:
                 subscription = build_subscription(hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version)
             except ValueError as exc:
-                return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                        f"parse the consumer's subscription failed: {exc}")
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {exc}"
+                )
         else:
             group_info = self.c.consumer_manager.get(hdr.consumer_group)
             if group_info is None:
-                return request.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                        f"the consumer's group info not exist, group: {hdr.consumer_group}")
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist, group: {hdr.consumer_group}",
+                )
             if not sgc.consume_broadcast_enable and group_info.message_model == "BROADCASTING":
-                return request.response(ResponseCode.NO_PERMISSION,
-                                        f"the consumer group[{hdr.consumer_group}] can not consume by broadcast way")
+                return request.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{hdr.consumer_group}] can not consume by broadcast way",
+                )
             subscription = group_info.subscriptions.get(hdr.topic)
             if subscription is None:
-                return request.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                        f"the consumer's subscription not exist, topic: {hdr.topic}")
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist, topic: {hdr.topic}"
+                )
             if subscription.sub_version < hdr.sub_version:
-                return request.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                                        "the consumer's subscription not latest")
+                return request.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
 
         message_filter = self._build_filter(request, subscription, hdr.topic)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
 
-        result = self.store.get_message(hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.queue_offset,
-                                        hdr.max_msg_nums, message_filter)
+        result = self.store.get_message(
+            hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
+        )
         status = result.status
         code = _STATUS_CODE.get(status)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(result.next_begin_offset),
-               "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
+        ext = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
 
         if code == ResponseCode.SUCCESS:
             body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
@@ -145,36 +163,47 @@ class PullMessageProcessor:
             response = request.response(code, status.name, ext_fields=ext, body=body)
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
-            pr = PullRequest(request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription,
-                             message_filter)
+            pr = PullRequest(request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter)
             self.c.pull_hold_service.suspend(pr, timeout)
             response = None
         else:
             if code == ResponseCode.PULL_OFFSET_MOVED:
-                log.info("pull offset moved", group=hdr.consumer_group, topic=hdr.topic, queue_id=hdr.queue_id,
-                         request_offset=hdr.queue_offset, suggested=result.next_begin_offset,
-                         min_offset=result.min_offset, max_offset=result.max_offset, status=status.name)
+                log.info(
+                    "pull offset moved",
+                    group=hdr.consumer_group,
+                    topic=hdr.topic,
+                    queue_id=hdr.queue_id,
+                    request_offset=hdr.queue_offset,
+                    suggested=result.next_begin_offset,
+                    min_offset=result.min_offset,
+                    max_offset=result.max_offset,
+                    status=status.name,
+                )
             response = request.response(code, status.name, ext_fields=ext)
 
         if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
-            self.c.consumer_offset_manager.commit_offset(hdr.consumer_group, hdr.topic, hdr.queue_id,
-                                                         hdr.commit_offset, channel.remote_addr)
+            self.c.consumer_offset_manager.commit_offset(
+                hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr
+            )
         return response
 
     def _build_filter(self, request: RemotingCommand, subscription, topic: str):
         if self.config.filter_support_retry and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return retry_expression_filter(self._retry_filter_lookup(topic[len(RETRY_GROUP_TOPIC_PREFIX):]))
+            return retry_expression_filter(self._retry_filter_lookup(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]))
         if subscription.expression_type == "TAG":
             return TagMessageFilter(subscription)
         if not self.config.enable_property_filter:
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    "The broker does not support consumer to filter message by "
-                                    f"{subscription.expression_type}")
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {subscription.expression_type}",
+            )
         try:
             predicate = self.c.compile_expression(subscription.expression_type, subscription.sub_string)
         except ValueError as exc:
-            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                    f"parse the consumer's subscription[{subscription.sub_string}] failed: {exc}")
+            return request.response(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription[{subscription.sub_string}] failed: {exc}",
+            )
         return ExpressionMessageFilter(predicate)
 
     def _retry_filter_lookup(self, group: str) -> Callable[[str], Predicate | None]:
@@ -189,11 +218,14 @@ class PullMessageProcessor:
                 return self.c.compile_expression(sub.expression_type, sub.sub_string)
             except ValueError:
                 return None  # refused when the consumer registered it; upstream then matches everything
+
         return lookup
 
 
 def wake_in_loop(processor: PullMessageProcessor):
     """The wake callback for the hold service: defer to the loop so arrival paths never re-enter pulls."""
+
     def wake(pr: PullRequest) -> None:
         asyncio.get_running_loop().call_soon(processor.execute_request_when_wakeup, pr)
+
     return wake

@@ -35,11 +35,14 @@ class QueryMessageProcessor:
         if request.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
             max_num = self.config.default_query_max_num
         result = self.store.query_message(hdr.topic, hdr.key, max_num, hdr.begin_timestamp, hdr.end_timestamp)
-        ext = {"indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
-               "indexLastUpdatePhyoffset": str(result.index_last_update_phyoffset)}
+        ext = {
+            "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
+            "indexLastUpdatePhyoffset": str(result.index_last_update_phyoffset),
+        }
         if not result.buffers:
-            return request.response(ResponseCode.QUERY_NOT_FOUND,
-                                    "can not find message, maybe time range not correct", ext_fields=ext)
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext_fields=ext
+            )
         return request.response(ResponseCode.SUCCESS, ext_fields=ext, body=b"".join(result.buffers))
 
     def view_message_by_id(self, request: RemotingCommand) -> RemotingCommand:

@@ -82,8 +82,10 @@ def check_delay_level(props: dict[str, str]) -> None:
     if value.isascii() and _JAVA_INT_TEXT.fullmatch(value) and -(2**31) <= int(value) < 2**31:
         return
     shown = value if len(value) <= 64 else value[:64] + "..."
-    raise SendError(ResponseCode.SYSTEM_ERROR,
-                    f'NumberFormatException: For input string: "{shown}" (the DELAY property must be a delay level)')
+    raise SendError(
+        ResponseCode.SYSTEM_ERROR,
+        f'NumberFormatException: For input string: "{shown}" (the DELAY property must be a delay level)',
+    )
 
 
 def inflate_batch_body(body: bytes | memoryview, limit: int) -> bytes:
@@ -95,8 +97,9 @@ def inflate_batch_body(body: bytes | memoryview, limit: int) -> bytes:
     except zlib.error as exc:
         raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the compressed batch body cannot be inflated: {exc}") from None
     if len(out) > limit or inflater.unconsumed_tail:
-        raise SendError(ResponseCode.MESSAGE_ILLEGAL,
-                        f"the inflated batch body is over the broker's maxMessageSize {limit} bytes")
+        raise SendError(
+            ResponseCode.MESSAGE_ILLEGAL, f"the inflated batch body is over the broker's maxMessageSize {limit} bytes"
+        )
     if not inflater.eof:
         raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the compressed batch body is truncated")
     return out
@@ -111,16 +114,15 @@ def parse_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[st
         if end - pos < _BATCH_HEAD.size + 2:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message truncated at byte {pos}")
         total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
-        if total < _BATCH_HEAD.size + 2 or pos + total > end or body_len < 0 \
-                or _BATCH_HEAD.size + body_len + 2 > total:
+        if total < _BATCH_HEAD.size + 2 or pos + total > end or body_len < 0 or _BATCH_HEAD.size + body_len + 2 > total:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message has a bad size at byte {pos}")
         b0 = pos + _BATCH_HEAD.size
-        msg_body = bytes(view[b0:b0 + body_len])
+        msg_body = bytes(view[b0 : b0 + body_len])
         (prop_len,) = _I16.unpack_from(view, b0 + body_len)
         p0 = b0 + body_len + 2
         if prop_len < 0 or p0 + prop_len > pos + total:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message has bad properties at byte {pos}")
-        props = decode_properties(bytes(view[p0:p0 + prop_len]).decode("utf-8", "replace"))
+        props = decode_properties(bytes(view[p0 : p0 + prop_len]).decode("utf-8", "replace"))
         out.append((flag, msg_body, props))
         pos += total
     if not out:
@@ -160,20 +162,29 @@ class SendMessageProcessor:
             response = request.response(exc.code, exc.remark)
             if exc.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR):
                 # a malformed request (a client's mistake): one warning line, no traceback
-                log.warning("send refused", topic=hdr.topic[:200], code=int(exc.code), remark=exc.remark[:300],
-                            remote=channel.remote_addr)
+                log.warning(
+                    "send refused",
+                    topic=hdr.topic[:200],
+                    code=int(exc.code),
+                    remark=exc.remark[:300],
+                    remote=channel.remote_addr,
+                )
                 return response
         if response.code != ResponseCode.SUCCESS:
-            log.debug("send refused", topic=hdr.topic, code=int(response.code), remark=response.remark,
-                      remote=channel.remote_addr)
+            log.debug(
+                "send refused",
+                topic=hdr.topic,
+                code=int(response.code),
+                remark=response.remark,
+                remote=channel.remote_addr,
+            )
         return response
 
     # -- checks ---------------------------------------------------------------------------
     def _msg_check(self, channel, hdr: SendMessageRequestHeader):
         cfg = self.config
         if not is_writeable(cfg.broker_permission) and not self.c.topic_config_manager.is_system_topic(hdr.topic):
-            raise SendError(ResponseCode.NO_PERMISSION,
-                            f"the broker[{cfg.broker_ip1}] sending message is forbidden")
+            raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
         if cfg.broker_role == "SLAVE":
             raise SendError(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is a slave, it does not accept writes")
         reason = check_topic_name(hdr.topic)
@@ -187,65 +198,93 @@ class SendMessageProcessor:
             sys_flag = 0
             if hdr.unit_mode:
                 sys_flag = 1 if not hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 3
-            tc = tcm.create_topic_in_send_message(hdr.topic, hdr.default_topic, channel.remote_addr,
-                                                  hdr.default_topic_queue_nums, sys_flag)
+            tc = tcm.create_topic_in_send_message(
+                hdr.topic, hdr.default_topic, channel.remote_addr, hdr.default_topic_queue_nums, sys_flag
+            )
             if tc is None and hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc = tcm.create_topic_in_send_message_back_method(hdr.topic, 1, PERM_WRITE | PERM_READ, sys_flag)
             if tc is None:
-                raise SendError(ResponseCode.TOPIC_NOT_EXIST,
-                                f"topic[{hdr.topic}] not exist, apply first please!"
-                                "\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
+                raise SendError(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{hdr.topic}] not exist, apply first please!"
+                    "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
+                )
         queue_nums = max(tc.write_queue_nums, tc.read_queue_nums)
         if hdr.queue_id >= queue_nums:
-            raise SendError(ResponseCode.SYSTEM_ERROR,
-                            f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: "
-                            f"{channel.remote_addr}")
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: {channel.remote_addr}",
+            )
         return tc
 
     def _check_size(self, body_len: int, props_len: int) -> None:
         if body_len > self.config.max_message_size:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL,
-                            f"the message body size {body_len} bytes is over the broker's maxMessageSize "
-                            f"{self.config.max_message_size} bytes")
+            raise SendError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {body_len} bytes is over the broker's maxMessageSize "
+                f"{self.config.max_message_size} bytes",
+            )
         if props_len > MAX_PROPERTIES_LENGTH:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL,
-                            f"the message properties length {props_len} is over the limit {MAX_PROPERTIES_LENGTH}")
+            raise SendError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties length {props_len} is over the limit {MAX_PROPERTIES_LENGTH}",
+            )
 
     def _handle_retry_and_dlq(self, hdr: SendMessageRequestHeader, props: dict[str, str], tc, request) -> str:
         """For a send to ``%RETRY%group``: promote to ``%DLQ%group`` past maxReconsumeTimes."""
         topic = hdr.topic
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return topic
-        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         sgc = self.c.subscription_group_manager.find_subscription_group_config(group)
         if sgc is None:
-            raise SendError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                            f"subscription group not exist, {group}"
-                            "\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
+            raise SendError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
+            )
         max_times = sgc.retry_max_times
         if request.version >= 121 and hdr.max_reconsume_times is not None:
             max_times = hdr.max_reconsume_times
         reconsume = hdr.reconsume_times or 0
         if reconsume >= max_times:
             dlq = dlq_topic(group)
-            if self.c.topic_config_manager.create_topic_in_send_message_back_method(
-                    dlq, 1, PERM_WRITE | PERM_READ) is None:
+            if (
+                self.c.topic_config_manager.create_topic_in_send_message_back_method(dlq, 1, PERM_WRITE | PERM_READ)
+                is None
+            ):
                 raise SendError(ResponseCode.SYSTEM_ERROR, f"topic[{dlq}] not exist")
             props.pop(MessageConst.DELAY, None)
             return dlq
         return topic
 
-    def _inner(self, channel, hdr: SendMessageRequestHeader, topic: str, queue_id: int, flag: int, body: bytes,
-               props: dict[str, str], sys_flag: int) -> MessageExtBrokerInner:
+    def _inner(
+        self,
+        channel,
+        hdr: SendMessageRequestHeader,
+        topic: str,
+        queue_id: int,
+        flag: int,
+        body: bytes,
+        props: dict[str, str],
+        sys_flag: int,
+    ) -> MessageExtBrokerInner:
         props[MessageConst.CLUSTER] = self.config.broker_cluster_name
         props.pop(MessageConst.WAIT, None)
         tags = props.get(MessageConst.TAGS)
         return MessageExtBrokerInner(
-            topic=topic, queue_id=queue_id, flag=flag, body=body, properties=props,
+            topic=topic,
+            queue_id=queue_id,
+            flag=flag,
+            body=body,
+            properties=props,
             properties_string=encode_properties(props),
-            tags_code=tags_hash(tags) if tags else 0, sys_flag=sys_flag, born_timestamp=hdr.born_timestamp,
-            born_host=self.c.born_host(channel), store_host=self.c.store_host,
-            reconsume_times=hdr.reconsume_times or 0)
+            tags_code=tags_hash(tags) if tags else 0,
+            sys_flag=sys_flag,
+            born_timestamp=hdr.born_timestamp,
+            born_host=self.c.born_host(channel),
+            store_host=self.c.store_host,
+            reconsume_times=hdr.reconsume_times or 0,
+        )
 
     def _queue_id(self, hdr: SendMessageRequestHeader, tc) -> int:
         if hdr.queue_id < 0:
@@ -274,8 +313,10 @@ class SendMessageProcessor:
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         if props.get(MessageConst.TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
             if self.config.reject_transaction_message:
-                raise SendError(ResponseCode.NO_PERMISSION,
-                                f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden")
+                raise SendError(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden",
+                )
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
             msg = self.c.transaction_service.prepare_half_message(msg)
         else:
@@ -292,8 +333,9 @@ class SendMessageProcessor:
         return self._put_result_to_response(request, result, msg, queue_id)
 
     # -- batch ------------------------------------------------------------------------------
-    async def send_batch_message(self, channel, request: RemotingCommand,
-                                 hdr: SendMessageRequestHeader) -> RemotingCommand:
+    async def send_batch_message(
+        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader
+    ) -> RemotingCommand:
         tc = self._msg_check(channel, hdr)
         if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {hdr.topic}")
@@ -320,38 +362,51 @@ class SendMessageProcessor:
         return self._put_result_to_response(request, result, msgs[0], queue_id)
 
     # -- results ----------------------------------------------------------------------------
-    def _put_result_to_response(self, request: RemotingCommand, result, msg: MessageExtBrokerInner,
-                                queue_id: int) -> RemotingCommand:
+    def _put_result_to_response(
+        self, request: RemotingCommand, result, msg: MessageExtBrokerInner, queue_id: int
+    ) -> RemotingCommand:
         status = result.status
-        if status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                      PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE):
-            code = {PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-                    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE}[status]
+        if status in (
+            PutMessageStatus.PUT_OK,
+            PutMessageStatus.FLUSH_DISK_TIMEOUT,
+            PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+            PutMessageStatus.SLAVE_NOT_AVAILABLE,
+        ):
+            code = {
+                PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+                PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+                PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+            }[status]
             ar = result.append_result
-            ext = {"msgId": ar.msg_id,  # (comma-joined for a batch)
-                   "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
-                   "queueOffset": str(ar.logics_offset),
-                   "MSG_REGION": self.config.region_id,
-                   "TRACE_ON": "true" if self.config.trace_on else "false"}
+            ext = {
+                "msgId": ar.msg_id,  # (comma-joined for a batch)
+                "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
+                "queueOffset": str(ar.logics_offset),
+                "MSG_REGION": self.config.region_id,
+                "TRACE_ON": "true" if self.config.trace_on else "false",
+            }
             self.c.stats.on_put(msg.topic, getattr(ar, "msg_num", 1) or 1, ar.wrote_bytes)
             return request.response(code, ext_fields=ext)
         if status == PutMessageStatus.OS_PAGECACHE_BUSY:
             self.c.stats.on_busy("PC_SYNCHRONIZED")
             return request.response(ResponseCode.SYSTEM_ERROR, PC_SYNCHRONIZED)
         if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
-            return request.response(ResponseCode.MESSAGE_ILLEGAL,
-                                    "the message is illegal, maybe msg body or properties length not matched. "
-                                    f"msg body length limit {self.config.max_message_size}B, "
-                                    "msg properties length limit 32KB.")
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "the message is illegal, maybe msg body or properties length not matched. "
+                f"msg body length limit {self.config.max_message_size}B, "
+                "msg properties length limit 32KB.",
+            )
         if status == PutMessageStatus.CREATE_MAPPED_FILE_FAILED:
             return request.response(ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken.")
         if status == PutMessageStatus.SERVICE_NOT_AVAILABLE:
-            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                    "service not available now. It may be caused by one of the following reasons: "
-                                    "the broker's disk is full, messages are put to the slave, message store has "
-                                    "been shut down, etc.")
+            return request.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                "service not available now. It may be caused by one of the following reasons: "
+                "the broker's disk is full, messages are put to the slave, message store has "
+                "been shut down, etc.",
+            )
         return request.response(ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status.name}")
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
@@ -359,18 +414,22 @@ class SendMessageProcessor:
         hdr = decode_header(ConsumerSendMsgBackRequestHeader, request.ext_fields)
         sgc = self.c.subscription_group_manager.find_subscription_group_config(hdr.group)
         if sgc is None:
-            return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                    f"subscription group not exist, {hdr.group}"
-                                    "\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {hdr.group}"
+                "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
+            )
         if not is_writeable(self.config.broker_permission):
-            return request.response(ResponseCode.NO_PERMISSION,
-                                    f"the broker[{self.config.broker_ip1}] sending message is forbidden")
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending message is forbidden"
+            )
         if sgc.retry_queue_nums <= 0:
             return request.response(ResponseCode.SUCCESS)
         new_topic = retry_topic(hdr.group)
         queue_id = random.randrange(sgc.retry_queue_nums)
         retry_tc = self.c.topic_config_manager.create_topic_in_send_message_back_method(
-            new_topic, sgc.retry_queue_nums, PERM_WRITE | PERM_READ)
+            new_topic, sgc.retry_queue_nums, PERM_WRITE | PERM_READ
+        )
         if retry_tc is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
         if not is_writeable(retry_tc.perm):
@@ -390,8 +449,12 @@ class SendMessageProcessor:
         if reconsume_times >= max_times or delay_level < 0:
             new_topic = dlq_topic(hdr.group)
             queue_id = 0
-            if self.c.topic_config_manager.create_topic_in_send_message_back_method(
-                    new_topic, 1, PERM_WRITE | PERM_READ) is None:
+            if (
+                self.c.topic_config_manager.create_topic_in_send_message_back_method(
+                    new_topic, 1, PERM_WRITE | PERM_READ
+                )
+                is None
+            ):
                 return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
             props.pop(MessageConst.DELAY, None)
         else:
@@ -403,10 +466,19 @@ class SendMessageProcessor:
         props[MessageConst.CLUSTER] = self.config.broker_cluster_name
         tags = props.get(MessageConst.TAGS)
         inner = MessageExtBrokerInner(
-            topic=new_topic, queue_id=queue_id, flag=msg_ext.flag, body=msg_ext.body, properties=props,
-            properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
-            sys_flag=msg_ext.sys_flag, born_timestamp=msg_ext.born_timestamp, born_host=msg_ext.born_host,
-            store_host=self.c.store_host, reconsume_times=_java_int_add(reconsume_times, 1))
+            topic=new_topic,
+            queue_id=queue_id,
+            flag=msg_ext.flag,
+            body=msg_ext.body,
+            properties=props,
+            properties_string=encode_properties(props),
+            tags_code=tags_hash(tags) if tags else 0,
+            sys_flag=msg_ext.sys_flag,
+            born_timestamp=msg_ext.born_timestamp,
+            born_host=msg_ext.born_host,
+            store_host=self.c.store_host,
+            reconsume_times=_java_int_add(reconsume_times, 1),
+        )
         result = await self.store.put_message(inner)
         if result.status == PutMessageStatus.PUT_OK:
             self.c.stats.on_send_back(hdr.group, msg_ext.topic)

@@ -22,7 +22,11 @@ EXIT_SIGPIPE = 128 + 13
 
 #: Top-level modules of each optional extra of pyproject.toml.
 OPTIONAL_MODULES = {
-    "yaml": "bench", "pyarrow": "bench", "pyspark": "bench", "pandas": "bench", "matplotlib": "bench",
+    "yaml": "bench",
+    "pyarrow": "bench",
+    "pyspark": "bench",
+    "pandas": "bench",
+    "matplotlib": "bench",
     "prometheus_client": "metrics",
 }
 
@@ -31,8 +35,10 @@ class MissingDependency(RuntimeError):
     """An optional dependency is absent; ``str()`` is the whole one-line advice."""
 
     def __init__(self, module: str, extra: str) -> None:
-        super().__init__(f"this needs the optional dependency '{module}' (extra [{extra}]); "
-                         f"install it with: {install_command(extra)}")
+        super().__init__(
+            f"this needs the optional dependency '{module}' (extra [{extra}]); "
+            f"install it with: {install_command(extra)}"
+        )
         self.module, self.extra = module, extra
 
 

@@ -66,9 +66,16 @@ class EmbeddedBroker:
     ``store_dir``: where the store lives; a temporary directory (removed at ``stop``) when None.
     """
 
-    def __init__(self, *, config: Mapping[str, Any] | None = None, store_dir: str | Path | None = None,
-                 broker_name: str = "broker-a", cluster_name: str = "DefaultCluster",
-                 start_timeout_s: float = 30.0, request_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        config: Mapping[str, Any] | None = None,
+        store_dir: str | Path | None = None,
+        broker_name: str = "broker-a",
+        cluster_name: str = "DefaultCluster",
+        start_timeout_s: float = 30.0,
+        request_timeout_s: float = 10.0,
+    ) -> None:
         self.overrides = {k: _conf_value(v) for k, v in (config or {}).items()}
         self.broker_name = str(self.overrides.pop("brokerName", broker_name))
         self.cluster_name = str(self.overrides.pop("brokerClusterName", cluster_name))
@@ -140,10 +147,18 @@ class EmbeddedBroker:
         listen = free_port()
         namesrv = free_port(avoid=[listen])
         items: dict[str, str] = {
-            "brokerName": self.broker_name, "brokerClusterName": self.cluster_name, "brokerIP1": "127.0.0.1",
-            "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1", "metricsPromExporterHost": "127.0.0.1",
-            "metricsPromExporterPort": "0", "listenPort": str(listen), "namesrvListenPort": str(namesrv),
-            "storePathRootDir": str(self.store_dir), "faultInjectionEnable": "true", "namesrvAddr": "",
+            "brokerName": self.broker_name,
+            "brokerClusterName": self.cluster_name,
+            "brokerIP1": "127.0.0.1",
+            "listenHost": "127.0.0.1",
+            "namesrvListenHost": "127.0.0.1",
+            "metricsPromExporterHost": "127.0.0.1",
+            "metricsPromExporterPort": "0",
+            "listenPort": str(listen),
+            "namesrvListenPort": str(namesrv),
+            "storePathRootDir": str(self.store_dir),
+            "faultInjectionEnable": "true",
+            "namesrvAddr": "",
             **{k: str(v) for k, v in SMALL_STORE.items()},
         }
         items.update(self.overrides)
@@ -154,8 +169,9 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError(f"bad embedded broker configuration: {exc}") from exc
         loop = loop_choice.new_event_loop()
         ready = threading.Event()
-        thread = threading.Thread(target=self._run_loop, args=(loop, ready), name=f"rocketmq-{self.broker_name}",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self._run_loop, args=(loop, ready), name=f"rocketmq-{self.broker_name}", daemon=True
+        )
         thread.start()
         ready.wait()
         built: list[Any] = []
@@ -233,8 +249,15 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError("call() from the broker's own loop would deadlock")
         return asyncio.run_coroutine_threadsafe(fn(), self.loop).result(timeout_s or self.request_timeout_s)
 
-    def request(self, code: int, ext_fields: Mapping[str, Any] | None = None, body: bytes | None = None, *,
-                namesrv: bool = False, timeout_s: float | None = None) -> RemotingCommand:
+    def request(
+        self,
+        code: int,
+        ext_fields: Mapping[str, Any] | None = None,
+        body: bytes | None = None,
+        *,
+        namesrv: bool = False,
+        timeout_s: float | None = None,
+    ) -> RemotingCommand:
         """Send one request to the broker (or its name server) over TCP; returns the raw answer."""
         addr = self.namesrv_addr if namesrv else self.broker_addr
         ext = {k: _conf_value(v) for k, v in (ext_fields or {}).items() if v is not None}
@@ -255,27 +278,39 @@ class EmbeddedBroker:
         return resp
 
     # -- helpers ------------------------------------------------------------------------------
-    def create_topic(self, name: str, queues: int = 4, *, read_queues: int | None = None, perm: int = 6,
-                     order: bool = False) -> None:
+    def create_topic(
+        self, name: str, queues: int = 4, *, read_queues: int | None = None, perm: int = 6, order: bool = False
+    ) -> None:
         """UPDATE_AND_CREATE_TOPIC; the embedded name server serves the route as soon as this returns."""
-        ext = {"topic": name, "defaultTopic": "TBW102", "readQueueNums": read_queues or queues,
-               "writeQueueNums": queues, "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-               "order": order}
+        ext = {
+            "topic": name,
+            "defaultTopic": "TBW102",
+            "readQueueNums": read_queues or queues,
+            "writeQueueNums": queues,
+            "perm": perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": order,
+        }
         self._expect_ok(f"create topic {name}", self.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
 
     def delete_topic(self, name: str) -> None:
         self._expect_ok(f"delete topic {name}", self.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": name}))
-        self._expect_ok(f"delete topic {name} route",
-                        self.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": name}, namesrv=True))
+        self._expect_ok(
+            f"delete topic {name} route",
+            self.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": name}, namesrv=True),
+        )
 
-    def inject_fault(self, kind: str, duration_ms: int = 0, *, target: str | None = None,
-                     value: str | int | None = None) -> None:
+    def inject_fault(
+        self, kind: str, duration_ms: int = 0, *, target: str | None = None, value: str | int | None = None
+    ) -> None:
         """FAULT_INJECT: ``stall_queue`` (target = send/pull/…), ``stall_append``, ``drain_transient_pool``,
         ``slow_fsync`` (value = ms per fsync) or ``clear``; see broker.fault_injection."""
         from mqclient.fault import fault_inject_request
 
-        request = fault_inject_request(kind, target=target, duration_ms=duration_ms,
-                                       value=None if value is None else str(value))
+        request = fault_inject_request(
+            kind, target=target, duration_ms=duration_ms, value=None if value is None else str(value)
+        )
         self._expect_ok(f"fault {kind}", self.request(request.code, request.ext_fields))
 
     def clear_faults(self) -> None:
@@ -293,8 +328,9 @@ class EmbeddedBroker:
         return dict(json.loads(bytes(resp.body or b"{}")).get("table") or {})
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        resp = self._expect_ok("max offset", self.request(RequestCode.GET_MAX_OFFSET,
-                                                          {"topic": topic, "queueId": queue_id}))
+        resp = self._expect_ok(
+            "max offset", self.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+        )
         return int(resp.ext_fields.get("offset", "0"))
 
     def __repr__(self) -> str:

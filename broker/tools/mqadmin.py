@@ -62,8 +62,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
     lines = []
     for r in cells:
-        parts = [c.rjust(w) if numeric[i] and r is not cells[0] else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(r, widths))]
+        parts = [
+            c.rjust(w) if numeric[i] and r is not cells[0] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+        ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
@@ -130,8 +131,11 @@ async def _targets(admin: AdminClient, args: argparse.Namespace, *, masters_only
         names = info["clusterAddrTable"].get(args.cluster)
         if names is None:
             raise AdminError(f"cluster {args.cluster!r} is not known to the name server")
-        return [addr for name in sorted(names)
-                for _, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items())]
+        return [
+            addr
+            for name in sorted(names)
+            for _, addr in sorted(((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}).items())
+        ]
     raise UsageError("name a broker with -b host:port or a cluster with -c name")
 
 
@@ -144,7 +148,7 @@ async def cmd_cluster_list(admin: AdminClient, args: argparse.Namespace) -> Outp
     brokers = []
     for cluster, names in sorted(info["clusterAddrTable"].items()):
         for name in sorted(names):
-            addrs = ((info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {})
+            addrs = (info["brokerAddrTable"].get(name) or {}).get("brokerAddrs") or {}
             for bid, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
                 brokers.append((cluster, name, int(bid), addr))
     stats = await admin.gather({addr: admin.runtime_info(addr) for _, _, _, addr in brokers})
@@ -153,38 +157,74 @@ async def cmd_cluster_list(admin: AdminClient, args: argparse.Namespace) -> Outp
     for cluster, name, bid, addr in brokers:
         kv = stats[addr] if isinstance(stats[addr], dict) else {}
         if args.more:
-            item = {"cluster": cluster, "brokerName": name, "brokerId": bid, "addr": addr,
-                    "inTotalYest": _int(kv.get("msgPutTotalTodayMorning")) - _int(kv.get("msgPutTotalYesterdayMorning")),
-                    "outTotalYest": _int(kv.get("msgGetTotalTodayMorning")) - _int(kv.get("msgGetTotalYesterdayMorning")),
-                    "inTotalToday": _int(kv.get("msgPutTotalTodayNow")) - _int(kv.get("msgPutTotalTodayMorning")),
-                    "outTotalToday": _int(kv.get("msgGetTotalTodayNow")) - _int(kv.get("msgGetTotalTodayMorning"))}
-            rows.append([cluster, name, item["inTotalYest"], item["outTotalYest"], item["inTotalToday"],
-                         item["outTotalToday"]])
+            item = {
+                "cluster": cluster,
+                "brokerName": name,
+                "brokerId": bid,
+                "addr": addr,
+                "inTotalYest": _int(kv.get("msgPutTotalTodayMorning")) - _int(kv.get("msgPutTotalYesterdayMorning")),
+                "outTotalYest": _int(kv.get("msgGetTotalTodayMorning")) - _int(kv.get("msgGetTotalYesterdayMorning")),
+                "inTotalToday": _int(kv.get("msgPutTotalTodayNow")) - _int(kv.get("msgPutTotalTodayMorning")),
+                "outTotalToday": _int(kv.get("msgGetTotalTodayNow")) - _int(kv.get("msgGetTotalTodayMorning")),
+            }
+            rows.append(
+                [cluster, name, item["inTotalYest"], item["outTotalYest"], item["inTotalToday"], item["outTotalToday"]]
+            )
         else:
             earliest = _int(kv.get("earliestMessageTimeStamp"))
-            item = {"cluster": cluster, "brokerName": name, "brokerId": bid, "addr": addr,
-                    "version": kv.get("brokerVersionDesc", ""), "inTps": _float(kv.get("putTps")),
-                    "outTps": _float(kv.get("getTransferedTps")),
-                    "sendQueueSize": _int(kv.get("sendThreadPoolQueueSize")),
-                    "sendQueueHeadWaitMs": _int(kv.get("sendThreadPoolQueueHeadWaitTimeMills")),
-                    "pullQueueSize": _int(kv.get("pullThreadPoolQueueSize")),
-                    "pullQueueHeadWaitMs": _int(kv.get("pullThreadPoolQueueHeadWaitTimeMills")),
-                    "pageCacheLockTimeMills": _int(kv.get("pageCacheLockTimeMills")),
-                    "hours": round((now - earliest) / 3_600_000, 2) if earliest > 0 else 0.0,
-                    "commitLogDiskRatio": _float(kv.get("commitLogDiskRatio"))}
+            item = {
+                "cluster": cluster,
+                "brokerName": name,
+                "brokerId": bid,
+                "addr": addr,
+                "version": kv.get("brokerVersionDesc", ""),
+                "inTps": _float(kv.get("putTps")),
+                "outTps": _float(kv.get("getTransferedTps")),
+                "sendQueueSize": _int(kv.get("sendThreadPoolQueueSize")),
+                "sendQueueHeadWaitMs": _int(kv.get("sendThreadPoolQueueHeadWaitTimeMills")),
+                "pullQueueSize": _int(kv.get("pullThreadPoolQueueSize")),
+                "pullQueueHeadWaitMs": _int(kv.get("pullThreadPoolQueueHeadWaitTimeMills")),
+                "pageCacheLockTimeMills": _int(kv.get("pageCacheLockTimeMills")),
+                "hours": round((now - earliest) / 3_600_000, 2) if earliest > 0 else 0.0,
+                "commitLogDiskRatio": _float(kv.get("commitLogDiskRatio")),
+            }
             if not kv:
                 item["error"] = str(stats[addr])
-            rows.append([cluster, name, bid, addr, item["version"],
-                         f"{item['inTps']:.2f}({item['sendQueueSize']},{item['sendQueueHeadWaitMs']}ms)",
-                         f"{item['outTps']:.2f}({item['pullQueueSize']},{item['pullQueueHeadWaitMs']}ms)",
-                         item["pageCacheLockTimeMills"], f"{item['hours']:.2f}", f"{item['commitLogDiskRatio']:.4f}"])
+            rows.append(
+                [
+                    cluster,
+                    name,
+                    bid,
+                    addr,
+                    item["version"],
+                    f"{item['inTps']:.2f}({item['sendQueueSize']},{item['sendQueueHeadWaitMs']}ms)",
+                    f"{item['outTps']:.2f}({item['pullQueueSize']},{item['pullQueueHeadWaitMs']}ms)",
+                    item["pageCacheLockTimeMills"],
+                    f"{item['hours']:.2f}",
+                    f"{item['commitLogDiskRatio']:.4f}",
+                ]
+            )
         data.append(item)
     if args.more:
-        text = table(["#Cluster Name", "#Broker Name", "#InTotalYest", "#OutTotalYest", "#InTotalToday",
-                      "#OutTotalToday"], rows)
+        text = table(
+            ["#Cluster Name", "#Broker Name", "#InTotalYest", "#OutTotalYest", "#InTotalToday", "#OutTotalToday"], rows
+        )
     else:
-        text = table(["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)",
-                      "#OutTPS(LOAD)", "#PCWait(ms)", "#Hour", "#SPACE"], rows)
+        text = table(
+            [
+                "#Cluster Name",
+                "#Broker Name",
+                "#BID",
+                "#Addr",
+                "#Version",
+                "#InTPS(LOAD)",
+                "#OutTPS(LOAD)",
+                "#PCWait(ms)",
+                "#Hour",
+                "#SPACE",
+            ],
+            rows,
+        )
     return Output(data, text)
 
 
@@ -223,8 +263,10 @@ async def cmd_update_broker_config(admin: AdminClient, args: argparse.Namespace)
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.update_broker_config(addr, {args.key: args.value})
-    return Output({"updated": addrs, "key": args.key, "value": args.value},
-                  "\n".join(f"update broker config success, {addr}" for addr in addrs))
+    return Output(
+        {"updated": addrs, "key": args.key, "value": args.value},
+        "\n".join(f"update broker config success, {addr}" for addr in addrs),
+    )
 
 
 async def cmd_set_log_level(admin: AdminClient, args: argparse.Namespace) -> Output:
@@ -238,8 +280,10 @@ async def cmd_set_log_level(admin: AdminClient, args: argparse.Namespace) -> Out
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.update_broker_config(addr, props)
-    return Output({"updated": addrs, **props},
-                  "\n".join(f"{addr}: " + ", ".join(f"{k}={v}" for k, v in props.items()) for addr in addrs))
+    return Output(
+        {"updated": addrs, **props},
+        "\n".join(f"{addr}: " + ", ".join(f"{k}={v}" for k, v in props.items()) for addr in addrs),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,11 +325,20 @@ async def cmd_topic_route(admin: AdminClient, args: argparse.Namespace) -> Outpu
         q = queues.get(bd.get("brokerName")) or {}
         total_r += int(q.get("readQueueNums") or 0)
         total_w += int(q.get("writeQueueNums") or 0)
-        rows.append([bd.get("cluster"), bd.get("brokerName"), json.dumps(bd.get("brokerAddrs")),
-                     q.get("readQueueNums"), q.get("writeQueueNums"), q.get("perm")])
+        rows.append(
+            [
+                bd.get("cluster"),
+                bd.get("brokerName"),
+                json.dumps(bd.get("brokerAddrs")),
+                q.get("readQueueNums"),
+                q.get("writeQueueNums"),
+                q.get("perm"),
+            ]
+        )
     rows.append(["Total:", len(queues), "", total_r, total_w, ""])
-    return Output(route, table(["#ClusterName", "#BrokerName", "#BrokerAddrs", "#ReadQueue", "#WriteQueue",
-                                "#Perm"], rows))
+    return Output(
+        route, table(["#ClusterName", "#BrokerName", "#BrokerAddrs", "#ReadQueue", "#WriteQueue", "#Perm"], rows)
+    )
 
 
 async def cmd_topic_status(admin: AdminClient, args: argparse.Namespace) -> Output:
@@ -298,10 +351,23 @@ async def cmd_topic_status(admin: AdminClient, args: argparse.Namespace) -> Outp
     data, rows = [], []
     for mq in sorted(merged):
         o = merged[mq]
-        data.append({**mq.to_json(), "minOffset": o.get("minOffset", 0), "maxOffset": o.get("maxOffset", 0),
-                     "lastUpdateTimestamp": o.get("lastUpdateTimestamp", 0)})
-        rows.append([mq.broker_name, mq.queue_id, o.get("minOffset", 0), o.get("maxOffset", 0),
-                     fmt_ms(int(o.get("lastUpdateTimestamp") or 0))])
+        data.append(
+            {
+                **mq.to_json(),
+                "minOffset": o.get("minOffset", 0),
+                "maxOffset": o.get("maxOffset", 0),
+                "lastUpdateTimestamp": o.get("lastUpdateTimestamp", 0),
+            }
+        )
+        rows.append(
+            [
+                mq.broker_name,
+                mq.queue_id,
+                o.get("minOffset", 0),
+                o.get("maxOffset", 0),
+                fmt_ms(int(o.get("lastUpdateTimestamp") or 0)),
+            ]
+        )
     return Output(data, table(["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"], rows))
 
 
@@ -309,8 +375,9 @@ async def cmd_update_topic(admin: AdminClient, args: argparse.Namespace) -> Outp
     if args.perm not in (2, 4, 6, 7):
         raise UsageError(f"perm must be 2 (W), 4 (R) or 6 (RW), got {args.perm}")
     order = parse_bool(args.order) if args.order is not None else False
-    sys_flag = (1 if args.unit and parse_bool(args.unit) else 0) | (2 if args.has_unit_sub and
-                                                                   parse_bool(args.has_unit_sub) else 0)
+    sys_flag = (1 if args.unit and parse_bool(args.unit) else 0) | (
+        2 if args.has_unit_sub and parse_bool(args.has_unit_sub) else 0
+    )
     if args.broker:
         targets = {args.broker: args.broker}
     elif args.cluster:
@@ -318,8 +385,16 @@ async def cmd_update_topic(admin: AdminClient, args: argparse.Namespace) -> Outp
     else:
         raise UsageError("name a broker with -b host:port or a cluster with -c name")
     for addr in targets:
-        await admin.create_topic(addr, args.topic, read_queues=args.read_queues, write_queues=args.write_queues,
-                                 perm=args.perm, order=order, topic_sys_flag=sys_flag, attributes=args.attributes)
+        await admin.create_topic(
+            addr,
+            args.topic,
+            read_queues=args.read_queues,
+            write_queues=args.write_queues,
+            perm=args.perm,
+            order=order,
+            topic_sys_flag=sys_flag,
+            attributes=args.attributes,
+        )
     lines = [f"create topic to {addr} success." for addr in targets]
     if order:
         # Upstream records the ordered layout on the name server: "brokerName:queues;…".
@@ -328,8 +403,15 @@ async def cmd_update_topic(admin: AdminClient, args: argparse.Namespace) -> Outp
         conf = ";".join(f"{n}:{args.write_queues}" for n in sorted(names))
         await admin.put_kv_config(ORDER_TOPIC_CONFIG, args.topic, conf)
         lines.append(f"set orderConf. isOrder=true, orderConf=[{conf}]")
-    config = {"topicName": args.topic, "readQueueNums": args.read_queues, "writeQueueNums": args.write_queues,
-              "perm": args.perm, "order": order, "topicSysFlag": sys_flag, "topicFilterType": "SINGLE_TAG"}
+    config = {
+        "topicName": args.topic,
+        "readQueueNums": args.read_queues,
+        "writeQueueNums": args.write_queues,
+        "perm": args.perm,
+        "order": order,
+        "topicSysFlag": sys_flag,
+        "topicFilterType": "SINGLE_TAG",
+    }
     lines.append("TopicConfig " + json.dumps(config, sort_keys=True))
     return Output({"brokers": list(targets), "topicConfig": config}, "\n".join(lines))
 
@@ -339,9 +421,11 @@ async def cmd_delete_topic(admin: AdminClient, args: argparse.Namespace) -> Outp
     for addr in masters.values():
         await admin.delete_topic_in_broker(addr, args.topic)
     await admin.delete_topic_in_namesrv(args.topic, args.cluster)
-    return Output({"topic": args.topic, "cluster": args.cluster, "brokers": list(masters.values())},
-                  f"delete topic [{args.topic}] from cluster [{args.cluster}] success.\n"
-                  f"delete topic [{args.topic}] from NameServer success.")
+    return Output(
+        {"topic": args.topic, "cluster": args.cluster, "brokers": list(masters.values())},
+        f"delete topic [{args.topic}] from cluster [{args.cluster}] success.\n"
+        f"delete topic [{args.topic}] from NameServer success.",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -358,8 +442,11 @@ async def _consume_stats(admin: AdminClient, group: str, topic: str | None = Non
         tps += t
         table_.update(offsets)
     if not table_:
-        raise AdminError("Not found the consumer group consume stats, because return offset table is empty, "
-                         "maybe the consumer not consume any message", code=ResponseCode.CONSUMER_NOT_ONLINE)
+        raise AdminError(
+            "Not found the consumer group consume stats, because return offset table is empty, "
+            "maybe the consumer not consume any message",
+            code=ResponseCode.CONSUMER_NOT_ONLINE,
+        )
     return tps, table_
 
 
@@ -384,38 +471,76 @@ async def cmd_consumer_progress(admin: AdminClient, args: argparse.Namespace) ->
             diff = int(o.get("brokerOffset", 0)) - int(o.get("consumerOffset", 0))
             diff_total += diff
             last = int(o.get("lastTimestamp") or 0)
-            rows.append([mq.topic, mq.broker_name, mq.queue_id, o.get("brokerOffset", 0), o.get("consumerOffset", 0),
-                         diff, fmt_ms(last) if last else "N/A"])
-            data.append({**mq.to_json(), "brokerOffset": o.get("brokerOffset", 0),
-                         "consumerOffset": o.get("consumerOffset", 0), "diff": diff, "lastTimestamp": last})
-        text = table(["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime"],
-                     rows) + f"\n\nConsume TPS: {tps:.2f}\nDiff Total: {diff_total}"
+            rows.append(
+                [
+                    mq.topic,
+                    mq.broker_name,
+                    mq.queue_id,
+                    o.get("brokerOffset", 0),
+                    o.get("consumerOffset", 0),
+                    diff,
+                    fmt_ms(last) if last else "N/A",
+                ]
+            )
+            data.append(
+                {
+                    **mq.to_json(),
+                    "brokerOffset": o.get("brokerOffset", 0),
+                    "consumerOffset": o.get("consumerOffset", 0),
+                    "diff": diff,
+                    "lastTimestamp": last,
+                }
+            )
+        text = (
+            table(["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime"], rows)
+            + f"\n\nConsume TPS: {tps:.2f}\nDiff Total: {diff_total}"
+        )
         return Output({"group": args.group, "consumeTps": tps, "diffTotal": diff_total, "queues": data}, text)
     rows, data = [], []
     for topic in sorted(await admin.topic_list()):
         if not topic.startswith(RETRY_PREFIX):
             continue
-        group = topic[len(RETRY_PREFIX):]
-        item: dict[str, Any] = {"group": group, "count": 0, "version": "OFFLINE", "consumeType": "",
-                                "messageModel": "", "consumeTps": 0, "diffTotal": 0}
+        group = topic[len(RETRY_PREFIX) :]
+        item: dict[str, Any] = {
+            "group": group,
+            "count": 0,
+            "version": "OFFLINE",
+            "consumeType": "",
+            "messageModel": "",
+            "consumeTps": 0,
+            "diffTotal": 0,
+        }
         try:
             tps, offsets = await _consume_stats(admin, group)
             item["consumeTps"] = int(tps)
-            item["diffTotal"] = sum(int(o.get("brokerOffset", 0)) - int(o.get("consumerOffset", 0))
-                                    for o in offsets.values())
+            item["diffTotal"] = sum(
+                int(o.get("brokerOffset", 0)) - int(o.get("consumerOffset", 0)) for o in offsets.values()
+            )
         except AdminError:
             pass
         try:
             cc = await _consumer_connection(admin, group)
             conns = cc.get("connectionSet") or []
-            item.update(count=len(conns), consumeType=_consume_type(cc.get("consumeType")),
-                        messageModel=cc.get("messageModel") or "",
-                        version=str(min((int(c.get("version") or 0) for c in conns), default=0)))
+            item.update(
+                count=len(conns),
+                consumeType=_consume_type(cc.get("consumeType")),
+                messageModel=cc.get("messageModel") or "",
+                version=str(min((int(c.get("version") or 0) for c in conns), default=0)),
+            )
         except AdminError:
             pass
         data.append(item)
-        rows.append([group, item["count"], item["version"], item["consumeType"], item["messageModel"],
-                     item["consumeTps"], item["diffTotal"]])
+        rows.append(
+            [
+                group,
+                item["count"],
+                item["version"],
+                item["consumeType"],
+                item["messageModel"],
+                item["consumeTps"],
+                item["diffTotal"],
+            ]
+        )
     return Output(data, table(["#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"], rows))
 
 
@@ -427,13 +552,18 @@ def _consume_type(value: Any) -> str:
 async def cmd_consumer_connection(admin: AdminClient, args: argparse.Namespace) -> Output:
     cc = await _consumer_connection(admin, args.group, args.broker)
     conns = sorted(cc.get("connectionSet") or [], key=lambda c: str(c.get("clientId")))
-    text = table(["#ClientId", "#ClientAddr", "#Language", "#Version"],
-                 [[c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version")] for c in conns])
+    text = table(
+        ["#ClientId", "#ClientAddr", "#Language", "#Version"],
+        [[c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version")] for c in conns],
+    )
     subs = cc.get("subscriptionTable") or {}
     text += "\n\nBelow is subscription:\n" + table(
-        ["#Topic", "#SubExpression"], [[s.get("topic", t), s.get("subString")] for t, s in sorted(subs.items())])
-    text += (f"\n\nConsumeType: {cc.get('consumeType')}\nMessageModel: {cc.get('messageModel')}\n"
-             f"ConsumeFromWhere: {cc.get('consumeFromWhere')}")
+        ["#Topic", "#SubExpression"], [[s.get("topic", t), s.get("subString")] for t, s in sorted(subs.items())]
+    )
+    text += (
+        f"\n\nConsumeType: {cc.get('consumeType')}\nMessageModel: {cc.get('messageModel')}\n"
+        f"ConsumeFromWhere: {cc.get('consumeFromWhere')}"
+    )
     return Output(cc, text)
 
 
@@ -445,8 +575,10 @@ async def cmd_producer_connection(admin: AdminClient, args: argparse.Namespace) 
     conns = sorted(pc.get("connectionSet") or [], key=lambda c: str(c.get("clientId")))
     if not conns:
         raise AdminError("Not found the producer group connection")
-    rows = [[f"{i:04d}", c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version")]
-            for i, c in enumerate(conns, 1)]
+    rows = [
+        [f"{i:04d}", c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version")]
+        for i, c in enumerate(conns, 1)
+    ]
     return Output(pc, table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"], rows))
 
 
@@ -456,8 +588,10 @@ async def cmd_reset_offset_by_time(admin: AdminClient, args: argparse.Namespace)
     brokers = await admin.route_masters(args.topic)
     if not brokers:
         raise AdminError(f"no broker serves topic {args.topic}")
-    header = (f"rollback consumer offset by specified group[{args.group}], topic[{args.topic}], force[{force}], "
-              f"timestamp(string)[{args.timestamp}], timestamp(long)[{timestamp}]")
+    header = (
+        f"rollback consumer offset by specified group[{args.group}], topic[{args.topic}], force[{force}], "
+        f"timestamp(string)[{args.timestamp}], timestamp(long)[{timestamp}]"
+    )
     offsets: dict[MessageQueue, int] = {}
     try:
         for addr in brokers.values():
@@ -470,12 +604,15 @@ async def cmd_reset_offset_by_time(admin: AdminClient, args: argparse.Namespace)
         return await _reset_offset_old(admin, args, brokers, timestamp, force, header)
     data = [{**mq.to_json(), "offset": off} for mq, off in sorted(offsets.items())]
     rows = [[mq.broker_name, mq.queue_id, off] for mq, off in sorted(offsets.items())]
-    return Output({"group": args.group, "topic": args.topic, "timestamp": timestamp, "force": force,
-                   "offsets": data}, header + "\n" + table(["#brokerName", "#queueId", "#offset"], rows))
+    return Output(
+        {"group": args.group, "topic": args.topic, "timestamp": timestamp, "force": force, "offsets": data},
+        header + "\n" + table(["#brokerName", "#queueId", "#offset"], rows),
+    )
 
 
-async def _reset_offset_old(admin: AdminClient, args: argparse.Namespace, brokers: dict[str, str], timestamp: int,
-                            force: bool, header: str) -> Output:
+async def _reset_offset_old(
+    admin: AdminClient, args: argparse.Namespace, brokers: dict[str, str], timestamp: int, force: bool, header: str
+) -> Output:
     """Upstream resetOffsetByTimestampOld: read the group's offsets, look the timestamp up, commit (15)."""
     route = await admin.topic_route(args.topic)
     read_queues = {q.get("brokerName"): int(q.get("readQueueNums") or 0) for q in route.get("queueDatas") or []}
@@ -492,20 +629,42 @@ async def _reset_offset_old(admin: AdminClient, args: argparse.Namespace, broker
         for mq in sorted(queues):
             o = queues[mq]
             consumer_offset = int(o.get("consumerOffset", 0))
-            target = (await admin.max_offset(addr, mq.topic, mq.queue_id) if timestamp == -1
-                      else await admin.search_offset(addr, mq.topic, mq.queue_id, timestamp))
+            target = (
+                await admin.max_offset(addr, mq.topic, mq.queue_id)
+                if timestamp == -1
+                else await admin.search_offset(addr, mq.topic, mq.queue_id, timestamp)
+            )
             rollback = consumer_offset
             if force or target <= consumer_offset:
                 rollback = target
                 await admin.update_consumer_offset(addr, args.group, mq.topic, mq.queue_id, target)
-            item = {**mq.to_json(), "brokerOffset": int(o.get("brokerOffset", 0)), "consumerOffset": consumer_offset,
-                    "timestampOffset": target, "rollbackOffset": rollback}
+            item = {
+                **mq.to_json(),
+                "brokerOffset": int(o.get("brokerOffset", 0)),
+                "consumerOffset": consumer_offset,
+                "timestampOffset": target,
+                "rollbackOffset": rollback,
+            }
             data.append(item)
             rows.append([mq.broker_name, mq.queue_id, item["brokerOffset"], consumer_offset, target, rollback])
-    text = header + "\n" + table(["#brokerName", "#queueId", "#brokerOffset", "#consumerOffset", "#timestampOffset",
-                                  "#rollbackOffset"], rows)
-    return Output({"group": args.group, "topic": args.topic, "timestamp": timestamp, "force": force,
-                   "offline": True, "offsets": data}, text)
+    text = (
+        header
+        + "\n"
+        + table(
+            ["#brokerName", "#queueId", "#brokerOffset", "#consumerOffset", "#timestampOffset", "#rollbackOffset"], rows
+        )
+    )
+    return Output(
+        {
+            "group": args.group,
+            "topic": args.topic,
+            "timestamp": timestamp,
+            "force": force,
+            "offline": True,
+            "offsets": data,
+        },
+        text,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -513,13 +672,23 @@ async def _reset_offset_old(admin: AdminClient, args: argparse.Namespace, broker
 
 
 def _message_text(msg: StoredMessage) -> str:
-    rows = [("OffsetID:", msg.offset_msg_id), ("Topic:", msg.topic), ("Tags:", f"[{msg.tags}]"),
-            ("Keys:", f"[{' '.join(msg.keys) or None}]"), ("Queue ID:", msg.queue_id),
-            ("Queue Offset:", msg.queue_offset), ("CommitLog Offset:", msg.commit_log_offset),
-            ("Reconsume Times:", msg.reconsume_times), ("Born Timestamp:", fmt_ms(msg.born_timestamp)),
-            ("Store Timestamp:", fmt_ms(msg.store_timestamp)), ("Born Host:", msg.born_host),
-            ("Store Host:", msg.store_host), ("System Flag:", msg.sys_flag), ("Properties:", msg.properties),
-            ("Body Size:", len(msg.body))]
+    rows = [
+        ("OffsetID:", msg.offset_msg_id),
+        ("Topic:", msg.topic),
+        ("Tags:", f"[{msg.tags}]"),
+        ("Keys:", f"[{' '.join(msg.keys) or None}]"),
+        ("Queue ID:", msg.queue_id),
+        ("Queue Offset:", msg.queue_offset),
+        ("CommitLog Offset:", msg.commit_log_offset),
+        ("Reconsume Times:", msg.reconsume_times),
+        ("Born Timestamp:", fmt_ms(msg.born_timestamp)),
+        ("Store Timestamp:", fmt_ms(msg.store_timestamp)),
+        ("Born Host:", msg.born_host),
+        ("Store Host:", msg.store_host),
+        ("System Flag:", msg.sys_flag),
+        ("Properties:", msg.properties),
+        ("Body Size:", len(msg.body)),
+    ]
     return "\n".join(f"{k:<20} {v}" for k, v in rows)
 
 
@@ -540,25 +709,33 @@ async def cmd_query_msg_by_id(admin: AdminClient, args: argparse.Namespace) -> O
                 msg = await admin.view_message(addr, offset)
         if msg is None:
             if not args.topic:
-                raise AdminError(f"{msg_id} is not the offset id of a known broker; to look a client message id "
-                                 "(UNIQ_KEY) up, also give its topic with -t")
+                raise AdminError(
+                    f"{msg_id} is not the offset id of a known broker; to look a client message id "
+                    "(UNIQ_KEY) up, also give its topic with -t"
+                )
             for broker in (await admin.route_masters(args.topic)).values():
-                hits = [m for m in await admin.query_message(broker, args.topic, msg_id, max_num=32, unique_key=True)
-                        if m.properties.get("UNIQ_KEY") == msg_id]
+                hits = [
+                    m
+                    for m in await admin.query_message(broker, args.topic, msg_id, max_num=32, unique_key=True)
+                    if m.properties.get("UNIQ_KEY") == msg_id
+                ]
                 if hits:
                     msg = min(hits, key=lambda m: m.store_timestamp)
                     break
         if msg is None:
-            raise AdminError(f"query message by id finished, but no message: {msg_id}",
-                             code=ResponseCode.NO_MESSAGE)
+            raise AdminError(f"query message by id finished, but no message: {msg_id}", code=ResponseCode.NO_MESSAGE)
         found.append(msg)
     return Output([message_json(m) for m in found], "\n\n".join(_message_text(m) for m in found))
 
 
 async def cmd_query_msg_by_key(admin: AdminClient, args: argparse.Namespace) -> Output:
     brokers = await admin.route_masters(args.topic)
-    results = await admin.gather({addr: admin.query_message(addr, args.topic, args.key, max_num=64, begin_ms=0,
-                                                            end_ms=LONG_MAX) for addr in brokers.values()})
+    results = await admin.gather(
+        {
+            addr: admin.query_message(addr, args.topic, args.key, max_num=64, begin_ms=0, end_ms=LONG_MAX)
+            for addr in brokers.values()
+        }
+    )
     msgs: list[StoredMessage] = []
     for result in results.values():
         if isinstance(result, AdminError):
@@ -599,8 +776,17 @@ async def cmd_stats_all(admin: AdminClient, args: argparse.Namespace) -> Output:
         if not groups:
             if not args.active or in_today > 0:
                 rows.append([topic, "", 0, f"{in_tps:.2f}", "", in_today, "NO_CONSUMER"])
-                data.append({"topic": topic, "consumerGroup": None, "accumulation": 0, "inTps": in_tps,
-                             "outTps": None, "inMsg24Hour": in_today, "outMsg24Hour": None})
+                data.append(
+                    {
+                        "topic": topic,
+                        "consumerGroup": None,
+                        "accumulation": 0,
+                        "inTps": in_tps,
+                        "outTps": None,
+                        "inMsg24Hour": in_today,
+                        "outMsg24Hour": None,
+                    }
+                )
             continue
         for group in sorted(groups):
             out_tps, out_today = 0.0, 0
@@ -614,16 +800,30 @@ async def cmd_stats_all(admin: AdminClient, args: argparse.Namespace) -> Output:
             accumulate = 0
             try:
                 _, offsets = await _consume_stats(admin, group, topic)
-                accumulate = max(0, sum(int(o.get("brokerOffset", 0)) - int(o.get("consumerOffset", 0))
-                                        for o in offsets.values()))
+                accumulate = max(
+                    0, sum(int(o.get("brokerOffset", 0)) - int(o.get("consumerOffset", 0)) for o in offsets.values())
+                )
             except AdminError:
                 pass
             if not args.active or in_today > 0 or out_today > 0:
                 rows.append([topic, group, accumulate, f"{in_tps:.2f}", f"{out_tps:.2f}", in_today, out_today])
-                data.append({"topic": topic, "consumerGroup": group, "accumulation": accumulate, "inTps": in_tps,
-                             "outTps": out_tps, "inMsg24Hour": in_today, "outMsg24Hour": out_today})
-    return Output(data, table(["#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
-                               "#OutMsg24Hour"], rows))
+                data.append(
+                    {
+                        "topic": topic,
+                        "consumerGroup": group,
+                        "accumulation": accumulate,
+                        "inTps": in_tps,
+                        "outTps": out_tps,
+                        "inMsg24Hour": in_today,
+                        "outMsg24Hour": out_today,
+                    }
+                )
+    return Output(
+        data,
+        table(
+            ["#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour", "#OutMsg24Hour"], rows
+        ),
+    )
 
 
 def _sum_24h(bsd: dict[str, Any]) -> int:
@@ -645,10 +845,21 @@ async def cmd_inject_fault(admin: AdminClient, args: argparse.Namespace) -> Outp
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.fault_inject(addr, args.kind, duration_ms=args.duration or 0, target=args.target, value=args.value)
-    what = args.kind + (f" on {args.target}" if args.target else "") + (f" for {args.duration} ms" if args.duration
-                                                                          else "")
-    return Output({"brokers": addrs, "kind": args.kind, "durationMs": args.duration or 0, "target": args.target,
-                   "value": args.value}, "\n".join(f"{addr}: {what} armed" for addr in addrs))
+    what = (
+        args.kind
+        + (f" on {args.target}" if args.target else "")
+        + (f" for {args.duration} ms" if args.duration else "")
+    )
+    return Output(
+        {
+            "brokers": addrs,
+            "kind": args.kind,
+            "durationMs": args.duration or 0,
+            "target": args.target,
+            "value": args.value,
+        },
+        "\n".join(f"{addr}: {what} armed" for addr in addrs),
+    )
 
 
 async def cmd_clear_faults(admin: AdminClient, args: argparse.Namespace) -> Output:
@@ -668,30 +879,42 @@ def _bool_text(text: str | None) -> bool:
 
 async def cmd_update_acl_config(admin: AdminClient, args: argparse.Namespace) -> Output:
     hdr = CreateAccessConfigRequestHeader(
-        access_key=args.access_key, secret_key=args.secret_key, white_remote_address=args.white_remote_address,
-        admin=_bool_text(args.admin), default_topic_perm=args.default_topic_perm,
-        default_group_perm=args.default_group_perm, topic_perms=args.topic_perms, group_perms=args.group_perms)
+        access_key=args.access_key,
+        secret_key=args.secret_key,
+        white_remote_address=args.white_remote_address,
+        admin=_bool_text(args.admin),
+        default_topic_perm=args.default_topic_perm,
+        default_group_perm=args.default_group_perm,
+        topic_perms=args.topic_perms,
+        group_perms=args.group_perms,
+    )
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.update_acl_config(addr, hdr)
-    return Output({"brokers": addrs, "accessKey": args.access_key},
-                  "\n".join(f"create or update plain access config to {addr} success." for addr in addrs))
+    return Output(
+        {"brokers": addrs, "accessKey": args.access_key},
+        "\n".join(f"create or update plain access config to {addr} success." for addr in addrs),
+    )
 
 
 async def cmd_delete_acl_config(admin: AdminClient, args: argparse.Namespace) -> Output:
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.delete_acl_config(addr, args.access_key)
-    return Output({"brokers": addrs, "accessKey": args.access_key},
-                  "\n".join(f"delete plain access config account from {addr} success." for addr in addrs))
+    return Output(
+        {"brokers": addrs, "accessKey": args.access_key},
+        "\n".join(f"delete plain access config account from {addr} success." for addr in addrs),
+    )
 
 
 async def cmd_update_global_white_addr(admin: AdminClient, args: argparse.Namespace) -> Output:
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.update_global_white_addrs(addr, args.addresses, args.acl_file)
-    return Output({"brokers": addrs, "globalWhiteRemoteAddresses": args.addresses},
-                  "\n".join(f"update global white remote addresses to {addr} success." for addr in addrs))
+    return Output(
+        {"brokers": addrs, "globalWhiteRemoteAddresses": args.addresses},
+        "\n".join(f"update global white remote addresses to {addr} success." for addr in addrs),
+    )
 
 
 async def cmd_cluster_acl_config_version(admin: AdminClient, args: argparse.Namespace) -> Output:
@@ -702,11 +925,31 @@ async def cmd_cluster_acl_config_version(admin: AdminClient, args: argparse.Name
         files = json.loads(info.get("allAclFileVersion") or "{}")
         for path, version in sorted(files.items()):
             stamp = datetime.fromtimestamp(int(version.get("timestamp", 0)) / 1000).strftime("%Y-%m-%d %H:%M:%S")
-            rows.append([info.get("clusterName"), info.get("brokerName"), info.get("brokerAddr"), path,
-                         version.get("counter"), stamp])
+            rows.append(
+                [
+                    info.get("clusterName"),
+                    info.get("brokerName"),
+                    info.get("brokerAddr"),
+                    path,
+                    version.get("counter"),
+                    stamp,
+                ]
+            )
         data.append({**info, "allAclFileVersion": files})
-    return Output(data, table(["#Cluster Name", "#Broker Name", "#Broker Addr", "#AclFilePath",
-                               "#AclConfigVersionNum", "#AclLastUpdateTime"], rows))
+    return Output(
+        data,
+        table(
+            [
+                "#Cluster Name",
+                "#Broker Name",
+                "#Broker Addr",
+                "#AclFilePath",
+                "#AclConfigVersionNum",
+                "#AclLastUpdateTime",
+            ],
+            rows,
+        ),
+    )
 
 
 async def cmd_get_acl_config(admin: AdminClient, args: argparse.Namespace) -> Output:
@@ -719,8 +962,16 @@ async def cmd_get_acl_config(admin: AdminClient, args: argparse.Namespace) -> Ou
         lines.append("")
         lines.append("accounts:")
         for account in config.get("plainAccessConfigs") or []:
-            for key in ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm",
-                        "defaultGroupPerm", "topicPerms", "groupPerms"):
+            for key in (
+                "accessKey",
+                "secretKey",
+                "whiteRemoteAddress",
+                "admin",
+                "defaultTopicPerm",
+                "defaultGroupPerm",
+                "topicPerms",
+                "groupPerms",
+            ):
                 value = account.get(key)
                 if isinstance(value, list):
                     value = f"[{', '.join(value)}]"
@@ -740,14 +991,26 @@ Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Output]]
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namesrvAddr", dest="namesrv",
-                        help="name server address(es), ';'-separated (default: $NAMESRV_ADDR or 127.0.0.1:9876)")
+    common.add_argument(
+        "-n",
+        "--namesrvAddr",
+        dest="namesrv",
+        help="name server address(es), ';'-separated (default: $NAMESRV_ADDR or 127.0.0.1:9876)",
+    )
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (default 5)")
-    common.add_argument("--ak", dest="ak", default=os.environ.get("ROCKETMQ_ACCESS_KEY"),
-                        help="ACL access key to sign requests with (default: $ROCKETMQ_ACCESS_KEY)")
-    common.add_argument("--sk", dest="sk", default=os.environ.get("ROCKETMQ_SECRET_KEY"),
-                        help="ACL secret key (default: $ROCKETMQ_SECRET_KEY)")
+    common.add_argument(
+        "--ak",
+        dest="ak",
+        default=os.environ.get("ROCKETMQ_ACCESS_KEY"),
+        help="ACL access key to sign requests with (default: $ROCKETMQ_ACCESS_KEY)",
+    )
+    common.add_argument(
+        "--sk",
+        dest="sk",
+        default=os.environ.get("ROCKETMQ_SECRET_KEY"),
+        help="ACL secret key (default: $ROCKETMQ_SECRET_KEY)",
+    )
     parser = argparse.ArgumentParser(prog="mqadmin", description="mini-rocketmq admin tool (upstream command names)")
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
 
@@ -763,8 +1026,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("clusterList", cmd_cluster_list, "List brokers of every cluster with their load")
     p.add_argument("-m", "--moreStats", dest="more", action="store_true", help="message totals of today/yesterday")
     p = add("topicList", cmd_topic_list, "List all topics")
-    p.add_argument("-c", "--clusterModel", dest="cluster_mode", action="store_true",
-                   help="with their cluster and consumer groups")
+    p.add_argument(
+        "-c", "--clusterModel", dest="cluster_mode", action="store_true", help="with their cluster and consumer groups"
+    )
     p = add("topicRoute", cmd_topic_route, "Examine a topic's route")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-l", "--list", action="store_true", help="table instead of JSON")
@@ -787,8 +1051,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker_or_cluster(p)
     p = add("getBrokerConfig", cmd_get_broker_config, "A broker's configuration")
     broker_or_cluster(p)
-    p = add("updateBrokerConfig", cmd_update_broker_config,
-            "Change one configuration key (also logLevel=DEBUG|INFO|..., requestLogEnable=true|false)")
+    p = add(
+        "updateBrokerConfig",
+        cmd_update_broker_config,
+        "Change one configuration key (also logLevel=DEBUG|INFO|..., requestLogEnable=true|false)",
+    )
     broker_or_cluster(p)
     p.add_argument("-k", "--key", required=True)
     p.add_argument("-v", "--value", required=True)
@@ -843,8 +1110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-a", "--accessKey", dest="access_key", required=True)
     p = add("updateGlobalWhiteAddr", cmd_update_global_white_addr, "Replace the ACL global white address list")
     broker_or_cluster(p)
-    p.add_argument("-g", "--globalWhiteRemoteAddresses", dest="addresses", required=True,
-                   help="e.g. 10.10.103.*,192.168.0.*")
+    p.add_argument(
+        "-g", "--globalWhiteRemoteAddresses", dest="addresses", required=True, help="e.g. 10.10.103.*,192.168.0.*"
+    )
     p.add_argument("-p", "--aclFileFullPath", dest="acl_file", help="which ACL file (default plain_acl.yml)")
     p = add("clusterAclConfigVersion", cmd_cluster_acl_config_version, "The ACL files' versions of each broker")
     broker_or_cluster(p)
@@ -870,8 +1138,10 @@ def _quiet_logging() -> None:
     import structlog
 
     if not structlog.is_configured():
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                            logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        structlog.configure(
+            wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

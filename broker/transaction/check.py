@@ -86,9 +86,17 @@ class _OpView:
 
 
 class TransactionalMessageCheckService:
-    def __init__(self, *, store: Any, service: TransactionalMessageService, offsets: Any, config: CheckConfig,
-                 send_check: Callable[[str, RemotingCommand], bool],
-                 ensure_topic: Callable[[str], None] | None = None, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        *,
+        store: Any,
+        service: TransactionalMessageService,
+        offsets: Any,
+        config: CheckConfig,
+        send_check: Callable[[str, RemotingCommand], bool],
+        ensure_topic: Callable[[str], None] | None = None,
+        now_ms: Callable[[], int],
+    ) -> None:
         """``send_check(group, request)`` sends a CHECK_TRANSACTION_STATE to a live producer channel of
         ``group`` and says whether there was one; ``ensure_topic`` creates TRANS_CHECK_MAX_TIME_TOPIC's
         topic config before the first discard."""
@@ -172,8 +180,10 @@ class TransactionalMessageCheckService:
                 i = max(i + 1, self._next_readable(queue_id, i))
                 continue
             check_times = _int(half.properties.get(MessageConst.TRANSACTION_CHECK_TIMES), 0)
-            if check_times >= cfg.transaction_check_max or \
-                    now - half.born_timestamp > cfg.file_reserved_time * 3_600_000:
+            if (
+                check_times >= cfg.transaction_check_max
+                or now - half.born_timestamp > cfg.file_reserved_time * 3_600_000
+            ):
                 await self._discard(half, check_times)
                 stats.discarded += 1
                 i += 1
@@ -210,8 +220,15 @@ class TransactionalMessageCheckService:
             setattr(self.total, name, getattr(self.total, name) + getattr(stats, name))
         self.total.half_offset, self.total.op_offset = i, new_op_offset
         if stats.checked or stats.discarded:
-            log.info("transaction check round", checked=stats.checked, discarded=stats.discarded,
-                     decided=stats.decided, no_producer=stats.no_producer, half_offset=i, op_offset=new_op_offset)
+            log.info(
+                "transaction check round",
+                checked=stats.checked,
+                discarded=stats.discarded,
+                decided=stats.decided,
+                no_producer=stats.no_producer,
+                half_offset=i,
+                op_offset=new_op_offset,
+            )
         return stats
 
     # -- pieces ----------------------------------------------------------------------------------
@@ -225,12 +242,19 @@ class TransactionalMessageCheckService:
     def _read_ops(self, ops: _OpView, queue_id: int, half_offset: int) -> None:
         """Read op records from where the last read stopped up to the end of the op queue."""
         while True:
-            result = self.store.get_message(CHECK_GROUP, TRANS_OP_HALF_TOPIC, queue_id, ops.read_to,
-                                            OP_PULL_BATCH, None)
+            result = self.store.get_message(
+                CHECK_GROUP, TRANS_OP_HALF_TOPIC, queue_id, ops.read_to, OP_PULL_BATCH, None
+            )
             if result.status != GetMessageStatus.FOUND:
-                if result.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.NO_MATCHED_MESSAGE,
-                                     GetMessageStatus.MESSAGE_WAS_REMOVING) and \
-                        result.next_begin_offset > ops.read_to:
+                if (
+                    result.status
+                    in (
+                        GetMessageStatus.OFFSET_TOO_SMALL,
+                        GetMessageStatus.NO_MATCHED_MESSAGE,
+                        GetMessageStatus.MESSAGE_WAS_REMOVING,
+                    )
+                    and result.next_begin_offset > ops.read_to
+                ):
                     ops.done.extend(range(ops.read_to, result.next_begin_offset))
                     ops.read_to = result.next_begin_offset
                     continue
@@ -238,8 +262,7 @@ class TransactionalMessageCheckService:
             for op_offset, buf in zip(result.msg_queue_offsets, result.buffers):
                 try:
                     op = decode_record(buf)
-                    decided = int(op.body.decode()) if op.properties.get(MessageConst.TAGS) == REMOVE_TAG \
-                        else None
+                    decided = int(op.body.decode()) if op.properties.get(MessageConst.TAGS) == REMOVE_TAG else None
                 except (RecordError, ValueError, UnicodeDecodeError):
                     log.warning("unreadable transaction op record, ignored", op_offset=op_offset)
                     decided = None
@@ -267,10 +290,14 @@ class TransactionalMessageCheckService:
         if self._ensure_topic is not None:
             self._ensure_topic(TRANS_CHECK_MAX_TIME_TOPIC)
         result = await self.store.put_message(self.service.discarded_message(half))
-        log.warning("half message checked too many times or too old, discarded to TRANS_CHECK_MAX_TIME_TOPIC",
-                    msg_id=half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-                    group=half.properties.get(MessageConst.PRODUCER_GROUP), check_times=check_times,
-                    half_offset=half.queue_offset, stored=result.is_ok())
+        log.warning(
+            "half message checked too many times or too old, discarded to TRANS_CHECK_MAX_TIME_TOPIC",
+            msg_id=half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            group=half.properties.get(MessageConst.PRODUCER_GROUP),
+            check_times=check_times,
+            half_offset=half.queue_offset,
+            stored=result.is_ok(),
+        )
 
     async def _settle_immune(self, ops: _OpView, half: MessageExt) -> bool:
         """upstream checkPrepareQueueOffset: an immune message is decided through its original offset,
@@ -281,8 +308,9 @@ class TransactionalMessageCheckService:
             return True
         copy = self.service.renew_half_message(half)
         if original is None:
-            copy.set_properties({**copy.properties,
-                                 MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half.queue_offset)})
+            copy.set_properties(
+                {**copy.properties, MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET: str(half.queue_offset)}
+            )
         result = await self.store.put_message(copy)
         return result.is_ok()
 
@@ -290,8 +318,9 @@ class TransactionalMessageCheckService:
         """Append the copy to be checked and ask a producer of its group about it."""
         result = await self.store.put_message(self.service.renew_half_message(half))
         if not result.is_ok():
-            log.warning("cannot put back a half message for its check", half_offset=half.queue_offset,
-                        status=result.status.name)
+            log.warning(
+                "cannot put back a half message for its check", half_offset=half.queue_offset, status=result.status.name
+            )
             return False
         ar = result.append_result
         group = half.properties.get(MessageConst.PRODUCER_GROUP, "")
@@ -299,35 +328,55 @@ class TransactionalMessageCheckService:
         stats.checked += 1
         if not group or not self._send_check(group, request):
             stats.no_producer += 1
-            log.warning("no live producer to check a transaction with", group=group,
-                        msg_id=request.ext_fields.get("msgId"), half_offset=ar.logics_offset)
+            log.warning(
+                "no live producer to check a transaction with",
+                group=group,
+                msg_id=request.ext_fields.get("msgId"),
+                half_offset=ar.logics_offset,
+            )
         return True
 
     @staticmethod
-    def build_check_request(half: MessageExt, queue_offset: int, commit_log_offset: int, offset_msg_id: str,
-                            store_timestamp: int) -> RemotingCommand:
+    def build_check_request(
+        half: MessageExt, queue_offset: int, commit_log_offset: int, offset_msg_id: str, store_timestamp: int
+    ) -> RemotingCommand:
         """CHECK_TRANSACTION_STATE about the copy at (queue_offset, commit_log_offset): the body is that
         message in stored form with its real topic and queue (upstream sendCheckMessage)."""
         uniq = half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         header = CheckTransactionStateRequestHeader(
-            tran_state_table_offset=queue_offset, commit_log_offset=commit_log_offset, msg_id=uniq,
-            transaction_id=uniq, offset_msg_id=offset_msg_id)
+            tran_state_table_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
+            msg_id=uniq,
+            transaction_id=uniq,
+            offset_msg_id=offset_msg_id,
+        )
         props = half.properties
         topic = props.get(MessageConst.REAL_TOPIC, half.topic)
         queue_id = _int(props.get(MessageConst.REAL_QID), 0)
         record = encode_record(_as_inner(half, topic, queue_id))
         patch_record(record, 0, queue_offset, commit_log_offset, store_timestamp)
-        return RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, encode_header(header), bytes(record),
-                                       oneway=True)
+        return RemotingCommand.request(
+            RequestCode.CHECK_TRANSACTION_STATE, encode_header(header), bytes(record), oneway=True
+        )
 
 
 def _as_inner(half: MessageExt, topic: str, queue_id: int) -> MessageExtBrokerInner:
     props = dict(half.properties)
     return MessageExtBrokerInner(
-        topic=topic, queue_id=queue_id, flag=half.flag, body=half.body, properties=props,
-        properties_string=encode_properties(props), tags_code=0, sys_flag=half.sys_flag,
-        born_timestamp=half.born_timestamp, born_host=half.born_host, store_host=half.store_host,
-        reconsume_times=half.reconsume_times, prepared_transaction_offset=0)
+        topic=topic,
+        queue_id=queue_id,
+        flag=half.flag,
+        body=half.body,
+        properties=props,
+        properties_string=encode_properties(props),
+        tags_code=0,
+        sys_flag=half.sys_flag,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        store_host=half.store_host,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=0,
+    )
 
 
 def _settled_prefix(done: list[int], start: int) -> int:
@@ -358,6 +407,7 @@ def _int(text: str | None, default):
 
 def send_to_producer(producer_manager: Any) -> Callable[[str, RemotingCommand], bool]:
     """``send_check`` over a live channel of the group (upstream Broker2Client.checkProducerTransactionState)."""
+
     def send(group: str, request: RemotingCommand) -> bool:
         channel = producer_manager.get_available_channel(group)
         if channel is None:
@@ -368,12 +418,15 @@ def send_to_producer(producer_manager: Any) -> Callable[[str, RemotingCommand], 
             log.info("cannot send a transaction check", group=group, remote=channel.remote_addr, error=str(exc))
             return False
         return True
+
     return send
 
 
 def system_topic_creator(topic_config_manager: Any) -> Callable[[str], None]:
     """``ensure_topic`` for TRANS_CHECK_MAX_TIME_TOPIC: one read-write queue, as upstream creates it."""
+
     def ensure(topic: str) -> None:
         if topic_config_manager.select_topic_config(topic) is None:
             topic_config_manager.create_topic_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+
     return ensure

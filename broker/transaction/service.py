@@ -27,16 +27,32 @@ def reset_transaction_value(sys_flag: int, tx_type: int) -> int:
     return (sys_flag & ~TRANSACTION_ROLLBACK_TYPE) | tx_type
 
 
-def _inner_from(msg: MessageExt, topic: str, queue_id: int, props: dict[str, str], *,
-                sys_flag: int | None = None, store_host: tuple[str, int] | None = None,
-                prepared_transaction_offset: int = 0) -> MessageExtBrokerInner:
+def _inner_from(
+    msg: MessageExt,
+    topic: str,
+    queue_id: int,
+    props: dict[str, str],
+    *,
+    sys_flag: int | None = None,
+    store_host: tuple[str, int] | None = None,
+    prepared_transaction_offset: int = 0,
+) -> MessageExtBrokerInner:
     tags = props.get(MessageConst.TAGS)
     return MessageExtBrokerInner(
-        topic=topic, queue_id=queue_id, flag=msg.flag, body=msg.body, properties=props,
-        properties_string=encode_properties(props), tags_code=tags_hash(tags) if tags else 0,
-        sys_flag=msg.sys_flag if sys_flag is None else sys_flag, born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host, store_host=store_host or msg.store_host, reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=prepared_transaction_offset)
+        topic=topic,
+        queue_id=queue_id,
+        flag=msg.flag,
+        body=msg.body,
+        properties=props,
+        properties_string=encode_properties(props),
+        tags_code=tags_hash(tags) if tags else 0,
+        sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        store_host=store_host or msg.store_host,
+        reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
 
 
 class TransactionalMessageService:
@@ -64,14 +80,20 @@ class TransactionalMessageService:
         except ValueError:
             queue_id = 0
         props.pop(MessageConst.TRAN_MSG, None)
-        return _inner_from(half, topic, queue_id, props, sys_flag=reset_transaction_value(half.sys_flag, tx_type),
-                           store_host=self.store_host, prepared_transaction_offset=commit_log_offset)
+        return _inner_from(
+            half,
+            topic,
+            queue_id,
+            props,
+            sys_flag=reset_transaction_value(half.sys_flag, tx_type),
+            store_host=self.store_host,
+            prepared_transaction_offset=commit_log_offset,
+        )
 
     def renew_half_message(self, half: MessageExt) -> MessageExtBrokerInner:
         """A copy of a half message to put back at the end of the half queue (upstream
         renewHalfMessageInner): same born time, properties (with any updated check count) and body."""
-        return _inner_from(half, TRANS_HALF_TOPIC, half.queue_id, dict(half.properties),
-                           store_host=self.store_host)
+        return _inner_from(half, TRANS_HALF_TOPIC, half.queue_id, dict(half.properties), store_host=self.store_host)
 
     def discarded_message(self, half: MessageExt) -> MessageExtBrokerInner:
         """A half message checked too often, as it is parked in TRANS_CHECK_MAX_TIME_TOPIC."""
@@ -85,12 +107,20 @@ class TransactionalMessageService:
         body = str(half_queue_offset).encode()
         props = {MessageConst.TAGS: REMOVE_TAG}
         op = MessageExtBrokerInner(
-            topic=TRANS_OP_HALF_TOPIC, queue_id=queue_id, flag=0, body=body, properties=props,
-            properties_string=encode_properties(props), tags_code=tags_hash(REMOVE_TAG), sys_flag=0,
-            born_timestamp=self._now_ms(), born_host=self.store_host, store_host=self.store_host)
+            topic=TRANS_OP_HALF_TOPIC,
+            queue_id=queue_id,
+            flag=0,
+            body=body,
+            properties=props,
+            properties_string=encode_properties(props),
+            tags_code=tags_hash(REMOVE_TAG),
+            sys_flag=0,
+            born_timestamp=self._now_ms(),
+            born_host=self.store_host,
+            store_host=self.store_host,
+        )
         result: PutMessageResult = await self.store.put_message(op)
         ok = result.is_ok()
         if not ok:
-            log.warning("cannot write transaction op record", half_offset=half_queue_offset,
-                        status=result.status.name)
+            log.warning("cannot write transaction op record", half_offset=half_queue_offset, status=result.status.name)
         return ok

@@ -22,8 +22,9 @@ AK, SK = "bench_admin", "bench_secret"
 def acl_broker(tmp_path_factory):
     home = tmp_path_factory.mktemp("acl-home")
     (home / "conf").mkdir()
-    (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({"accounts": [
-        {"accessKey": AK, "secretKey": SK, "admin": True}]}))
+    (home / "conf" / "plain_acl.yml").write_text(
+        yaml.safe_dump({"accounts": [{"accessKey": AK, "secretKey": SK, "admin": True}]})
+    )
     config = {**SMALL_STORE, "aclEnable": "true", "rocketmqHome": str(home)}
     with BrokerProcess(tmp_path_factory.mktemp("acl-broker"), config=config) as b:
         yield b
@@ -49,11 +50,28 @@ def test_a_run_without_credentials_cannot_create_its_topics(acl_broker):
 
 @pytest.mark.parametrize("driver", ["asyncio", "grpc"])
 def test_a_signed_run_sends_and_consumes_everything(acl_broker, driver):
-    scen = parse_scenario({"name": "acl", "driver": driver, "send_mode": "sync", "producer_rate": 100,
-                           "duration_s": 1.0, "message_size": 64, "drain_timeout_s": 15,
-                           "client": {"suspend_timeout_ms": 1000}})
-    plan = plan_run(scen, run_id=f"acl-{driver}", namesrv=acl_broker.namesrv, tasks=2, progress_addr=None,
-                    access_key=AK, secret_key=SK, grpc_endpoint=acl_broker.grpc_endpoint)
+    scen = parse_scenario(
+        {
+            "name": "acl",
+            "driver": driver,
+            "send_mode": "sync",
+            "producer_rate": 100,
+            "duration_s": 1.0,
+            "message_size": 64,
+            "drain_timeout_s": 15,
+            "client": {"suspend_timeout_ms": 1000},
+        }
+    )
+    plan = plan_run(
+        scen,
+        run_id=f"acl-{driver}",
+        namesrv=acl_broker.namesrv,
+        tasks=2,
+        progress_addr=None,
+        access_key=AK,
+        secret_key=SK,
+        grpc_endpoint=acl_broker.grpc_endpoint,
+    )
     asyncio.run(prepare_topics(acl_broker.namesrv, plan.topics, scen.queues_per_topic, SessionCredentials(AK, SK)))
     merged = run_plan_threaded(plan)
     names = list(merged.cols)

@@ -10,14 +10,28 @@ from bench.compare import compare, format_table
 
 
 def score(**over) -> dict:
-    s = {"counts": {"lost": 0, "duplicated": 0, "out_of_order": 0, "failed": 0, "delivered_unacked": 0,
-                    "duplicates_stored": 0, "retries": 3},
-         "publish": {"rate_msg_s": 1000.0, "rate_mib_s": 1.0,
-                     "latency_ms": {"p50": 2.0, "p95": 5.0, "p99": 10.0, "p99_9": 20.0, "max": 50.0}},
-         "consume": {"rate_msg_s": 1000.0, "rate_mib_s": 1.0},
-         "end_to_end": {"latency_ms": {"p50": 3.0, "p95": 6.0, "p99": 12.0, "p99_9": 25.0, "max": 60.0}},
-         "errors": {"busy_total": 0}, "backlog": {"max": 10, "drain_time_s": 0.5},
-         "broker": {}, "client": {}}
+    s = {
+        "counts": {
+            "lost": 0,
+            "duplicated": 0,
+            "out_of_order": 0,
+            "failed": 0,
+            "delivered_unacked": 0,
+            "duplicates_stored": 0,
+            "retries": 3,
+        },
+        "publish": {
+            "rate_msg_s": 1000.0,
+            "rate_mib_s": 1.0,
+            "latency_ms": {"p50": 2.0, "p95": 5.0, "p99": 10.0, "p99_9": 20.0, "max": 50.0},
+        },
+        "consume": {"rate_msg_s": 1000.0, "rate_mib_s": 1.0},
+        "end_to_end": {"latency_ms": {"p50": 3.0, "p95": 6.0, "p99": 12.0, "p99_9": 25.0, "max": 60.0}},
+        "errors": {"busy_total": 0},
+        "backlog": {"max": 10, "drain_time_s": 0.5},
+        "broker": {},
+        "client": {},
+    }
     for path, value in over.items():
         cur = s
         keys = path.split("__")
@@ -36,21 +50,25 @@ def test_identical_scores_have_no_regression():
 
 
 def test_latency_and_rate_beyond_threshold():
-    b = score(publish__latency_ms={"p50": 2.0, "p95": 5.0, "p99": 12.5, "p99_9": 20.0, "max": 500.0},
-              publish__rate_msg_s=850.0)
+    b = score(
+        publish__latency_ms={"p50": 2.0, "p95": 5.0, "p99": 12.5, "p99_9": 20.0, "max": 500.0},
+        publish__rate_msg_s=850.0,
+    )
     assert regressions(score(), b) == ["publish.rate_msg_s", "publish.latency_ms.p99"]
     # max latency is informational only; within a looser threshold nothing regresses
     assert regressions(score(), b, threshold=0.3) == []
-    assert regressions(score(), b, threshold=0.3, overrides={"publish.latency_ms.p99": 0.2}) == \
-        ["publish.latency_ms.p99"]
+    assert regressions(score(), b, threshold=0.3, overrides={"publish.latency_ms.p99": 0.2}) == [
+        "publish.latency_ms.p99"
+    ]
 
 
 def test_tiny_latency_changes_are_noise():
     a = score(end_to_end__latency_ms={"p50": 0.2, "p95": 0.4, "p99": 0.6, "p99_9": 1.0, "max": 2.0})
     b = score(end_to_end__latency_ms={"p50": 0.3, "p95": 0.6, "p99": 0.9, "p99_9": 3.0, "max": 2.0})
     assert regressions(a, b) == ["end_to_end.latency_ms.p99_9"]
-    assert regressions(a, b, latency_floor_ms=0.01) == [f"end_to_end.latency_ms.{p}" for p in
-                                                        ("p50", "p95", "p99", "p99_9")]
+    assert regressions(a, b, latency_floor_ms=0.01) == [
+        f"end_to_end.latency_ms.{p}" for p in ("p50", "p95", "p99", "p99_9")
+    ]
 
 
 def test_zero_to_nonzero_counts_regress_and_improvements_do_not():

@@ -33,9 +33,19 @@ def rows(buf: OutcomeBuffer, event: str) -> list[dict]:
 
 
 def test_batch_mode_records_every_message(broker):
-    buf = run_inprocess(broker, {"name": "b", "send_mode": "batch", "producer_rate": 400, "duration_s": 1.0,
-                                 "message_size": 64, "drain_timeout_s": 15, "client": {"batch_size": 8,
-                                 "suspend_timeout_ms": 1000}}, "drv-batch")
+    buf = run_inprocess(
+        broker,
+        {
+            "name": "b",
+            "send_mode": "batch",
+            "producer_rate": 400,
+            "duration_s": 1.0,
+            "message_size": 64,
+            "drain_timeout_s": 15,
+            "client": {"batch_size": 8, "suspend_timeout_ms": 1000},
+        },
+        "drv-batch",
+    )
     sends = rows(buf, "send")
     consumed = Counter(r["seq"] for r in rows(buf, "consume"))
     assert sends and all(r["status"] == "SEND_OK" for r in sends)
@@ -50,11 +60,20 @@ def test_batch_mode_records_every_message(broker):
 def test_slow_broker_message_fault_causes_retries_and_duplicates(broker):
     """Every 10th message makes the broker sleep 0.8 s; attempts are capped at 0.4 s with one retry:
     both attempts time out, and both are stored — the incident in miniature."""
-    buf = run_inprocess(broker, {
-        "name": "f", "send_mode": "sync", "producer_rate": 50, "duration_s": 1.0, "message_size": 32,
-        "drain_timeout_s": 15, "client": {"send_timeout_ms": 3000, "attempt_timeout_ms": 400, "retries": 1,
-                                          "suspend_timeout_ms": 1000},
-        "message_faults": [{"property": "brokerSleepMs", "value": 800, "every": 10}]}, "drv-fault")
+    buf = run_inprocess(
+        broker,
+        {
+            "name": "f",
+            "send_mode": "sync",
+            "producer_rate": 50,
+            "duration_s": 1.0,
+            "message_size": 32,
+            "drain_timeout_s": 15,
+            "client": {"send_timeout_ms": 3000, "attempt_timeout_ms": 400, "retries": 1, "suspend_timeout_ms": 1000},
+            "message_faults": [{"property": "brokerSleepMs", "value": 800, "every": 10}],
+        },
+        "drv-fault",
+    )
     sends = {r["seq"]: r for r in rows(buf, "send")}
     faulty = [s for s in sends if s % 10 == 0]
     assert faulty
@@ -69,8 +88,19 @@ def test_slow_broker_message_fault_causes_retries_and_duplicates(broker):
 
 def test_cpp_driver_runs_the_same_scenario(broker):
     pytest.importorskip("rocketmq.client")
-    buf = run_inprocess(broker, {"name": "c", "driver": "cpp", "send_mode": "sync", "producer_rate": 100,
-                                 "duration_s": 1.5, "message_size": 100, "drain_timeout_s": 20}, "drv-cpp")
+    buf = run_inprocess(
+        broker,
+        {
+            "name": "c",
+            "driver": "cpp",
+            "send_mode": "sync",
+            "producer_rate": 100,
+            "duration_s": 1.5,
+            "message_size": 100,
+            "drain_timeout_s": 20,
+        },
+        "drv-cpp",
+    )
     sends = rows(buf, "send")
     assert sends and all(r["status"] == "SEND_OK" and r["uniq_key"] for r in sends)
     consumed = rows(buf, "consume")
@@ -81,10 +111,20 @@ def test_cpp_driver_runs_the_same_scenario(broker):
 
 def test_grpc_driver_records_every_message_through_the_5x_endpoint(broker):
     """--protocol grpc: SendMessage / ReceiveMessage / AckMessage on the same scenario and outcome table."""
-    scen = parse_scenario({"name": "g", "driver": "grpc", "send_mode": "async", "producer_rate": 200,
-                           "duration_s": 1.0, "message_size": 64, "drain_timeout_s": 20})
-    plan = plan_run(scen, run_id="drv-grpc", namesrv=broker.namesrv, tasks=2, progress_addr=None,
-                    grpc_endpoint=broker.grpc_endpoint)
+    scen = parse_scenario(
+        {
+            "name": "g",
+            "driver": "grpc",
+            "send_mode": "async",
+            "producer_rate": 200,
+            "duration_s": 1.0,
+            "message_size": 64,
+            "drain_timeout_s": 20,
+        }
+    )
+    plan = plan_run(
+        scen, run_id="drv-grpc", namesrv=broker.namesrv, tasks=2, progress_addr=None, grpc_endpoint=broker.grpc_endpoint
+    )
     asyncio.run(prepare_topics(broker.namesrv, plan.topics, scen.queues_per_topic))
     merged = run_plan_threaded(plan)
     sends = rows(merged, "send")
@@ -96,5 +136,6 @@ def test_grpc_driver_records_every_message_through_the_5x_endpoint(broker):
 
 def test_grpc_driver_refuses_send_modes_5x_does_not_have():
     from bench.scenario import ScenarioError
+
     with pytest.raises(ScenarioError, match="driver grpc supports send_mode sync and async"):
         parse_scenario({"name": "g", "driver": "grpc", "send_mode": "oneway"})

@@ -20,25 +20,65 @@ from bench.report import _run_span, find_previous, write_report
 from bench.scenario import ScenarioError, bundled_scenarios, load_scenario, parse_scenario
 
 
-def score_of(scenario: dict, *, failed: int = 298, busy: int = 298, lost: int | None = 0,
-             started: str = "2026-11-24T14:41:16+0000", rate: float = 64.0) -> dict:
-    return {"scenario": parse_scenario(scenario).to_dict(), "run": {"run_id": "r", "started_at": started},
-            "counts": {"sent": 439, "acked": 141, "failed": failed, "consumed_unique": 141, "lost": lost,
-                       "duplicated": 0, "out_of_order": 0, "accounted": True, "retries": 0},
-            "publish": {"rate_msg_s": rate, "latency_ms": {"p50": 1.4, "p99": 919.8, "max": 1498.0}},
-            "consume": {}, "end_to_end": {"latency_ms": {"p50": 2.0, "p99": 918.0}},
-            "errors": {"all_by_kind": {"REJECTREQUEST": busy}, "final_by_kind": {"REJECTREQUEST": failed},
-                       "busy": {"REJECTREQUEST": busy}, "busy_total": busy},
-            "backlog": {"max": 0}, "broker": {}, "client": {}}
+def score_of(
+    scenario: dict,
+    *,
+    failed: int = 298,
+    busy: int = 298,
+    lost: int | None = 0,
+    started: str = "2026-11-24T14:41:16+0000",
+    rate: float = 64.0,
+) -> dict:
+    return {
+        "scenario": parse_scenario(scenario).to_dict(),
+        "run": {"run_id": "r", "started_at": started},
+        "counts": {
+            "sent": 439,
+            "acked": 141,
+            "failed": failed,
+            "consumed_unique": 141,
+            "lost": lost,
+            "duplicated": 0,
+            "out_of_order": 0,
+            "accounted": True,
+            "retries": 0,
+        },
+        "publish": {"rate_msg_s": rate, "latency_ms": {"p50": 1.4, "p99": 919.8, "max": 1498.0}},
+        "consume": {},
+        "end_to_end": {"latency_ms": {"p50": 2.0, "p99": 918.0}},
+        "errors": {
+            "all_by_kind": {"REJECTREQUEST": busy},
+            "final_by_kind": {"REJECTREQUEST": failed},
+            "busy": {"REJECTREQUEST": busy},
+            "busy_total": busy,
+        },
+        "backlog": {"max": 0},
+        "broker": {},
+        "client": {},
+    }
 
 
-SERIES = {"second": [0, 1, 2], "sent": [39, 33, 367], "acked": [39, 1, 101], "consumed": [39, 1, 101],
-          "publish_p50_ms": [2.8, 1.3, 1.1], "publish_p99_ms": [60.0, None, 1492.0], "e2e_p50_ms": [5, 3, 1],
-          "e2e_p99_ms": [55, None, 1494], "errors": {"REJECTREQUEST": [0, 0, 268]}, "backlog": [0, 0, 0],
-          "faults": [{"t": 0.0, "kind": "stall_append"}]}
+SERIES = {
+    "second": [0, 1, 2],
+    "sent": [39, 33, 367],
+    "acked": [39, 1, 101],
+    "consumed": [39, 1, 101],
+    "publish_p50_ms": [2.8, 1.3, 1.1],
+    "publish_p99_ms": [60.0, None, 1492.0],
+    "e2e_p50_ms": [5, 3, 1],
+    "e2e_p99_ms": [55, None, 1494],
+    "errors": {"REJECTREQUEST": [0, 0, 268]},
+    "backlog": [0, 0, 0],
+    "faults": [{"t": 0.0, "kind": "stall_append"}],
+}
 
-INCIDENT = {"name": "stall", "duration_s": 5, "warmup_s": 1, "faults": [{"at_s": 1, "kind": "stall_append"}],
-            "expect": {"failed": {"min": 1, "why": "busy answers are not retried"}, "busy.REJECTREQUEST": {"min": 1}}}
+INCIDENT = {
+    "name": "stall",
+    "duration_s": 5,
+    "warmup_s": 1,
+    "faults": [{"at_s": 1, "kind": "stall_append"}],
+    "expect": {"failed": {"min": 1, "why": "busy answers are not retried"}, "busy.REJECTREQUEST": {"min": 1}},
+}
 
 
 def test_defaults_count_any_failure_as_unexpected():
@@ -60,8 +100,7 @@ def test_an_incident_that_declares_its_failures_is_as_expected():
 
 def test_expect_is_validated_with_clear_problems():
     problems: list[str] = []
-    parse_expect("expect", {"failed": -1, "lots": 1, "busy.X": {"min": 3, "max": 1}, "lost": {"mni": 1}},
-                 problems)
+    parse_expect("expect", {"failed": -1, "lots": 1, "busy.X": {"min": 3, "max": 1}, "lost": {"mni": 1}}, problems)
     assert len(problems) == 4, problems
     assert any("unknown expectation 'lots'" in p for p in problems)
     with pytest.raises(ScenarioError, match="expect.failed must be a count"):
@@ -85,7 +124,7 @@ def test_scenarios_table_is_aligned_and_cuts_nothing():
         assert all(len(line) <= max(width, 100) for line in lines), width
         column = lines[0].index("DESCRIPTION")
         for line in lines[1:]:
-            assert line[column - 2:column] == "  " and line[column] != " ", line  # every row starts at the column
+            assert line[column - 2 : column] == "  " and line[column] != " ", line  # every row starts at the column
         words = " ".join(line[column:] for line in lines[1:]).split()
         for path in paths:
             assert " ".join(load_scenario(path).description.split()) in " ".join(words)
@@ -93,9 +132,11 @@ def test_scenarios_table_is_aligned_and_cuts_nothing():
 
 def test_report_compares_with_the_last_run_of_the_same_scenario(tmp_path):
     old, other, new = tmp_path / "stall-1", tmp_path / "throughput-1", tmp_path / "stall-2"
-    for d, score in ((old, score_of(INCIDENT, started="2026-11-24T10:00:00+0000", rate=160.0)),
-                     (other, score_of({"name": "throughput"}, started="2026-11-24T12:00:00+0000")),
-                     (new, score_of(INCIDENT))):
+    for d, score in (
+        (old, score_of(INCIDENT, started="2026-11-24T10:00:00+0000", rate=160.0)),
+        (other, score_of({"name": "throughput"}, started="2026-11-24T12:00:00+0000")),
+        (new, score_of(INCIDENT)),
+    ):
         d.mkdir()
         (d / "score.json").write_text(json.dumps(score))
     name, prev = find_previous(new, json.loads((new / "score.json").read_text()))
@@ -125,10 +166,25 @@ def chromium() -> str | None:
 
 
 def screenshot(html: Path, png: Path) -> None:
-    subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                    "--window-size=1200,900", f"--screenshot={png}", html.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1200,900",
+            f"--screenshot={png}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
 
 
 def banner_colours(png: Path) -> set[str]:

@@ -42,14 +42,23 @@ def test_progress_line_rates():
 
 
 def test_plan_spreads_clients_over_tasks():
-    scen = parse_scenario({"name": "p", "topics": 2, "producers_per_topic": 2, "subscriptions_per_topic": 2,
-                           "consumers_per_subscription": 2})
+    scen = parse_scenario(
+        {
+            "name": "p",
+            "topics": 2,
+            "producers_per_topic": 2,
+            "subscriptions_per_topic": 2,
+            "consumers_per_subscription": 2,
+        }
+    )
     plan = plan_run(scen, run_id="r1", namesrv="h:1", tasks=3, progress_addr=None)
     assert len(plan.specs) == 3
     assert sum(len(s.producers) for s in plan.specs) == 4
     assert sum(len(s.consumers) for s in plan.specs) == 8
-    assert plan.groups == {"bench-r1-t0": ["bench-r1-t0-s0", "bench-r1-t0-s1"],
-                           "bench-r1-t1": ["bench-r1-t1-s0", "bench-r1-t1-s1"]}
+    assert plan.groups == {
+        "bench-r1-t0": ["bench-r1-t0-s0", "bench-r1-t0-s1"],
+        "bench-r1-t1": ["bench-r1-t1-s0", "bench-r1-t1-s1"],
+    }
     assert [s.run_faults for s in plan.specs] == [True, False, False]
     one = plan_run(parse_scenario({"name": "q"}), run_id="r", namesrv="h:1", tasks=8, progress_addr=None)
     assert [(len(s.producers), len(s.consumers)) for s in one.specs] == [(1, 0), (0, 1)]
@@ -71,26 +80,51 @@ def test_local_barrier_gathers_every_party():
 
 
 def test_spark_error_message_extracts_the_python_error():
-    text = ("An error occurred while calling o77.parquet.\n: org.apache.spark.SparkException: Job aborted\n"
-            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
-            "  File \"x.py\", line 1, in f\n    boom()\nmqclient.errors.NameServerUnreachableError: no name server\n"
-            "\tat org.apache.spark.X.y(X.scala:1)\n")
+    text = (
+        "An error occurred while calling o77.parquet.\n: org.apache.spark.SparkException: Job aborted\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\n    boom()\nmqclient.errors.NameServerUnreachableError: no name server\n'
+        "\tat org.apache.spark.X.y(X.scala:1)\n"
+    )
     assert spark_error_message(RuntimeError(text)) == "mqclient.errors.NameServerUnreachableError: no name server"
 
 
 def test_report_renders_without_spark(tmp_path):
-    score = {"scenario": {"name": "demo", "send_mode": "async"}, "run": {"run_id": "r"},
-             "counts": {"sent": 10, "acked": 9, "failed": 1, "lost": 1, "duplicated": 0, "out_of_order": 0,
-                        "accounted": True},
-             "publish": {"rate_msg_s": 5.0, "latency_ms": {"p50": 1.0, "p99": 2.0, "max": 3.0}},
-             "consume": {}, "end_to_end": {"latency_ms": {"p50": 4.0}},
-             "errors": {"all_by_kind": {"REJECTREQUEST": 3}, "busy": {"REJECTREQUEST": 3}, "busy_total": 3},
-             "backlog": {"max": 2}, "broker": {"started_by_mqbench": True, "boot_time_s": 0.8}, "client": {}}
-    series = {"second": [0, 1, 2], "sent": [5, 5, 0], "acked": [4, 5, 0], "consumed": [3, 5, 1],
-              "publish_p50_ms": [1.0, None, 2.0], "publish_p99_ms": [2, 3, None], "e2e_p50_ms": [None] * 3,
-              "e2e_p99_ms": [None] * 3, "errors": {"REJECTREQUEST": [0, 3, 0]}, "backlog": [1, 1, 0],
-              "cache_bytes": [10, 20, None], "rss_bytes": [100, 200, 150],
-              "faults": [{"t": 0.5, "kind": "stall_append"}]}
+    score = {
+        "scenario": {"name": "demo", "send_mode": "async"},
+        "run": {"run_id": "r"},
+        "counts": {
+            "sent": 10,
+            "acked": 9,
+            "failed": 1,
+            "lost": 1,
+            "duplicated": 0,
+            "out_of_order": 0,
+            "accounted": True,
+        },
+        "publish": {"rate_msg_s": 5.0, "latency_ms": {"p50": 1.0, "p99": 2.0, "max": 3.0}},
+        "consume": {},
+        "end_to_end": {"latency_ms": {"p50": 4.0}},
+        "errors": {"all_by_kind": {"REJECTREQUEST": 3}, "busy": {"REJECTREQUEST": 3}, "busy_total": 3},
+        "backlog": {"max": 2},
+        "broker": {"started_by_mqbench": True, "boot_time_s": 0.8},
+        "client": {},
+    }
+    series = {
+        "second": [0, 1, 2],
+        "sent": [5, 5, 0],
+        "acked": [4, 5, 0],
+        "consumed": [3, 5, 1],
+        "publish_p50_ms": [1.0, None, 2.0],
+        "publish_p99_ms": [2, 3, None],
+        "e2e_p50_ms": [None] * 3,
+        "e2e_p99_ms": [None] * 3,
+        "errors": {"REJECTREQUEST": [0, 3, 0]},
+        "backlog": [1, 1, 0],
+        "cache_bytes": [10, 20, None],
+        "rss_bytes": [100, 200, 150],
+        "faults": [{"t": 0.5, "kind": "stall_append"}],
+    }
     path = write_report(tmp_path, score, series)
     html = path.read_text()
     assert "mqbench — demo" in html and "lost 1 (expected 0)" in html and "REJECTREQUEST=3" in html
@@ -106,13 +140,26 @@ def test_totals_are_a_consistent_cut_never_more_consumed_than_sent():
     from bench.progress import consistent_cut, merge
 
     rate = 200 / 1000  # messages per ms
+
     def producer(t):
-        return {"w": 0, "t": t, "phase": "load", "sent": int(rate * max(0, t - 1000)),
-                "acked": int(rate * max(0, t - 1000)), "consumed": 0}
+        return {
+            "w": 0,
+            "t": t,
+            "phase": "load",
+            "sent": int(rate * max(0, t - 1000)),
+            "acked": int(rate * max(0, t - 1000)),
+            "consumed": 0,
+        }
 
     def consumer(t):
-        return {"w": 1, "t": t, "phase": "load", "sent": 0, "acked": 0,
-                "consumed": int(rate * max(0, t - 1050))}  # 50 ms behind
+        return {
+            "w": 1,
+            "t": t,
+            "phase": "load",
+            "sent": 0,
+            "acked": 0,
+            "consumed": int(rate * max(0, t - 1050)),
+        }  # 50 ms behind
 
     naive_bad = cut_bad = 0
     for now in range(1000, 4000, 50):
@@ -129,8 +176,10 @@ def test_totals_are_a_consistent_cut_never_more_consumed_than_sent():
 def test_a_finished_worker_does_not_hold_the_cut_back():
     from bench.progress import consistent_cut
 
-    hist = {0: [{"t": 100, "phase": "done", "sent": 5}], 1: [{"t": 100, "phase": "load", "consumed": 1},
-                                                              {"t": 900, "phase": "load", "consumed": 5}]}
+    hist = {
+        0: [{"t": 100, "phase": "done", "sent": 5}],
+        1: [{"t": 100, "phase": "load", "consumed": 1}, {"t": 900, "phase": "load", "consumed": 5}],
+    }
     cut = consistent_cut(hist)
     assert cut[0]["sent"] == 5 and cut[1]["consumed"] == 5
 

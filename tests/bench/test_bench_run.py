@@ -25,8 +25,11 @@ def test_smoke_run_accounting_holds(spark, tmp_path):
     s = result.score
     c = s["counts"]
     rows = spark.read.parquet(str(out / "outcomes"))
-    acked_planted = {r["seq"] for r in rows.filter("event = 'send' and status = 'SEND_OK'").select("seq").collect()
-                     if r["seq"] in planted}
+    acked_planted = {
+        r["seq"]
+        for r in rows.filter("event = 'send' and status = 'SEND_OK'").select("seq").collect()
+        if r["seq"] in planted
+    }
     assert c["sent"] > 100, c
     assert c["accounted"] and c["sent"] == c["acked"] + c["failed"] + c["oneway"], c
     assert acked_planted, ("no planted sequence number was acknowledged", c)
@@ -37,16 +40,22 @@ def test_smoke_run_accounting_holds(spark, tmp_path):
     assert s["backlog"]["drain_complete"]
     # the append stall shows up as busy answers of the page-cache kinds (or queue timeouts behind it)
     assert s["errors"]["busy_total"] > 0
-    assert set(s["errors"]["busy"]) <= {"REJECTREQUEST", "PCBUSY_CLEAN_QUEUE", "TIMEOUT_CLEAN_QUEUE",
-                                         "PC_SYNCHRONIZED"}
+    assert set(s["errors"]["busy"]) <= {"REJECTREQUEST", "PCBUSY_CLEAN_QUEUE", "TIMEOUT_CLEAN_QUEUE", "PC_SYNCHRONIZED"}
     assert [f["kind"] for f in s["faults"]] == ["stall_append"] and s["faults"][0]["answer"].startswith("OK")
     assert s["publish"]["latency_ms"]["p50"] is not None and s["end_to_end"]["latency_ms"]["p99"] is not None
     assert s["broker"]["started_by_mqbench"] and s["broker"]["boot_time_s"] > 0
     assert s["broker"]["rss_at_boot_bytes"] > 0
     assert s["client"]["peak_rss_bytes"] > 0
     assert s["run"]["tasks"] == 2
-    for name in ("score.json", "series.json", "report.html", "run.json", "plots/latency.png",
-                 "plots/throughput.png", "plots/errors.png"):
+    for name in (
+        "score.json",
+        "series.json",
+        "report.html",
+        "run.json",
+        "plots/latency.png",
+        "plots/throughput.png",
+        "plots/errors.png",
+    ):
         assert (out / name).exists(), name
     assert json.loads((out / "score.json").read_text())["counts"]["lost"] == len(acked_planted)
     # the outcome table has what the issue asks for, per message

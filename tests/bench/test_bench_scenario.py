@@ -20,8 +20,13 @@ def test_bundled_scenarios_are_valid(path):
 
 def test_seed_incidents_are_bundled():
     names = {p.stem for p in bundled_scenarios()}
-    assert {"incident-send-queue-overload", "incident-pagecache-stall", "incident-stall-retry-duplicates",
-            "incident-stall-single-attempt", "incident-large-messages-slow-consumer"} <= names
+    assert {
+        "incident-send-queue-overload",
+        "incident-pagecache-stall",
+        "incident-stall-retry-duplicates",
+        "incident-stall-single-attempt",
+        "incident-large-messages-slow-consumer",
+    } <= names
     dup = load_scenario("incident-stall-retry-duplicates")
     single = load_scenario("incident-stall-single-attempt")
     assert (dup.client.send_timeout_ms, dup.client.attempt_timeout_ms, dup.client.retries) == (4000, 3000, 2)
@@ -29,8 +34,16 @@ def test_seed_incidents_are_bundled():
 
 
 def test_defaults_aliases_and_unlimited_rate():
-    scen = parse_scenario({"name": "x", "partitionsPerTopic": 16, "messageSize": 100, "producerRate": 0,
-                           "testDurationMinutes": 1, "consumerPerSubscription": 3})
+    scen = parse_scenario(
+        {
+            "name": "x",
+            "partitionsPerTopic": 16,
+            "messageSize": 100,
+            "producerRate": 0,
+            "testDurationMinutes": 1,
+            "consumerPerSubscription": 3,
+        }
+    )
     assert (scen.queues_per_topic, scen.message_size, scen.producer_rate, scen.duration_s) == (16, 100, None, 60)
     assert scen.consumers == 3 and scen.rate_per_producer is None
     assert parse_scenario({"name": "y", "producer_rate": "unlimited"}).producer_rate is None
@@ -39,20 +52,33 @@ def test_defaults_aliases_and_unlimited_rate():
 
 def test_every_problem_reported_with_hints():
     with pytest.raises(ScenarioError) as ei:
-        parse_scenario({
-            "name": "bad", "mesage_size": 10, "topics": 0, "send_mode": "sinc", "duration_s": "long",
-            "client": {"retries": -1, "send_timeout": 5},
-            "faults": [{"at_s": 1, "kind": "stall_apend"}, {"kind": "stall_append"}],
-            "message_faults": [{"property": "brokerSleepMs", "value": 10}],
-        }, "bad.yaml")
+        parse_scenario(
+            {
+                "name": "bad",
+                "mesage_size": 10,
+                "topics": 0,
+                "send_mode": "sinc",
+                "duration_s": "long",
+                "client": {"retries": -1, "send_timeout": 5},
+                "faults": [{"at_s": 1, "kind": "stall_apend"}, {"kind": "stall_append"}],
+                "message_faults": [{"property": "brokerSleepMs", "value": 10}],
+            },
+            "bad.yaml",
+        )
     text = str(ei.value)
     assert text.startswith("bad scenario bad.yaml:")
-    for fragment in ("unknown field 'mesage_size' (did you mean 'message_size'?)", "topics must be > 0",
-                     "send_mode must be one of sync, async, oneway, batch, got 'sinc' (did you mean 'sync'?)",
-                     "duration_s must be a number, got 'long'", "client.retries must be >= 0",
-                     "client: unknown field 'send_timeout' (did you mean 'send_timeout_ms'?)",
-                     "faults[0].kind must be one of", "(did you mean 'stall_append'?)",
-                     "faults[1]: missing required field 'at_s'", "message_faults[0]: give 'every'"):
+    for fragment in (
+        "unknown field 'mesage_size' (did you mean 'message_size'?)",
+        "topics must be > 0",
+        "send_mode must be one of sync, async, oneway, batch, got 'sinc' (did you mean 'sync'?)",
+        "duration_s must be a number, got 'long'",
+        "client.retries must be >= 0",
+        "client: unknown field 'send_timeout' (did you mean 'send_timeout_ms'?)",
+        "faults[0].kind must be one of",
+        "(did you mean 'stall_append'?)",
+        "faults[1]: missing required field 'at_s'",
+        "message_faults[0]: give 'every'",
+    ):
         assert fragment in text, fragment
 
 

@@ -65,15 +65,22 @@ def test_planted_problems_each_counted_once(spark, tmp_path):
         send(buf, i, producer="retried", topic="D", offset=i if i != 1 else 3, attempts=2 if i == 1 else 1)
         consume(buf, i, producer="retried", topic="D", offset=i)
     consume(buf, 1, producer="retried", topic="D", offset=3)
-    buf.add("attempt", topic="D", producer="retried", seq=1, send_ms=T0, ack_ms=T0 + 3000,
-            error_kind="CLIENT_TIMEOUT")
+    buf.add("attempt", topic="D", producer="retried", seq=1, send_ms=T0, ack_ms=T0 + 3000, error_kind="CLIENT_TIMEOUT")
     # "errors": busy answers, final and retried, and a failed send the broker stored anyway.
     send(buf, 0, producer="errors", topic="E")
     send(buf, 1, producer="errors", topic="E", status="FAILED", kind="TIMEOUT_CLEAN_QUEUE", code=2)
     send(buf, 2, producer="errors", topic="E", status="FAILED", kind="CLIENT_TIMEOUT")
     send(buf, 3, producer="errors", topic="E", attempts=2)
-    buf.add("attempt", topic="E", producer="errors", seq=3, send_ms=T0, ack_ms=T0 + 5,
-            error_kind="PCBUSY_CLEAN_QUEUE", error_code=2)
+    buf.add(
+        "attempt",
+        topic="E",
+        producer="errors",
+        seq=3,
+        send_ms=T0,
+        ack_ms=T0 + 5,
+        error_kind="PCBUSY_CLEAN_QUEUE",
+        error_code=2,
+    )
     send(buf, 4, producer="errors", topic="E", status="FAILED", kind="REJECTREQUEST", code=2)
     for i in (0, 2, 3):
         consume(buf, i, producer="errors", topic="E")
@@ -110,8 +117,16 @@ def test_every_group_must_see_every_message_backlog_and_drain(spark, tmp_path):
     for i in range(4):
         consume(buf, i, group="B", t=T0 + 100 * i + 50)  # B misses two
     buf.add("drain", consumer="c", group="B", topic="T", status="timeout", consume_ms=T0 + 4000)
-    buf.add("sample", consumer="c", group="A", topic="T", consume_ms=T0 + 10, cache_msgs=7,
-            cache_bytes=700, rss_bytes=10_000)
+    buf.add(
+        "sample",
+        consumer="c",
+        group="A",
+        topic="T",
+        consume_ms=T0 + 10,
+        cache_msgs=7,
+        cache_bytes=700,
+        rss_bytes=10_000,
+    )
     meta = {"groups": {"T": ["A", "B", "C"]}, "load_start_ms": T0}
     res = _score(spark, tmp_path, buf, meta)
     # C consumed nothing: all 6 unconsumed by C, 2 by B; B's drain timed out, so "lost" is unknown

@@ -23,8 +23,9 @@ async def test_ceiling_answers_sends_with_their_opaque_and_routes_to_itself() ->
             resp = await client.invoke(addr, send, 3.0)
             assert resp.code == ResponseCode.SUCCESS and resp.opaque == send.opaque
             assert resp.ext_fields["queueId"] == "0" and resp.ext_fields["msgId"]
-        route = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                  {"topic": "Any"}), 3.0)
+        route = await client.invoke(
+            addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Any"}), 3.0
+        )
         data = orjson.loads(route.body)
         assert data["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{port}"}
         other = await client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT), 3.0)
@@ -35,10 +36,14 @@ async def test_ceiling_answers_sends_with_their_opaque_and_routes_to_itself() ->
 
 
 def test_benchmark_lines_are_parsed() -> None:
-    send = ("Current Time: 2026-11-24 14:26:44,760 Send TPS: 29891 Max RT(ms): 1642 Average RT(ms):   0.534 "
-            "Send Failed: 0 Response Failed: 0")
-    consume = ("Current Time: 2026-11-24 14:26:44,760 TPS: 5689 FAIL: 0 AVG(B2C) RT(ms): 1.250 "
-               "AVG(S2C) RT(ms):   3.900 MAX(B2C) RT(ms): 120 MAX(S2C) RT(ms): 140")
+    send = (
+        "Current Time: 2026-11-24 14:26:44,760 Send TPS: 29891 Max RT(ms): 1642 Average RT(ms):   0.534 "
+        "Send Failed: 0 Response Failed: 0"
+    )
+    consume = (
+        "Current Time: 2026-11-24 14:26:44,760 TPS: 5689 FAIL: 0 AVG(B2C) RT(ms): 1.250 "
+        "AVG(S2C) RT(ms):   3.900 MAX(B2C) RT(ms): 120 MAX(S2C) RT(ms): 140"
+    )
     m = vs_java.SEND_LINE.search(send)
     assert m and m.group(1) == "29891" and m.group(3) == "0.534"
     c = vs_java.CONSUME_LINE.search(consume)

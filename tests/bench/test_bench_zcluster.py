@@ -31,8 +31,11 @@ def _acked_planted(out: Path) -> set[int]:
     import pyarrow.dataset as ds
 
     table = ds.dataset(str(out / "outcomes"), format="parquet").to_table(columns=["event", "status", "seq"])
-    return {seq for event, status, seq in zip(*(table.column(n).to_pylist() for n in ("event", "status", "seq")))
-            if event == "send" and status == "SEND_OK" and seq in PLANTED}
+    return {
+        seq
+        for event, status, seq in zip(*(table.column(n).to_pylist() for n in ("event", "status", "seq")))
+        if event == "send" and status == "SEND_OK" and seq in PLANTED
+    }
 
 
 def _check(score: dict, out: Path) -> None:
@@ -64,8 +67,10 @@ def test_same_job_on_a_local_cluster(spark, spark_log_dir, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("MQBENCH_STANDALONE_TEST") != "1",
-                    reason="set MQBENCH_STANDALONE_TEST=1 to start a standalone master and worker (~2 min)")
+@pytest.mark.skipif(
+    os.environ.get("MQBENCH_STANDALONE_TEST") != "1",
+    reason="set MQBENCH_STANDALONE_TEST=1 to start a standalone master and worker (~2 min)",
+)
 def test_same_job_on_a_standalone_master_and_worker(tmp_path):
     from bench.standalone import LocalStandaloneCluster
 
@@ -74,8 +79,23 @@ def test_same_job_on_a_standalone_master_and_worker(tmp_path):
     scen.write_text(text + f"debug:\n  drop_consumed_seqs: {list(PLANTED)}\n")
     with LocalStandaloneCluster(tmp_path / "cluster") as cluster:
         out = tmp_path / "run"
-        proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", str(scen), "--master", cluster.master_url,
-                               "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=400)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.cli",
+                "run",
+                str(scen),
+                "--master",
+                cluster.master_url,
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     score = json.loads((out / "score.json").read_text())
     _check(score, out)

@@ -16,10 +16,19 @@ from store.message import encode_properties
 
 async def start_broker(tmp_path, **overrides) -> BrokerController:
     port = free_port()
-    items = {"listenPort": str(port), "namesrvListenPort": str(free_port(avoid=[port])), "brokerIP1": "127.0.0.1",
-             "listenHost": "127.0.0.1", "namesrvListenHost": "127.0.0.1", "brokerName": "broker-a",
-             "storePathRootDir": str(tmp_path / "store"), "mappedFileSizeCommitLog": str(1024 * 1024),
-             "mappedFileSizeConsumeQueue": str(20 * 1000), "maxIndexNum": "10000", "maxHashSlotNum": "1000"}
+    items = {
+        "listenPort": str(port),
+        "namesrvListenPort": str(free_port(avoid=[port])),
+        "brokerIP1": "127.0.0.1",
+        "listenHost": "127.0.0.1",
+        "namesrvListenHost": "127.0.0.1",
+        "brokerName": "broker-a",
+        "storePathRootDir": str(tmp_path / "store"),
+        "mappedFileSizeCommitLog": str(1024 * 1024),
+        "mappedFileSizeConsumeQueue": str(20 * 1000),
+        "maxIndexNum": "10000",
+        "maxHashSlotNum": "1000",
+    }
     items.update({k: str(v) for k, v in overrides.items()})
     config, _ = build_config(items.items())
     controller = BrokerController(config)
@@ -52,21 +61,52 @@ class Clock:
         return self.now
 
 
-def send_request(topic, body=b"x", *, queue_id=0, props=None, code=RequestCode.SEND_MESSAGE_V2, batch=False,
-                 reconsume_times=None, max_reconsume_times=None, extra_ext=None):
-    hdr = SendMessageRequestHeader(producer_group="PG", topic=topic, default_topic="TBW102",
-                                   default_topic_queue_nums=4, queue_id=queue_id, sys_flag=0,
-                                   born_timestamp=int(time.time() * 1000), flag=0,
-                                   properties=encode_properties(props or {}), reconsume_times=reconsume_times,
-                                   max_reconsume_times=max_reconsume_times, batch=batch)
-    ext = encode_header(hdr.to_v2()) if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE) \
+def send_request(
+    topic,
+    body=b"x",
+    *,
+    queue_id=0,
+    props=None,
+    code=RequestCode.SEND_MESSAGE_V2,
+    batch=False,
+    reconsume_times=None,
+    max_reconsume_times=None,
+    extra_ext=None,
+):
+    hdr = SendMessageRequestHeader(
+        producer_group="PG",
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=encode_properties(props or {}),
+        reconsume_times=reconsume_times,
+        max_reconsume_times=max_reconsume_times,
+        batch=batch,
+    )
+    ext = (
+        encode_header(hdr.to_v2())
+        if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
         else encode_header(hdr)
+    )
     ext.update(extra_ext or {})
     return RemotingCommand.request(code, ext, body)
 
 
 def pull_request(group, topic, queue_id, offset, *, sys_flag=0x4 | 0x2, suspend_ms=1000, sub="*", max_nums=32):
-    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": "0",
-           "suspendTimeoutMillis": str(suspend_ms), "subVersion": "0", "subscription": sub}
+    ext = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": str(sys_flag),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subVersion": "0",
+        "subscription": sub,
+    }
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)

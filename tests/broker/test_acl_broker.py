@@ -16,11 +16,18 @@ from remoting.signature import SessionCredentials
 
 USER = SessionCredentials("user_0001", "secret_0001")
 ADMIN = SessionCredentials("admin_0001", "secret_0002")
-ACL = {"accounts": [
-    {"accessKey": "user_0001", "secretKey": "secret_0001", "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
-     "topicPerms": ["T_acl=PUB|SUB"]},
-    {"accessKey": "admin_0001", "secretKey": "secret_0002", "admin": True},
-]}
+ACL = {
+    "accounts": [
+        {
+            "accessKey": "user_0001",
+            "secretKey": "secret_0001",
+            "defaultTopicPerm": "DENY",
+            "defaultGroupPerm": "SUB",
+            "topicPerms": ["T_acl=PUB|SUB"],
+        },
+        {"accessKey": "admin_0001", "secretKey": "secret_0002", "admin": True},
+    ]
+}
 
 
 @pytest.fixture
@@ -42,8 +49,10 @@ async def call(controller, request, credentials=None):
 
 
 def no_ak_remark() -> str:
-    return ("org.apache.rocketmq.acl.common.AclException: No accessKey is configured, "
-            "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate(PlainPermissionManager.java:663)")
+    return (
+        "org.apache.rocketmq.acl.common.AclException: No accessKey is configured, "
+        "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate(PlainPermissionManager.java:663)"
+    )
 
 
 async def test_unsigned_send_is_refused_and_not_stored(acl_broker):
@@ -74,28 +83,37 @@ async def test_unknown_codes_are_checked_too(acl_broker):
 async def test_the_name_server_port_is_not_checked(acl_broker):
     client = RemotingClient()
     try:
-        resp = await client.invoke(f"127.0.0.1:{acl_broker.config.namesrv_listen_port}",
-                                   RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {}), 5)
+        resp = await client.invoke(
+            f"127.0.0.1:{acl_broker.config.namesrv_listen_port}",
+            RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {}),
+            5,
+        )
     finally:
         await client.close()
     assert resp.code == ResponseCode.SUCCESS
 
 
-@pytest.mark.parametrize("request_", [
-    RemotingCommand.request(RequestCode.FAULT_INJECT, {"kind": "clear"}),
-    RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, b"maxMessageSize=1\n"),
-    RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T_acl"}),
-    RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, {}),
-], ids=["fault_inject", "update_broker_config", "delete_topic", "acl_config"])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        RemotingCommand.request(RequestCode.FAULT_INJECT, {"kind": "clear"}),
+        RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, b"maxMessageSize=1\n"),
+        RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T_acl"}),
+        RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, {}),
+    ],
+    ids=["fault_inject", "update_broker_config", "delete_topic", "acl_config"],
+)
 async def test_admin_codes_need_an_admin_account(acl_broker, request_):
     max_size = acl_broker.config.max_message_size
-    resp = await call(acl_broker, RemotingCommand.request(request_.code, dict(request_.ext_fields), request_.body),
-                      USER)
+    resp = await call(
+        acl_broker, RemotingCommand.request(request_.code, dict(request_.ext_fields), request_.body), USER
+    )
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert f"Need admin permission for request code={request_.code}, but accessKey=user_0001 is not" in resp.remark
     assert acl_broker.config.max_message_size == max_size
-    resp = await call(acl_broker, RemotingCommand.request(request_.code, dict(request_.ext_fields), request_.body),
-                      ADMIN)
+    resp = await call(
+        acl_broker, RemotingCommand.request(request_.code, dict(request_.ext_fields), request_.body), ADMIN
+    )
     assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
@@ -105,8 +123,14 @@ async def test_acl_enable_cannot_be_switched_at_run_time(acl_broker):
 
 
 async def test_admin_codes_50_to_54(acl_broker):
-    resp = await call(acl_broker, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
-        "accessKey": "user_0002", "secretKey": "secret_0003", "defaultTopicPerm": "PUB", "admin": "false"}), ADMIN)
+    resp = await call(
+        acl_broker,
+        RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+            {"accessKey": "user_0002", "secretKey": "secret_0003", "defaultTopicPerm": "PUB", "admin": "false"},
+        ),
+        ADMIN,
+    )
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     # effective at once
     resp = await call(acl_broker, send_request("T_other", b"x"), SessionCredentials("user_0002", "secret_0003"))
@@ -123,30 +147,43 @@ async def test_admin_codes_50_to_54(acl_broker):
     configs = orjson.loads(resp.body)["plainAccessConfigs"]
     assert [c["accessKey"] for c in configs] == ["user_0001", "admin_0001", "user_0002"]
 
-    resp = await call(acl_broker, RemotingCommand.request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {
-        "globalWhiteAddrs": "127.0.0.1"}), ADMIN)
+    resp = await call(
+        acl_broker,
+        RemotingCommand.request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "127.0.0.1"}),
+        ADMIN,
+    )
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     resp = await call(acl_broker, send_request("T_denied_before", b"x"))  # unsigned, from a white address
     assert resp.code == ResponseCode.SUCCESS, resp.remark
-    resp = await call(acl_broker, RemotingCommand.request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {
-        "globalWhiteAddrs": "10.0.0.1"}))
+    resp = await call(
+        acl_broker,
+        RemotingCommand.request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.0.0.1"}),
+    )
     assert resp.code == ResponseCode.SUCCESS, resp.remark
 
-    resp = await call(acl_broker, RemotingCommand.request(RequestCode.DELETE_ACL_CONFIG, {
-        "accessKey": "user_0002"}), ADMIN)
+    resp = await call(
+        acl_broker, RemotingCommand.request(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "user_0002"}), ADMIN
+    )
     assert resp.code == ResponseCode.SUCCESS, resp.remark
     resp = await call(acl_broker, send_request("T_other", b"x"), SessionCredentials("user_0002", "secret_0003"))
     assert "No acl config for user_0002" in resp.remark
-    resp = await call(acl_broker, RemotingCommand.request(RequestCode.DELETE_ACL_CONFIG, {
-        "accessKey": "user_0002"}), ADMIN)
-    assert (resp.code, resp.remark) == (ResponseCode.DELETE_ACL_CONFIG_FAILED,
-                                        "The accesskey[user_0002] corresponding to accessConfig has been deleted "
-                                        "failed.")
+    resp = await call(
+        acl_broker, RemotingCommand.request(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "user_0002"}), ADMIN
+    )
+    assert (resp.code, resp.remark) == (
+        ResponseCode.DELETE_ACL_CONFIG_FAILED,
+        "The accesskey[user_0002] corresponding to accessConfig has been deleted failed.",
+    )
 
 
 async def test_bad_acl_change_answers_the_failure_code(acl_broker):
-    resp = await call(acl_broker, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
-        "accessKey": "short", "secretKey": "secret_0003"}), ADMIN)
+    resp = await call(
+        acl_broker,
+        RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "short", "secretKey": "secret_0003"}
+        ),
+        ADMIN,
+    )
     assert resp.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
     assert resp.remark == "The accessKey=short and secretKey=secret_0003 cannot be null and length should longer than 6"
     resp = await call(acl_broker, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {}), ADMIN)
@@ -210,8 +247,11 @@ async def test_the_watcher_reloads_a_changed_file_by_itself(tmp_path, monkeypatc
         resp = await call(controller, send_request("T_any", b"x"), newcomer)
         assert "No acl config for user_0005" in resp.remark
         (home / "conf" / "acl").mkdir()
-        (home / "conf" / "acl" / "team.yml").write_text(yaml.safe_dump({"accounts": [
-            {"accessKey": "user_0005", "secretKey": "secret_0005", "defaultTopicPerm": "PUB"}]}))
+        (home / "conf" / "acl" / "team.yml").write_text(
+            yaml.safe_dump(
+                {"accounts": [{"accessKey": "user_0005", "secretKey": "secret_0005", "defaultTopicPerm": "PUB"}]}
+            )
+        )
         for _ in range(100):
             if "user_0005" in controller.acl.tables.accounts:
                 break
@@ -233,10 +273,31 @@ def test_mqbroker_with_a_bad_acl_file_exits_with_one_line(tmp_path):
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: [300.1.1.1]\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "broker.main", "--set", f"listenPort={free_port()}", "--set", "namesrvListenPort=-1",
-         "--set", "brokerIP1=127.0.0.1", "--set", "listenHost=127.0.0.1", "--set",
-         f"storePathRootDir={tmp_path / 'store'}", "--set", "aclEnable=true", "--set", f"rocketmqHome={home}"],
-        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60, check=False)
+        [
+            sys.executable,
+            "-m",
+            "broker.main",
+            "--set",
+            f"listenPort={free_port()}",
+            "--set",
+            "namesrvListenPort=-1",
+            "--set",
+            "brokerIP1=127.0.0.1",
+            "--set",
+            "listenHost=127.0.0.1",
+            "--set",
+            f"storePathRootDir={tmp_path / 'store'}",
+            "--set",
+            "aclEnable=true",
+            "--set",
+            f"rocketmqHome={home}",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1
     assert "mqbroker: cannot start: acl: Netaddress examine Exception netaddress is 300.1.1.1" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

@@ -24,26 +24,58 @@ C = RequestCode
 
 # ---------------------------------------------------------------------------------------------- permissions
 
-@pytest.mark.parametrize("text, perm", [("PUB", PUB), ("SUB", SUB), ("PUB|SUB", PUB | SUB), ("SUB|PUB", PUB | SUB),
-                                        (" SUB ", SUB), ("DENY", DENY), ("pub", DENY), ("", DENY), (None, DENY),
-                                        ("PUB|SUB|X", DENY)])
+
+@pytest.mark.parametrize(
+    "text, perm",
+    [
+        ("PUB", PUB),
+        ("SUB", SUB),
+        ("PUB|SUB", PUB | SUB),
+        ("SUB|PUB", PUB | SUB),
+        (" SUB ", SUB),
+        ("DENY", DENY),
+        ("pub", DENY),
+        ("", DENY),
+        (None, DENY),
+        ("PUB|SUB|X", DENY),
+    ],
+)
 def test_perm_strings(text, perm):
     assert parse_perm(text) == perm
 
 
-@pytest.mark.parametrize("needed, owned, ok", [
-    (PUB, PUB, True), (PUB, SUB, False), (SUB, PUB | SUB, True), (PUB, DENY, False), (PUB, DENY | PUB, False),
-    (ANY, SUB, True), (ANY, PUB, True), (ANY, DENY, False), (SUB, 0, False),
-])
+@pytest.mark.parametrize(
+    "needed, owned, ok",
+    [
+        (PUB, PUB, True),
+        (PUB, SUB, False),
+        (SUB, PUB | SUB, True),
+        (PUB, DENY, False),
+        (PUB, DENY | PUB, False),
+        (ANY, SUB, True),
+        (ANY, PUB, True),
+        (ANY, DENY, False),
+        (SUB, 0, False),
+    ],
+)
 def test_check_permission(needed, owned, ok):
     assert check_permission(needed, owned) is ok
 
 
 def test_admin_codes_are_upstreams_five_plus_acl_and_fault_injection():
-    for code in (C.UPDATE_AND_CREATE_TOPIC, C.UPDATE_BROKER_CONFIG, C.DELETE_TOPIC_IN_BROKER,
-                 C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, C.DELETE_SUBSCRIPTIONGROUP, C.UPDATE_AND_CREATE_ACL_CONFIG,
-                 C.DELETE_ACL_CONFIG, C.GET_BROKER_CLUSTER_ACL_INFO, C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
-                 C.GET_BROKER_CLUSTER_ACL_CONFIG, C.FAULT_INJECT):
+    for code in (
+        C.UPDATE_AND_CREATE_TOPIC,
+        C.UPDATE_BROKER_CONFIG,
+        C.DELETE_TOPIC_IN_BROKER,
+        C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        C.DELETE_SUBSCRIPTIONGROUP,
+        C.UPDATE_AND_CREATE_ACL_CONFIG,
+        C.DELETE_ACL_CONFIG,
+        C.GET_BROKER_CLUSTER_ACL_INFO,
+        C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        C.GET_BROKER_CLUSTER_ACL_CONFIG,
+        C.FAULT_INJECT,
+    ):
         assert need_admin(code), code
     for code in (C.SEND_MESSAGE, C.PULL_MESSAGE, C.GET_BROKER_RUNTIME_INFO, C.GET_ALL_TOPIC_CONFIG):
         assert not need_admin(code), code
@@ -59,34 +91,52 @@ def test_resource_perm_entries_an_admin_request_may_write():
 
 # ---------------------------------------------------------------------------------------------- addresses
 
-@pytest.mark.parametrize("pattern, address, ok", [
-    ("*", "1.2.3.4", True), ("*.*.*.*", "1.2.3.4", True), ("", "1.2.3.4", False), (None, "1.2.3.4", False),
-    ("127.0.0.1", "127.0.0.1", True), ("127.0.0.1", "127.0.0.2", False),
-    ("192.168.0.*", "192.168.0.77", True), ("192.168.0.*", "192.168.1.77", False),
-    ("192.168.*.*", "192.168.9.1", True), ("192.168.*.*", "192.169.9.1", False),
-    ("192.*.*.*", "192.8.9.1", True),
-    ("192.168.0.1-10", "192.168.0.10", True), ("192.168.0.1-10", "192.168.0.11", False),
-    ("192.168.1-3.*", "192.168.2.200", True), ("192.168.1-3.*", "192.168.4.1", False),
-    ("192.168.0.{1,2}", "192.168.0.2", True), ("192.168.0.{1,2}", "192.168.0.3", False),
-    ("10.0.0.1,10.0.0.2", "10.0.0.2", True), ("10.0.0.1,10.0.0.2", "10.0.0.3", False),
-    ("::1", "0:0:0:0:0:0:0:1", True), ("1050::5:600:300c:326b", "1050:0:0:0:5:600:300C:326B", True),
-    ("1050::5:600:300c:*", "1050:0:0:0:5:600:300C:1", True), ("1050::5:600:300c:*", "1050:0:0:0:5:600:300D:1",
-                                                              False),
-    ("1050::5:600:300c:1-ff", "1050::5:600:300c:a0", True), ("1050::5:600:300c:1-ff", "1050::5:600:300c:1ff",
-                                                             False),
-])
+
+@pytest.mark.parametrize(
+    "pattern, address, ok",
+    [
+        ("*", "1.2.3.4", True),
+        ("*.*.*.*", "1.2.3.4", True),
+        ("", "1.2.3.4", False),
+        (None, "1.2.3.4", False),
+        ("127.0.0.1", "127.0.0.1", True),
+        ("127.0.0.1", "127.0.0.2", False),
+        ("192.168.0.*", "192.168.0.77", True),
+        ("192.168.0.*", "192.168.1.77", False),
+        ("192.168.*.*", "192.168.9.1", True),
+        ("192.168.*.*", "192.169.9.1", False),
+        ("192.*.*.*", "192.8.9.1", True),
+        ("192.168.0.1-10", "192.168.0.10", True),
+        ("192.168.0.1-10", "192.168.0.11", False),
+        ("192.168.1-3.*", "192.168.2.200", True),
+        ("192.168.1-3.*", "192.168.4.1", False),
+        ("192.168.0.{1,2}", "192.168.0.2", True),
+        ("192.168.0.{1,2}", "192.168.0.3", False),
+        ("10.0.0.1,10.0.0.2", "10.0.0.2", True),
+        ("10.0.0.1,10.0.0.2", "10.0.0.3", False),
+        ("::1", "0:0:0:0:0:0:0:1", True),
+        ("1050::5:600:300c:326b", "1050:0:0:0:5:600:300C:326B", True),
+        ("1050::5:600:300c:*", "1050:0:0:0:5:600:300C:1", True),
+        ("1050::5:600:300c:*", "1050:0:0:0:5:600:300D:1", False),
+        ("1050::5:600:300c:1-ff", "1050::5:600:300c:a0", True),
+        ("1050::5:600:300c:1-ff", "1050::5:600:300c:1ff", False),
+    ],
+)
 def test_address_patterns(pattern, address, ok):
     assert address_strategy(pattern).match(address) is ok
 
 
-@pytest.mark.parametrize("pattern, message", [
-    ("256.0.0.1", "Netaddress examine Exception netaddress is 256.0.0.1"),
-    ("hello", "Netaddress examine Exception netaddress is hello"),
-    ("10.0.0.1,nope", "Netaddress examine Exception netaddress is nope"),
-    ("192.168.0.10-1", "start is 10 , end is 1"),
-    ("192.168.0.-1", "RangeRemoteAddressStrategy netaddress examine scope Exception value -1"),
-    ("192.168.{1,2}", "wrong format IP"),
-])
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        ("256.0.0.1", "Netaddress examine Exception netaddress is 256.0.0.1"),
+        ("hello", "Netaddress examine Exception netaddress is hello"),
+        ("10.0.0.1,nope", "Netaddress examine Exception netaddress is nope"),
+        ("192.168.0.10-1", "start is 10 , end is 1"),
+        ("192.168.0.-1", "RangeRemoteAddressStrategy netaddress examine scope Exception value -1"),
+        ("192.168.{1,2}", "wrong format IP"),
+    ],
+)
 def test_bad_address_patterns_are_refused_with_upstreams_message(pattern, message):
     with pytest.raises(AclError, match=message.replace("*", r"\*").replace("{", r"\{")):
         address_strategy(pattern)
@@ -101,9 +151,12 @@ def test_expand_ip_and_host_of():
 
 # ---------------------------------------------------------------------------------------------- accounts
 
+
 def test_account_from_yaml_groups_become_retry_topics_and_numbers_become_strings():
-    data = yaml.safe_load("accessKey: RocketMQ\nsecretKey: 12345678\nadmin: false\ndefaultTopicPerm: DENY\n"
-                          "topicPerms: [topicA=DENY, topicB=PUB|SUB]\ngroupPerms: [groupA=SUB]\n")
+    data = yaml.safe_load(
+        "accessKey: RocketMQ\nsecretKey: 12345678\nadmin: false\ndefaultTopicPerm: DENY\n"
+        "topicPerms: [topicA=DENY, topicB=PUB|SUB]\ngroupPerms: [groupA=SUB]\n"
+    )
     account = PlainAccount.from_config(data)
     assert account.secret_key == "12345678"
     assert account.default_topic_perm == DENY and account.default_group_perm == DENY
@@ -111,15 +164,24 @@ def test_account_from_yaml_groups_become_retry_topics_and_numbers_become_strings
     assert "12345678" not in repr(account)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"accessKey": "short", "secretKey": "12345678"},
-     "The accessKey=short and secretKey=12345678 cannot be null and length should longer than 6"),
-    ({"accessKey": "longenough"}, "The accessKey=longenough and secretKey=null cannot be null"),
-    ({"accessKey": "longenough", "secretKey": "12345678", "topicPerms": ["topicA"]},
-     "Parse resource permission failed for topic:topicA"),
-    ({"accessKey": "longenough", "secretKey": "12345678", "whiteRemoteAddress": "bad"},
-     "Netaddress examine Exception netaddress is bad"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"accessKey": "short", "secretKey": "12345678"},
+            "The accessKey=short and secretKey=12345678 cannot be null and length should longer than 6",
+        ),
+        ({"accessKey": "longenough"}, "The accessKey=longenough and secretKey=null cannot be null"),
+        (
+            {"accessKey": "longenough", "secretKey": "12345678", "topicPerms": ["topicA"]},
+            "Parse resource permission failed for topic:topicA",
+        ),
+        (
+            {"accessKey": "longenough", "secretKey": "12345678", "whiteRemoteAddress": "bad"},
+            "Netaddress examine Exception netaddress is bad",
+        ),
+    ],
+)
 def test_bad_accounts(data, message):
     with pytest.raises(AclError, match=message):
         PlainAccount.from_config(data)
@@ -127,31 +189,49 @@ def test_bad_accounts(data, message):
 
 # ---------------------------------------------------------------------------------------------- parse
 
+
 def req(code, ext=None, body=None):
     return RemotingCommand.request(code, dict(ext or {}), body)
 
 
-@pytest.mark.parametrize("request_, needs", [
-    (req(C.SEND_MESSAGE, {"topic": "T", "producerGroup": "PG"}), {"T": PUB}),
-    # upstream reads a "group" field SEND_MESSAGE's header does not have: a retry send needs nothing
-    (req(C.SEND_MESSAGE, {"topic": "%RETRY%G", "producerGroup": "PG"}), {}),
-    (req(C.SEND_MESSAGE_V2, {"a": "PG", "b": "T"}), {"T": PUB}),
-    (req(C.SEND_MESSAGE_V2, {"a": "PG", "b": "%RETRY%G"}), {"%RETRY%PG": SUB}),
-    (req(C.SEND_BATCH_MESSAGE, {"a": "PG", "b": "T"}), {"T": PUB}),  # ours: 4.9.7 checks nothing here
-    (req(C.CONSUMER_SEND_MSG_BACK, {"group": "G", "offset": "1"}), {"%RETRY%G": SUB}),
-    (req(C.PULL_MESSAGE, {"topic": "T", "consumerGroup": "G"}), {"T": SUB, "%RETRY%G": SUB}),
-    (req(C.QUERY_MESSAGE, {"topic": "T"}), {"T": SUB}),
-    (req(C.HEART_BEAT, {}, orjson.dumps({"clientID": "c", "producerDataSet": [{"groupName": "PG"}],
-                                         "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [
-                                             {"topic": "T"}, {"topic": "%RETRY%G"}]}]})),
-     {"%RETRY%G": SUB, "T": SUB}),
-    (req(C.UNREGISTER_CLIENT, {"clientID": "c", "consumerGroup": "G"}), {"%RETRY%G": SUB}),
-    (req(C.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}), {"%RETRY%G": SUB}),
-    (req(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": "0"}),
-     {"%RETRY%G": SUB, "T": SUB}),
-    (req(C.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": "0"}), {}),
-    (req(C.GET_BROKER_RUNTIME_INFO), {}),
-])
+@pytest.mark.parametrize(
+    "request_, needs",
+    [
+        (req(C.SEND_MESSAGE, {"topic": "T", "producerGroup": "PG"}), {"T": PUB}),
+        # upstream reads a "group" field SEND_MESSAGE's header does not have: a retry send needs nothing
+        (req(C.SEND_MESSAGE, {"topic": "%RETRY%G", "producerGroup": "PG"}), {}),
+        (req(C.SEND_MESSAGE_V2, {"a": "PG", "b": "T"}), {"T": PUB}),
+        (req(C.SEND_MESSAGE_V2, {"a": "PG", "b": "%RETRY%G"}), {"%RETRY%PG": SUB}),
+        (req(C.SEND_BATCH_MESSAGE, {"a": "PG", "b": "T"}), {"T": PUB}),  # ours: 4.9.7 checks nothing here
+        (req(C.CONSUMER_SEND_MSG_BACK, {"group": "G", "offset": "1"}), {"%RETRY%G": SUB}),
+        (req(C.PULL_MESSAGE, {"topic": "T", "consumerGroup": "G"}), {"T": SUB, "%RETRY%G": SUB}),
+        (req(C.QUERY_MESSAGE, {"topic": "T"}), {"T": SUB}),
+        (
+            req(
+                C.HEART_BEAT,
+                {},
+                orjson.dumps(
+                    {
+                        "clientID": "c",
+                        "producerDataSet": [{"groupName": "PG"}],
+                        "consumerDataSet": [
+                            {"groupName": "G", "subscriptionDataSet": [{"topic": "T"}, {"topic": "%RETRY%G"}]}
+                        ],
+                    }
+                ),
+            ),
+            {"%RETRY%G": SUB, "T": SUB},
+        ),
+        (req(C.UNREGISTER_CLIENT, {"clientID": "c", "consumerGroup": "G"}), {"%RETRY%G": SUB}),
+        (req(C.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}), {"%RETRY%G": SUB}),
+        (
+            req(C.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": "0"}),
+            {"%RETRY%G": SUB, "T": SUB},
+        ),
+        (req(C.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": "0"}), {}),
+        (req(C.GET_BROKER_RUNTIME_INFO), {}),
+    ],
+)
 def test_what_each_code_needs(request_, needs):
     request_.ext_fields["AccessKey"] = "user_0001"  # a request without ext fields needs nothing (upstream)
     access = parse_access(request_, "10.0.0.1:1234")
@@ -159,8 +239,9 @@ def test_what_each_code_needs(request_, needs):
     assert access.remote_host == "10.0.0.1"
 
 
-@pytest.mark.parametrize("body", [None, b"not json", b"[1]", orjson.dumps({"consumerDataSet": "x"}),
-                                  orjson.dumps({"consumerDataSet": [1]})])
+@pytest.mark.parametrize(
+    "body", [None, b"not json", b"[1]", orjson.dumps({"consumerDataSet": "x"}), orjson.dumps({"consumerDataSet": [1]})]
+)
 def test_a_malformed_heartbeat_is_an_acl_error_not_a_crash(body):
     with pytest.raises(AclError) as info:
         parse_access(req(C.HEART_BEAT, {"AccessKey": "x"}, body), "10.0.0.1:1")
@@ -169,8 +250,14 @@ def test_a_malformed_heartbeat_is_an_acl_error_not_a_crash(body):
 
 # ---------------------------------------------------------------------------------------------- manager
 
-USER = {"accessKey": "user_0001", "secretKey": "secret_0001", "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
-        "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"], "groupPerms": ["groupA=DENY"]}
+USER = {
+    "accessKey": "user_0001",
+    "secretKey": "secret_0001",
+    "defaultTopicPerm": "DENY",
+    "defaultGroupPerm": "SUB",
+    "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"],
+    "groupPerms": ["groupA=DENY"],
+}
 ADMIN = {"accessKey": "admin_0001", "secretKey": "secret_0002", "admin": True}
 
 
@@ -184,8 +271,9 @@ def write_acl(path, data):
 
 @pytest.fixture
 def home(tmp_path):
-    write_acl(tmp_path / "conf" / "plain_acl.yml", {"globalWhiteRemoteAddresses": ["10.10.103.*"],
-                                                     "accounts": [USER, ADMIN]})
+    write_acl(
+        tmp_path / "conf" / "plain_acl.yml", {"globalWhiteRemoteAddresses": ["10.10.103.*"], "accounts": [USER, ADMIN]}
+    )
     return tmp_path
 
 
@@ -218,31 +306,62 @@ def test_signed_request_with_the_right_secret_passes(manager):
     assert check(manager, signed(C.SEND_MESSAGE_V2, SEND_B, b"body")) is None
 
 
-@pytest.mark.parametrize("make, message, frame", [
-    (lambda: req(C.SEND_MESSAGE_V2, SEND_B), "No accessKey is configured", "validate(PlainPermissionManager.java:663)"),
-    (lambda: signed(C.SEND_MESSAGE_V2, SEND_B, ak="nobody_01"), "No acl config for nobody_01",
-     "validate(PlainPermissionManager.java:667)"),
-    (lambda: signed(C.SEND_MESSAGE_V2, SEND_B, sk="wrong_secret"), "Check signature failed for accessKey=user_0001",
-     "validate(PlainPermissionManager.java:683)"),
-    (lambda: signed(C.SEND_MESSAGE_V2, {**SEND_B, "b": "topicA"}), "No default permission for topic:topicA",
-     "checkPerm(PlainPermissionManager.java:610)"),
-    (lambda: signed(C.SEND_MESSAGE_V2, {**SEND_B, "b": "topicC"}), "No default permission for topic:topicC",
-     "checkPerm(PlainPermissionManager.java:610)"),
-    (lambda: signed(C.SEND_MESSAGE_V2, {**SEND_B, "b": "other"}), "No default permission for topic:other",
-     "checkPerm(PlainPermissionManager.java:605)"),
-    (lambda: signed(C.PULL_MESSAGE, {"topic": "topicB", "consumerGroup": "groupA"}),
-     "No default permission for group:groupA", "checkPerm(PlainPermissionManager.java:610)"),
-    (lambda: signed(C.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}),
-     "Need admin permission for request code=17, but accessKey=user_0001 is not",
-     "checkPerm(PlainPermissionManager.java:580)"),
-    (lambda: signed(C.FAULT_INJECT, {"kind": "clear"}),
-     "Need admin permission for request code=5001, but accessKey=user_0001 is not",
-     "checkPerm(PlainPermissionManager.java:580)"),
-])
+@pytest.mark.parametrize(
+    "make, message, frame",
+    [
+        (
+            lambda: req(C.SEND_MESSAGE_V2, SEND_B),
+            "No accessKey is configured",
+            "validate(PlainPermissionManager.java:663)",
+        ),
+        (
+            lambda: signed(C.SEND_MESSAGE_V2, SEND_B, ak="nobody_01"),
+            "No acl config for nobody_01",
+            "validate(PlainPermissionManager.java:667)",
+        ),
+        (
+            lambda: signed(C.SEND_MESSAGE_V2, SEND_B, sk="wrong_secret"),
+            "Check signature failed for accessKey=user_0001",
+            "validate(PlainPermissionManager.java:683)",
+        ),
+        (
+            lambda: signed(C.SEND_MESSAGE_V2, {**SEND_B, "b": "topicA"}),
+            "No default permission for topic:topicA",
+            "checkPerm(PlainPermissionManager.java:610)",
+        ),
+        (
+            lambda: signed(C.SEND_MESSAGE_V2, {**SEND_B, "b": "topicC"}),
+            "No default permission for topic:topicC",
+            "checkPerm(PlainPermissionManager.java:610)",
+        ),
+        (
+            lambda: signed(C.SEND_MESSAGE_V2, {**SEND_B, "b": "other"}),
+            "No default permission for topic:other",
+            "checkPerm(PlainPermissionManager.java:605)",
+        ),
+        (
+            lambda: signed(C.PULL_MESSAGE, {"topic": "topicB", "consumerGroup": "groupA"}),
+            "No default permission for group:groupA",
+            "checkPerm(PlainPermissionManager.java:610)",
+        ),
+        (
+            lambda: signed(C.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}),
+            "Need admin permission for request code=17, but accessKey=user_0001 is not",
+            "checkPerm(PlainPermissionManager.java:580)",
+        ),
+        (
+            lambda: signed(C.FAULT_INJECT, {"kind": "clear"}),
+            "Need admin permission for request code=5001, but accessKey=user_0001 is not",
+            "checkPerm(PlainPermissionManager.java:580)",
+        ),
+    ],
+)
 def test_refusals_carry_upstreams_remark(manager, make, message, frame):
     remark = check(manager, make())
-    assert remark == (f"org.apache.rocketmq.acl.common.AclException: {message}, "
-                      f"org.apache.rocketmq.acl.plain.PlainPermissionManager.{frame}")
+    assert remark == (
+        f"org.apache.rocketmq.acl.common.AclException: {message}, "
+        f"org.apache.rocketmq.acl.plain.PlainPermissionManager.{frame}"
+    )
 
 
 def test_a_tampered_body_or_header_fails_the_signature(manager):
@@ -259,8 +378,12 @@ def test_default_group_perm_lets_a_consumer_pull(manager):
 
 
 def test_admin_passes_admin_codes_and_any_resource(manager):
-    for code, ext in ((C.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}), (C.SEND_MESSAGE_V2, SEND_B),
-                      (C.FAULT_INJECT, {"kind": "clear"}), (C.GET_BROKER_CLUSTER_ACL_CONFIG, {})):
+    for code, ext in (
+        (C.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}),
+        (C.SEND_MESSAGE_V2, SEND_B),
+        (C.FAULT_INJECT, {"kind": "clear"}),
+        (C.GET_BROKER_CLUSTER_ACL_CONFIG, {}),
+    ):
         assert check(manager, signed(code, ext, ak="admin_0001", sk="secret_0002")) is None
 
 
@@ -289,9 +412,13 @@ def test_missing_default_file_is_created_and_means_no_accounts(tmp_path):
 
 
 def test_acl_dir_files_count_and_a_duplicate_key_keeps_the_first(home):
-    write_acl(home / "conf" / "acl" / "a.yml", {"accounts": [{**USER, "secretKey": "other_secret"},
-                                                             {**USER, "accessKey": "user_0003"}],
-                                                "globalWhiteRemoteAddresses": ["172.16.0.1"]})
+    write_acl(
+        home / "conf" / "acl" / "a.yml",
+        {
+            "accounts": [{**USER, "secretKey": "other_secret"}, {**USER, "accessKey": "user_0003"}],
+            "globalWhiteRemoteAddresses": ["172.16.0.1"],
+        },
+    )
     m = PlainPermissionManager(str(home))
     m.load()
     assert set(m.tables.accounts) == {"user_0001", "user_0003", "admin_0001"}
@@ -311,8 +438,9 @@ def test_hot_reload_picks_up_a_changed_file(home, manager):
 
 
 def test_hot_reload_of_a_new_acl_dir_file(home, manager):
-    write_acl(home / "conf" / "acl" / "more.yaml", {"accounts": [{"accessKey": "user_0009",
-                                                                    "secretKey": "secret_0009"}]})
+    write_acl(
+        home / "conf" / "acl" / "more.yaml", {"accounts": [{"accessKey": "user_0009", "secretKey": "secret_0009"}]}
+    )
     assert manager.reload_if_changed() is True
     assert "user_0009" in manager.tables.accounts
 
@@ -336,16 +464,30 @@ def test_a_broken_file_at_boot_is_an_error(home):
 
 # ---------------------------------------------------------------------------------------------- changes
 
+
 def read(home, name="plain_acl.yml"):
     return yaml.safe_load((home / "conf" / name).read_text())
 
 
 def test_create_then_update_an_account_in_place(home, manager):
-    assert manager.update_access_config({"accessKey": "user_0005", "secretKey": "secret_0005", "admin": False,
-                                         "defaultTopicPerm": "PUB", "topicPerms": ["x=SUB"], "groupPerms": None})
+    assert manager.update_access_config(
+        {
+            "accessKey": "user_0005",
+            "secretKey": "secret_0005",
+            "admin": False,
+            "defaultTopicPerm": "PUB",
+            "topicPerms": ["x=SUB"],
+            "groupPerms": None,
+        }
+    )
     data = read(home)
-    assert data["accounts"][-1] == {"accessKey": "user_0005", "secretKey": "secret_0005", "admin": False,
-                                    "defaultTopicPerm": "PUB", "topicPerms": ["x=SUB"]}
+    assert data["accounts"][-1] == {
+        "accessKey": "user_0005",
+        "secretKey": "secret_0005",
+        "admin": False,
+        "defaultTopicPerm": "PUB",
+        "topicPerms": ["x=SUB"],
+    }
     assert data["dataVersion"] == [{"counter": 1, "timestamp": 1_700_000_000_000}]
     assert "user_0005" in manager.tables.accounts  # effective at once, not after the watcher's tick
     manager.update_access_config({"accessKey": "user_0005", "secretKey": "secret_0006", "admin": True})
@@ -358,8 +500,9 @@ def test_create_then_update_an_account_in_place(home, manager):
 
 
 def test_an_account_is_updated_in_the_file_that_defines_it(home):
-    write_acl(home / "conf" / "acl" / "team.yml", {"accounts": [{"accessKey": "user_0007",
-                                                                  "secretKey": "secret_0007"}]})
+    write_acl(
+        home / "conf" / "acl" / "team.yml", {"accounts": [{"accessKey": "user_0007", "secretKey": "secret_0007"}]}
+    )
     m = PlainPermissionManager(str(home))
     m.load()
     m.update_access_config({"accessKey": "user_0007", "secretKey": "secret_0008"})
@@ -367,11 +510,14 @@ def test_an_account_is_updated_in_the_file_that_defines_it(home):
     assert all(a["accessKey"] != "user_0007" for a in read(home)["accounts"])
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"accessKey": "short", "secretKey": "secret_0005"}, "The accessKey=short and secretKey=secret_0005"),
-    ({"accessKey": "user_0005", "secretKey": "secret_0005", "topicPerms": ["a=XX"]}, "Parse resource permission"),
-    ({"accessKey": "user_0005", "secretKey": "secret_0005", "whiteRemoteAddress": "nope"}, "Netaddress examine"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"accessKey": "short", "secretKey": "secret_0005"}, "The accessKey=short and secretKey=secret_0005"),
+        ({"accessKey": "user_0005", "secretKey": "secret_0005", "topicPerms": ["a=XX"]}, "Parse resource permission"),
+        ({"accessKey": "user_0005", "secretKey": "secret_0005", "whiteRemoteAddress": "nope"}, "Netaddress examine"),
+    ],
+)
 def test_bad_account_changes_are_refused_and_change_nothing(home, manager, config, message):
     before = (home / "conf" / "plain_acl.yml").read_text()
     with pytest.raises(AclError, match=message):
@@ -405,9 +551,14 @@ def test_all_config_lists_accounts_as_fastjson_would(manager):
     body = manager.all_config()
     assert body["globalWhiteAddrs"] == ["10.10.103.*"]
     assert body["plainAccessConfigs"][0] == {
-        "accessKey": "user_0001", "admin": False, "defaultGroupPerm": "SUB", "defaultTopicPerm": "DENY",
-        "groupPerms": ["groupA=DENY"], "secretKey": "secret_0001",
-        "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"]}
+        "accessKey": "user_0001",
+        "admin": False,
+        "defaultGroupPerm": "SUB",
+        "defaultTopicPerm": "DENY",
+        "groupPerms": ["groupA=DENY"],
+        "secretKey": "secret_0001",
+        "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"],
+    }
     assert body["plainAccessConfigs"][1] == {"accessKey": "admin_0001", "admin": True, "secretKey": "secret_0002"}
 
 

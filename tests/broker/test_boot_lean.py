@@ -37,11 +37,18 @@ sys.exit(asyncio.run(go()))
 
 
 def boot(tmp_path: Path, grpc_port: int) -> list[str]:
-    sets = [f"namesrvListenPort={free_port()}", f"listenPort={free_port()}", f"grpcServerPort={grpc_port}",
-            "grpcListenHost=127.0.0.1", "brokerIP1=127.0.0.1", f"storePathRootDir={tmp_path}",
-            f"mappedFileSizeCommitLog={4 * 1024 * 1024}"]
-    out = subprocess.run([sys.executable, "-c", CHILD, *sets], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         check=False)
+    sets = [
+        f"namesrvListenPort={free_port()}",
+        f"listenPort={free_port()}",
+        f"grpcServerPort={grpc_port}",
+        "grpcListenHost=127.0.0.1",
+        "brokerIP1=127.0.0.1",
+        f"storePathRootDir={tmp_path}",
+        f"mappedFileSizeCommitLog={4 * 1024 * 1024}",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, *sets], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("FIGURES ")]
     assert len(lines) == 1, out.stdout

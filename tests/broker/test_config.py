@@ -31,7 +31,9 @@ def test_defaults_match_upstream():
 
 def test_file_then_set_precedence(tmp_path):
     conf = tmp_path / "broker.conf"
-    conf.write_text("# comment\nbrokerName = broker-x\nlistenPort=20911\n! other comment\nmapedFileSizeCommitLog: 65536\n")
+    conf.write_text(
+        "# comment\nbrokerName = broker-x\nlistenPort=20911\n! other comment\nmapedFileSizeCommitLog: 65536\n"
+    )
     cfg, _ = load_config(str(conf), ["listenPort=30911", "autoCreateTopicEnable=FALSE"])
     assert cfg.broker_name == "broker-x"
     assert cfg.listen_port == 30911
@@ -39,16 +41,19 @@ def test_file_then_set_precedence(tmp_path):
     assert cfg.auto_create_topic_enable is False
 
 
-@pytest.mark.parametrize("assignment, message", [
-    ("noSuchKey=1", "unknown configuration key 'noSuchKey'"),
-    ("listenPort=abc", "listenPort: expected an integer"),
-    ("autoCreateTopicEnable=yes", "autoCreateTopicEnable: expected true or false"),
-    ("flushDiskType=SOMETIMES", "flushDiskType: must be one of ASYNC_FLUSH, SYNC_FLUSH"),
-    ("sendThreadPoolQueueCapacity=0", "sendThreadPoolQueueCapacity: must be at least 1"),
-    ("messageDelayLevel=1s 5x", "messageDelayLevel: bad level '5x'"),
-    ("deleteWhen=25", "deleteWhen"),
-    ("listenPort", "--set expects KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("noSuchKey=1", "unknown configuration key 'noSuchKey'"),
+        ("listenPort=abc", "listenPort: expected an integer"),
+        ("autoCreateTopicEnable=yes", "autoCreateTopicEnable: expected true or false"),
+        ("flushDiskType=SOMETIMES", "flushDiskType: must be one of ASYNC_FLUSH, SYNC_FLUSH"),
+        ("sendThreadPoolQueueCapacity=0", "sendThreadPoolQueueCapacity: must be at least 1"),
+        ("messageDelayLevel=1s 5x", "messageDelayLevel: bad level '5x'"),
+        ("deleteWhen=25", "deleteWhen"),
+        ("listenPort", "--set expects KEY=VALUE"),
+    ],
+)
 def test_bad_values_are_one_clear_error(assignment, message):
     with pytest.raises(ConfigError) as info:
         load_config(None, [assignment])
@@ -71,8 +76,14 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_store_config_follows_broker_config(tmp_path):
-    cfg, _ = build_config([("storePathRootDir", str(tmp_path)), ("mappedFileSizeCommitLog", "1048576"),
-                           ("osPageCacheBusyTimeOutMills", "321"), ("flushDiskType", "SYNC_FLUSH")])
+    cfg, _ = build_config(
+        [
+            ("storePathRootDir", str(tmp_path)),
+            ("mappedFileSizeCommitLog", "1048576"),
+            ("osPageCacheBusyTimeOutMills", "321"),
+            ("flushDiskType", "SYNC_FLUSH"),
+        ]
+    )
     store_cfg = cfg.to_store_config()
     assert store_cfg.store_path_root_dir == str(tmp_path)
     assert store_cfg.store_path_commit_log == str(tmp_path / "commitlog")

@@ -32,8 +32,16 @@ async def controller(tmp_path):
 class FakeConsumer:
     """A connection that registers as a consumer of ``group`` and records what the broker sends it."""
 
-    def __init__(self, c: BrokerController, group: str, client_id: str, *, language: str = "JAVA",
-                 topics: tuple[str, ...] = ("T",), running_info_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        c: BrokerController,
+        group: str,
+        client_id: str,
+        *,
+        language: str = "JAVA",
+        topics: tuple[str, ...] = ("T",),
+        running_info_delay_s: float = 0.0,
+    ) -> None:
         self.addr = c.config.broker_addr
         self.group, self.client_id, self.language, self.topics = group, client_id, language, topics
         self.client = RemotingClient()
@@ -47,15 +55,30 @@ class FakeConsumer:
 
     async def _on_running_info(self, channel, request):
         await asyncio.sleep(self.delay)
-        body = orjson.dumps({"properties": {"clientId": self.client_id, "consumeType": "CONSUME_PASSIVELY"},
-                             "subscriptionSet": [{"topic": t} for t in self.topics]})
+        body = orjson.dumps(
+            {
+                "properties": {"clientId": self.client_id, "consumeType": "CONSUME_PASSIVELY"},
+                "subscriptionSet": [{"topic": t} for t in self.topics],
+            }
+        )
         return request.response(ResponseCode.SUCCESS, body=body)
 
     async def heartbeat(self) -> None:
         subs = [{"topic": t, "subString": "*", "subVersion": 1, "expressionType": "TAG"} for t in self.topics]
-        body = orjson.dumps({"clientID": self.client_id, "consumerDataSet": [{
-            "groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": subs}]})
+        body = orjson.dumps(
+            {
+                "clientID": self.client_id,
+                "consumerDataSet": [
+                    {
+                        "groupName": self.group,
+                        "consumeType": "CONSUME_PASSIVELY",
+                        "messageModel": "CLUSTERING",
+                        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                        "subscriptionDataSet": subs,
+                    }
+                ],
+            }
+        )
         request = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)
         request.language = self.language
         assert (await self.client.invoke(self.addr, request, 3.0)).code == ResponseCode.SUCCESS
@@ -165,17 +188,22 @@ async def test_reset_offset_by_time_reaches_every_live_consumer(controller):
         (jr,), (cr,) = java.resets, cpp.resets
         assert jr.ext_fields["group"] == "G3" and jr.ext_fields["timestamp"] == str(stamps[3])
         assert _mq_table(jr.body) == {("T", 0): 3, ("T", 1): 0}
-        assert orjson.loads(cr.body) == {"offsetTable": [
-            {"brokerName": "broker-a", "offset": 3, "queueId": 0, "topic": "T"},
-            {"brokerName": "broker-a", "offset": 0, "queueId": 1, "topic": "T"}]}
+        assert orjson.loads(cr.body) == {
+            "offsetTable": [
+                {"brokerName": "broker-a", "offset": 3, "queueId": 0, "topic": "T"},
+                {"brokerName": "broker-a", "offset": 0, "queueId": 1, "topic": "T"},
+            ]
+        }
         assert c.consumer_offset_manager.query_offset("G3", "T", 0) == 3
         # without isForce a reset never moves a queue forward; with it, -1 means the end of each queue
         c.consumer_offset_manager.commit_offset("G3", "T", 0, 1)
         ext2 = dict(ext, timestamp="-1")
         assert _mq_table((await _admin(c, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext2)).body)[("T", 0)] == 1
         ext2["isForce"] = "true"
-        assert _mq_table((await _admin(c, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext2)).body) == \
-            {("T", 0): 6, ("T", 1): 2}
+        assert _mq_table((await _admin(c, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext2)).body) == {
+            ("T", 0): 6,
+            ("T", 1): 2,
+        }
     finally:
         await java.close()
         await cpp.close()
@@ -201,8 +229,11 @@ async def test_running_info_is_forwarded_to_the_client(controller, monkeypatch):
     try:
         await fc.heartbeat()
         await slow.heartbeat()
-        resp = await _admin(c, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                            {"consumerGroup": "G4", "clientId": "cid-4", "jstackEnable": "false"})
+        resp = await _admin(
+            c,
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            {"consumerGroup": "G4", "clientId": "cid-4", "jstackEnable": "false"},
+        )
         assert resp.code == ResponseCode.SUCCESS
         assert orjson.loads(resp.body)["properties"]["clientId"] == "cid-4"
         resp = await _admin(c, RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "G4", "clientId": "nobody"})

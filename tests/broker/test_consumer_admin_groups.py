@@ -30,14 +30,19 @@ from store.message import encode_properties
 LOCK_LIVE_MS = 400
 
 
-
 async def _start(root, groups: dict | None = None, **overrides: str) -> BrokerController:
     if groups:
         (root / "config").mkdir(parents=True, exist_ok=True)
         table = {g: {"groupName": g, **cfg} for g, cfg in groups.items()}
         (root / "config" / "subscriptionGroup.json").write_text(json.dumps({"subscriptionGroupTable": table}))
-    return await start_broker(root, storePathRootDir=root, namesrvListenPort=-1,
-                              rebalanceLockMaxLiveTime=LOCK_LIVE_MS, messageDelayLevel="1s 1s 1s 1s 1s", **overrides)
+    return await start_broker(
+        root,
+        storePathRootDir=root,
+        namesrvListenPort=-1,
+        rebalanceLockMaxLiveTime=LOCK_LIVE_MS,
+        messageDelayLevel="1s 1s 1s 1s 1s",
+        **overrides,
+    )
 
 
 @pytest.fixture
@@ -61,16 +66,26 @@ async def _call(client, c, code, ext=None, body=None) -> RemotingCommand:
 
 
 def _pull_ext(group: str, topic: str, sys_flag: int = 0x4, queue_id: int = 0) -> dict[str, str]:
-    return encode_header(PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,
-                                                  queue_offset=0, max_msg_nums=32, sys_flag=sys_flag,
-                                                  commit_offset=0, suspend_timeout_millis=0, sub_version=0,
-                                                  subscription="*", expression_type="TAG"))
+    return encode_header(
+        PullMessageRequestHeader(
+            consumer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=0,
+            max_msg_nums=32,
+            sys_flag=sys_flag,
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            sub_version=0,
+            subscription="*",
+            expression_type="TAG",
+        )
+    )
 
 
 async def _put(c: BrokerController, topic: str, body: bytes = b"x", **props: str) -> int:
     c.topic_config_manager.create_topic_in_send_message_back_method(topic, 1, 6)
-    r = await c.store.put_message(MessageExtBrokerInner.create(topic, body, properties=props,
-                                                               store_host=c.store_host))
+    r = await c.store.put_message(MessageExtBrokerInner.create(topic, body, properties=props, store_host=c.store_host))
     for _ in range(200):
         if c.store.get_max_offset_in_queue(topic, 0) > r.append_result.logics_offset:
             break
@@ -84,10 +99,20 @@ def _messages(c: BrokerController, topic: str, queue_id: int = 0) -> list:
 
 
 async def _heartbeat(client, c, group: str, client_id: str, model: str = "CLUSTERING", topic: str = "T") -> None:
-    body = orjson.dumps({"clientID": client_id, "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": model,
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-        "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": 1}]}]})
+    body = orjson.dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": model,
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "subscriptionDataSet": [{"topic": topic, "subString": "*", "subVersion": 1}],
+                }
+            ],
+        }
+    )
     assert (await _call(client, c, RequestCode.HEART_BEAT, body=body)).code == ResponseCode.SUCCESS
 
 
@@ -112,8 +137,9 @@ async def test_groups_are_not_auto_created_when_disabled(rig):
     offset = await _put(c, "T")
     resp = await _call(client, c, RequestCode.PULL_MESSAGE, _pull_ext("G_unknown", "T"))
     assert resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-    resp = await _call(client, c, RequestCode.CONSUMER_SEND_MSG_BACK,
-                       {"offset": str(offset), "group": "G_unknown", "delayLevel": "0"})
+    resp = await _call(
+        client, c, RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": str(offset), "group": "G_unknown", "delayLevel": "0"}
+    )
     assert resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
 
 
@@ -131,15 +157,17 @@ async def test_send_back_uses_the_group_retry_settings(rig):
     assert retry.properties["REAL_TOPIC"] == "%RETRY%G3" and retry.properties["RETRY_TOPIC"] == "T"
     assert retry.reconsume_times == 1 and retry.body == b"payload"
     # that copy failing again: reconsumeTimes 1 >= retryMaxTimes 1 → the DLQ, without delay
-    assert (await _call(client, c, RequestCode.CONSUMER_SEND_MSG_BACK,
-                        dict(ext, offset=str(retry.commit_log_offset)))).code == ResponseCode.SUCCESS
+    assert (
+        await _call(client, c, RequestCode.CONSUMER_SEND_MSG_BACK, dict(ext, offset=str(retry.commit_log_offset)))
+    ).code == ResponseCode.SUCCESS
     await asyncio.sleep(0.05)
     (dead,) = _messages(c, "%DLQ%G3")
     assert dead.reconsume_times == 2 and dead.properties["RETRY_TOPIC"] == "T"
     assert dead.properties["ORIGIN_MESSAGE_ID"] == retry.properties["ORIGIN_MESSAGE_ID"]
     # retryQueueNums 0: upstream answers SUCCESS and keeps nothing
-    assert (await _call(client, c, RequestCode.CONSUMER_SEND_MSG_BACK,
-                        dict(ext, group="G0"))).code == ResponseCode.SUCCESS
+    assert (
+        await _call(client, c, RequestCode.CONSUMER_SEND_MSG_BACK, dict(ext, group="G0"))
+    ).code == ResponseCode.SUCCESS
     assert c.topic_config_manager.select_topic_config("%RETRY%G0") is None
 
 
@@ -166,8 +194,19 @@ async def test_sending_to_the_retry_topic_itself_is_promoted_to_the_dlq(rig):
 
     def send(reconsume: int, max_times: int) -> RemotingCommand:
         props = encode_properties({"RETRY_TOPIC": "T", "ORIGIN_MESSAGE_ID": "O1", "KEYS": f"r{reconsume}"})
-        hdr = SendMessageRequestHeaderV2(a="P", b="%RETRY%G7", c="TBW102", d=4, e=0, f=0,
-                                         g=int(time.time() * 1000), h=0, i=props, j=reconsume, l=max_times)
+        hdr = SendMessageRequestHeaderV2(
+            a="P",
+            b="%RETRY%G7",
+            c="TBW102",
+            d=4,
+            e=0,
+            f=0,
+            g=int(time.time() * 1000),
+            h=0,
+            i=props,
+            j=reconsume,
+            l=max_times,
+        )
         return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr), b"again")
 
     for reconsume, max_times in ((1, 3), (3, 3)):
@@ -180,8 +219,13 @@ async def test_sending_to_the_retry_topic_itself_is_promoted_to_the_dlq(rig):
 
 
 def _lock_body(group: str, client_id: str, queues: list[int]) -> bytes:
-    return orjson.dumps({"consumerGroup": group, "clientId": client_id,
-                         "mqSet": [{"topic": "T", "brokerName": "broker-a", "queueId": q} for q in queues]})
+    return orjson.dumps(
+        {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "mqSet": [{"topic": "T", "brokerName": "broker-a", "queueId": q} for q in queues],
+        }
+    )
 
 
 async def _lock(client, c, group, client_id, queues) -> list[int]:

@@ -12,8 +12,13 @@ from remoting.executor import RequestExecutor, RequestTask
 def make(clock, busy=lambda: False):
     send = RequestExecutor("send", 1, 100, now_ms=clock)
     pull = RequestExecutor("pull", 1, 100, now_ms=clock)
-    sweeper = BrokerFastFailure(send_executor=send, queues=[SweptQueue(send, lambda: 200), SweptQueue(pull, lambda: 5000)],
-                                is_page_cache_busy=busy, now_ms=clock, enabled=lambda: True)
+    sweeper = BrokerFastFailure(
+        send_executor=send,
+        queues=[SweptQueue(send, lambda: 200), SweptQueue(pull, lambda: 5000)],
+        is_page_cache_busy=busy,
+        now_ms=clock,
+        enabled=lambda: True,
+    )
     return send, pull, sweeper
 
 
@@ -36,8 +41,9 @@ def test_timeout_clean_queue_text_and_order():
     assert len(ch.sent) == 1
     resp = ch.sent[0]
     assert resp.code == 2 and resp.opaque == 1 and resp.is_response
-    assert resp.remark == ("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
-                           "period in queue: 210ms, size of queue: 1")
+    assert resp.remark == (
+        "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 210ms, size of queue: 1"
+    )
     assert send.expired == 1 and len(send.queue) == 1
     clock.now += 40
     assert sweeper.clean_expired_request() == 1
@@ -68,7 +74,8 @@ def test_page_cache_busy_drains_send_queue_with_pcbusy():
     assert [r.remark for r in ch.sent] == [
         "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 7ms, size of queue: 2",
         "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 7ms, size of queue: 1",
-        "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 7ms, size of queue: 0"]
+        "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 7ms, size of queue: 0",
+    ]
     busy["v"] = False
     enqueue(send, ch, clock)
     assert sweeper.clean_expired_request() == 0

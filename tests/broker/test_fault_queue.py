@@ -25,8 +25,9 @@ async def test_stalled_admin_queue_is_cleared(tmp_path):
     try:
         resp = await client.invoke(addr, fault("stall_queue", 60_000, "admin"), 5)
         assert resp.code == ResponseCode.SUCCESS
-        runtime = asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(
-            RequestCode.GET_BROKER_RUNTIME_INFO, {}), 10))
+        runtime = asyncio.ensure_future(
+            client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 10)
+        )
         await asyncio.sleep(0.3)
         assert not runtime.done()  # the admin queue is stalled
         resp = await client.invoke(addr, fault("clear"), 5)

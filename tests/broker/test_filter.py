@@ -15,16 +15,22 @@ COLLIDING = ("Aa", "BB")
 
 
 def _msg(topic: str, body: bytes, props: dict[str, str]) -> MessageExtBrokerInner:
-    return MessageExtBrokerInner.create(topic, body, properties=props, born_host=("10.0.0.9", 5000),
-                                        store_host=("127.0.0.1", 10911))
+    return MessageExtBrokerInner.create(
+        topic, body, properties=props, born_host=("10.0.0.9", 5000), store_host=("127.0.0.1", 10911)
+    )
 
 
 @pytest.fixture
 async def store(tmp_path):
-    s = MessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"),
-                                        mapped_file_size_commit_log=256 * 1024,
-                                        mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=64,
-                                        max_index_num=256))
+    s = MessageStore(
+        MessageStoreConfig(
+            store_path_root_dir=str(tmp_path / "store"),
+            mapped_file_size_commit_log=256 * 1024,
+            mapped_file_size_consume_queue=1000 * 20,
+            max_hash_slot_num=64,
+            max_index_num=256,
+        )
+    )
     assert await s.load()
     await s.start()
     yield s
@@ -33,6 +39,7 @@ async def store(tmp_path):
 
 async def _wait_dispatched(store, topic: str, n: int) -> None:
     import asyncio
+
     for _ in range(200):
         if store.get_max_offset_in_queue(topic, 0) >= n:
             return

@@ -28,42 +28,68 @@ AND = "a=3 and b<>4 And c>5 AND d<=4"
 OR = "a=3 or b<>4 Or c>5 OR d<=4"
 
 
-@pytest.mark.parametrize(("expr", "props", "expected"), [
-    ("a between 2 and 10", {"a": "2"}, True), ("a between 2 and 10", {"a": "10"}, True),
-    ("a between 2 and 10", {"a": "3"}, True), ("a between 2 and 10", {"a": "1"}, False),
-    ("a between 2 and 10", {"a": "11"}, False),
-    ("a not between 2 and 10", {"a": "1"}, True), ("a not between 2 and 10", {"a": "11"}, True),
-    ("a not between 2 and 10", {"a": "2"}, False), ("a not between 2 and 10", {"a": "3"}, False),
-    ("a is null", {"abc": "2"}, True), ("a is null", {"a": "2"}, False),
-    ("a is not null", {"a": "2"}, True), ("a is not null", {"abc": "2"}, False),
-    ("a is not null and a='hello'", {"a": "hello"}, True), ("a is not null and a='hello'", {}, False),
-    ("a is null OR a='hello'", {}, True), ("a is null OR a='hello'", {"a": "hello"}, True),
-    ("a is null OR a='hello'", {"a": "abc"}, False),
-    ("a=TRUE OR b=FALSE", {"a": "true", "b": "false"}, True),
-    ("a=TRUE OR b=FALSE", {"a": "false", "b": "true"}, False),
-    ("TAGS is not null and TAGS='''''tag'''''", {"TAGS": "''tag''"}, True),
-    ("a > 3.1E10", {"a": str(3.1415 * 10**10)}, True),
-    ("a > 3.14", {"a": "3.1415"}, True),
-    ("a > b", {"a": "10", "b": "20"}, False), ("a > b", {"a": "20", "b": "10"}, True),
-    ("a=b", {"a": "3.14", "b": "3.14"}, True), ("a<>b", {"a": "3.14", "b": "3.14"}, False),
-    ("a<>b", {"a": "3.14", "b": "3.141"}, True),
-    ("a between up and low", {"a": "3.14"}, False),
-    ("key is not null and key between 0 and 100", {"key": "con"}, False),
-    ("a between 0 and 100", {"a": "abc"}, False),
-    (AND, {"a": "3", "b": "5", "c": "6", "d": "1"}, True), (AND, {"a": "4", "b": "5", "c": "6", "d": "1"}, False),
-    (OR, {"a": "3"}, True), (OR, {"a": "4", "b": "5"}, True), (OR, {"a": "4", "b": "4", "c": "6"}, True),
-    (OR, {"a": "4", "b": "4", "c": "3", "d": "2"}, True), (OR, {"a": "4", "b": "4", "c": "3", "d": "10"}, False),
-    ("a in ('3', '4', '5')", {"a": "4"}, True), ("a in ('3', '4', '5')", {"a": "8"}, False),
-    ("a not in ('3', '4', '5')", {"a": "8"}, True), ("a not in ('3', '4', '5')", {"a": "5"}, False),
-])
+@pytest.mark.parametrize(
+    ("expr", "props", "expected"),
+    [
+        ("a between 2 and 10", {"a": "2"}, True),
+        ("a between 2 and 10", {"a": "10"}, True),
+        ("a between 2 and 10", {"a": "3"}, True),
+        ("a between 2 and 10", {"a": "1"}, False),
+        ("a between 2 and 10", {"a": "11"}, False),
+        ("a not between 2 and 10", {"a": "1"}, True),
+        ("a not between 2 and 10", {"a": "11"}, True),
+        ("a not between 2 and 10", {"a": "2"}, False),
+        ("a not between 2 and 10", {"a": "3"}, False),
+        ("a is null", {"abc": "2"}, True),
+        ("a is null", {"a": "2"}, False),
+        ("a is not null", {"a": "2"}, True),
+        ("a is not null", {"abc": "2"}, False),
+        ("a is not null and a='hello'", {"a": "hello"}, True),
+        ("a is not null and a='hello'", {}, False),
+        ("a is null OR a='hello'", {}, True),
+        ("a is null OR a='hello'", {"a": "hello"}, True),
+        ("a is null OR a='hello'", {"a": "abc"}, False),
+        ("a=TRUE OR b=FALSE", {"a": "true", "b": "false"}, True),
+        ("a=TRUE OR b=FALSE", {"a": "false", "b": "true"}, False),
+        ("TAGS is not null and TAGS='''''tag'''''", {"TAGS": "''tag''"}, True),
+        ("a > 3.1E10", {"a": str(3.1415 * 10**10)}, True),
+        ("a > 3.14", {"a": "3.1415"}, True),
+        ("a > b", {"a": "10", "b": "20"}, False),
+        ("a > b", {"a": "20", "b": "10"}, True),
+        ("a=b", {"a": "3.14", "b": "3.14"}, True),
+        ("a<>b", {"a": "3.14", "b": "3.14"}, False),
+        ("a<>b", {"a": "3.14", "b": "3.141"}, True),
+        ("a between up and low", {"a": "3.14"}, False),
+        ("key is not null and key between 0 and 100", {"key": "con"}, False),
+        ("a between 0 and 100", {"a": "abc"}, False),
+        (AND, {"a": "3", "b": "5", "c": "6", "d": "1"}, True),
+        (AND, {"a": "4", "b": "5", "c": "6", "d": "1"}, False),
+        (OR, {"a": "3"}, True),
+        (OR, {"a": "4", "b": "5"}, True),
+        (OR, {"a": "4", "b": "4", "c": "6"}, True),
+        (OR, {"a": "4", "b": "4", "c": "3", "d": "2"}, True),
+        (OR, {"a": "4", "b": "4", "c": "3", "d": "10"}, False),
+        ("a in ('3', '4', '5')", {"a": "4"}, True),
+        ("a in ('3', '4', '5')", {"a": "8"}, False),
+        ("a not in ('3', '4', '5')", {"a": "8"}, True),
+        ("a not in ('3', '4', '5')", {"a": "5"}, False),
+    ],
+)
 def test_upstream_vectors(expr, props, expected):
     assert compile_sql92(expr)(props) is expected
 
 
-@pytest.mark.parametrize("expr", [
-    "a=3  and    b<>4 And c>5 AND d<=4", "(a not in ('6', '4', '5')) or (b in ('3', '4', '5'))",
-    "(a between 2 and 10) AND (b not between 6 and 9)", "a <= now", "a is null", "a is not null",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "a=3  and    b<>4 And c>5 AND d<=4",
+        "(a not in ('6', '4', '5')) or (b in ('3', '4', '5'))",
+        "(a between 2 and 10) AND (b not between 6 and 9)",
+        "a <= now",
+        "a is null",
+        "a is not null",
+    ],
+)
 def test_upstream_valid_expressions_parse(expr):
     parse(expr)
 
@@ -73,19 +99,40 @@ def test_blank_insensitive_equality_like_upstream():
     assert parse(AND) != parse(OR)
 
 
-@pytest.mark.parametrize("expr", [
-    "a and between 2 and 10", " a between 10 and 0", "a > 100000000000000000000000",
-    "a > 1" + "1" * 3000 + "." + "1" * 3000,  # a double out of range (and no crash on a huge literal)
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "a and between 2 and 10",
+        " a between 10 and 0",
+        "a > 100000000000000000000000",
+        "a > 1" + "1" * 3000 + "." + "1" * 3000,  # a double out of range (and no crash on a huge literal)
+    ],
+)
 def test_upstream_invalid_expressions(expr):
     with pytest.raises(SqlParseError):
         parse(expr)
 
 
 # -- null and type rules -------------------------------------------------------------------------------
-@pytest.mark.parametrize("expr", ["a = 'x'", "a <> 'x'", "a > 1", "a < 1", "a >= 1", "a <= 1", "a BETWEEN 1 AND 2",
-                                  "a NOT BETWEEN 1 AND 2", "a IN ('x')", "a NOT IN ('x')", "NOT (a = 'x')", "a",
-                                  "-a = -1", "a = b"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "a = 'x'",
+        "a <> 'x'",
+        "a > 1",
+        "a < 1",
+        "a >= 1",
+        "a <= 1",
+        "a BETWEEN 1 AND 2",
+        "a NOT BETWEEN 1 AND 2",
+        "a IN ('x')",
+        "a NOT IN ('x')",
+        "NOT (a = 'x')",
+        "a",
+        "-a = -1",
+        "a = b",
+    ],
+)
 def test_a_missing_property_never_matches(expr):
     assert not matches(expr, b="x")
     if expr != "a = b":
@@ -138,19 +185,42 @@ def test_keywords_are_case_insensitive_and_comments_are_skipped():
     assert matches("$a_1 = 'v'", **{"$a_1": "v"})
 
 
-@pytest.mark.parametrize(("expr", "fragment"), [
-    ("", "empty"), ("   ", "empty"), ("a =", "expected a value"), ("a = NULL", "IS NULL"),
-    ("a > 'x'", "cannot be compared"), ("a > TRUE", "cannot be compared"), ("(a = 1) > 2", "cannot be compared"),
-    ("TRUE = 'x'", "cannot be compared"), ("a BETWEEN 3 AND 1", "BETWEEN"), ("a BETWEEN NULL AND 1", "NULL"),
-    ("a IN (1, 2)", "string literal"), ("'x' IN ('x')", "property"), ("NOT a IN ('x')", "property"),
-    ("a = 1 b", "after a complete expression"), ("a = 1)", "after a complete expression"),
-    ("a = 'open", "not closed"), ("a != 1", "unexpected character '!'"), ("a = 1 AND 5", "boolean value"),
-    ("5", "boolean value"), ("'x'", "boolean value"), ("-a", "boolean value"), ("a > 0.0", "write 0"),
-    ("a > 1e400", "greater than"), ("a = 9223372036854775808", "range of a long"), ("a IS 5", "NULL after IS"),
-    ("a.b = 1", "unexpected character '.'"), ("a = 1 -- comment without newline", "after a complete expression"),
-    ("(" * (MAX_DEPTH + 1) + "a" + ")" * (MAX_DEPTH + 1), "nests"), ("NOT " * (MAX_DEPTH + 1) + "a", "nests"),
-    (" AND ".join(["a = 1"] * 5000), None), ("a = " + " = ".join(["1"] * (MAX_DEPTH + 5)), "nests"),
-])
+@pytest.mark.parametrize(
+    ("expr", "fragment"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("a =", "expected a value"),
+        ("a = NULL", "IS NULL"),
+        ("a > 'x'", "cannot be compared"),
+        ("a > TRUE", "cannot be compared"),
+        ("(a = 1) > 2", "cannot be compared"),
+        ("TRUE = 'x'", "cannot be compared"),
+        ("a BETWEEN 3 AND 1", "BETWEEN"),
+        ("a BETWEEN NULL AND 1", "NULL"),
+        ("a IN (1, 2)", "string literal"),
+        ("'x' IN ('x')", "property"),
+        ("NOT a IN ('x')", "property"),
+        ("a = 1 b", "after a complete expression"),
+        ("a = 1)", "after a complete expression"),
+        ("a = 'open", "not closed"),
+        ("a != 1", "unexpected character '!'"),
+        ("a = 1 AND 5", "boolean value"),
+        ("5", "boolean value"),
+        ("'x'", "boolean value"),
+        ("-a", "boolean value"),
+        ("a > 0.0", "write 0"),
+        ("a > 1e400", "greater than"),
+        ("a = 9223372036854775808", "range of a long"),
+        ("a IS 5", "NULL after IS"),
+        ("a.b = 1", "unexpected character '.'"),
+        ("a = 1 -- comment without newline", "after a complete expression"),
+        ("(" * (MAX_DEPTH + 1) + "a" + ")" * (MAX_DEPTH + 1), "nests"),
+        ("NOT " * (MAX_DEPTH + 1) + "a", "nests"),
+        (" AND ".join(["a = 1"] * 5000), None),
+        ("a = " + " = ".join(["1"] * (MAX_DEPTH + 5)), "nests"),
+    ],
+)
 def test_bad_expressions_say_what_is_wrong(expr, fragment):
     if fragment is None:  # long flat AND chains are fine: they do not nest
         assert matches(expr, a="1")
@@ -193,7 +263,9 @@ def test_double_value_of_reads_python_reprs(x):
 # -- a model of the semantics, for generated expressions -------------------------------------------
 ERR = "ERR"
 NAMES = ("a", "b", "c")
-VALUES = st.one_of(st.none(), st.integers(-4, 4).map(str), st.sampled_from(["1.5", "x", "true", "", "-0", "99999999999"]))
+VALUES = st.one_of(
+    st.none(), st.integers(-4, 4).map(str), st.sampled_from(["1.5", "x", "true", "", "-0", "99999999999"])
+)
 PROPS = st.fixed_dictionaries({n: VALUES for n in NAMES}).map(lambda d: {k: v for k, v in d.items() if v is not None})
 
 
@@ -212,12 +284,18 @@ def atoms(draw):
         def model(p, lit=lit, neg=kind == "ne_s"):
             v = p.get(name)
             return None if v is None else (v == lit) != neg
+
         return sql, model
     if kind in ("cmp", "eq_n"):
         op = "=" if kind == "eq_n" else draw(st.sampled_from(["<", "<=", ">", ">="]))
         n = draw(st.integers(-3, 3))
-        ops = {"<": lambda x: x < n, "<=": lambda x: x <= n, ">": lambda x: x > n, ">=": lambda x: x >= n,
-               "=": lambda x: x == n}
+        ops = {
+            "<": lambda x: x < n,
+            "<=": lambda x: x <= n,
+            ">": lambda x: x > n,
+            ">=": lambda x: x >= n,
+            "=": lambda x: x == n,
+        }
 
         def model(p, f=ops[op]):
             v = p.get(name)
@@ -225,6 +303,7 @@ def atoms(draw):
                 return None
             x = _int_or_err(v)
             return ERR if x is ERR else f(x)
+
         return f"{name} {op} {n}", model
     if kind == "between":
         lo = draw(st.integers(-3, 3))
@@ -236,6 +315,7 @@ def atoms(draw):
                 return None
             x = _int_or_err(v)
             return ERR if x is ERR else lo <= x <= hi
+
         return f"{name} BETWEEN {lo} AND {hi}", model
     if kind == "in":
         items = draw(st.lists(st.sampled_from(["x", "1", "true", ""]), min_size=1, max_size=3))
@@ -281,10 +361,12 @@ def _not(v):
 expressions = st.recursive(
     atoms(),
     lambda children: st.one_of(
-        st.tuples(children, children).map(lambda t: (f"({t[0][0]}) AND ({t[1][0]})",
-                                                     lambda p, t=t: _and(lambda: t[0][1](p), lambda: t[1][1](p)))),
-        st.tuples(children, children).map(lambda t: (f"({t[0][0]}) OR ({t[1][0]})",
-                                                     lambda p, t=t: _or(lambda: t[0][1](p), lambda: t[1][1](p)))),
+        st.tuples(children, children).map(
+            lambda t: (f"({t[0][0]}) AND ({t[1][0]})", lambda p, t=t: _and(lambda: t[0][1](p), lambda: t[1][1](p)))
+        ),
+        st.tuples(children, children).map(
+            lambda t: (f"({t[0][0]}) OR ({t[1][0]})", lambda p, t=t: _or(lambda: t[0][1](p), lambda: t[1][1](p)))
+        ),
         children.map(lambda c: (f"NOT ({c[0]})", lambda p, c=c: _not(c[1](p)))),
     ),
     max_leaves=8,
@@ -315,9 +397,42 @@ def test_not_never_matches_together_with_its_operand(expr, props):
     assert not (matches(sql, **props) and matches(f"NOT ({sql})", **props))
 
 
-_TOKENS = st.sampled_from(["a", "b", "=", "<>", "<", ">", "<=", ">=", "(", ")", ",", "+", "-", "NOT", "AND", "OR",
-                           "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE", "1", "2.5", "'s'", "''''", "1e3", ".5",
-                           "/**/", "--c\n", "0.0", "9223372036854775808"])
+_TOKENS = st.sampled_from(
+    [
+        "a",
+        "b",
+        "=",
+        "<>",
+        "<",
+        ">",
+        "<=",
+        ">=",
+        "(",
+        ")",
+        ",",
+        "+",
+        "-",
+        "NOT",
+        "AND",
+        "OR",
+        "BETWEEN",
+        "IN",
+        "IS",
+        "NULL",
+        "TRUE",
+        "FALSE",
+        "1",
+        "2.5",
+        "'s'",
+        "''''",
+        "1e3",
+        ".5",
+        "/**/",
+        "--c\n",
+        "0.0",
+        "9223372036854775808",
+    ]
+)
 
 
 @given(st.lists(_TOKENS, max_size=14).map(" ".join))

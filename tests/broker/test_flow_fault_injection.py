@@ -43,20 +43,26 @@ class Rig:
 
 def rig(pool: object | None = None) -> Rig:
     clock = Clock()
-    return Rig(clock, FakeStore(StoreFault(clock), pool),
-               {name: RequestExecutor(name, 1, 10) for name in ("send", "pull", "heartbeat")})
+    return Rig(
+        clock,
+        FakeStore(StoreFault(clock), pool),
+        {name: RequestExecutor(name, 1, 10) for name in ("send", "pull", "heartbeat")},
+    )
 
 
-@pytest.mark.parametrize(("kind", "target", "duration", "value", "message"), [
-    ("explode", None, 100, None, "unknown fault kind 'explode'; expected one of stall_send_workers, stall_queue"),
-    ("stall_queue", None, 0, None, "durationMs must be a positive number of milliseconds, got 0"),
-    ("stall_append", None, -5, None, "durationMs must be a positive number of milliseconds, got -5"),
-    ("stall_append", None, 3_600_001, None, "durationMs 3600001 is over the limit of 3600000 ms"),
-    ("stall_queue", "nosuch", 100, None, "unknown queue 'nosuch'; expected one of heartbeat, pull, send"),
-    ("drain_transient_pool", None, 100, None, "drain_transient_pool needs a transient store pool"),
-    ("slow_fsync", None, 100, "fast", "slow_fsync value (ms per fsync) must be an integer, got 'fast'"),
-    ("slow_fsync", None, 100, "-1", "slow_fsync value (ms per fsync) must not be negative, got -1"),
-])
+@pytest.mark.parametrize(
+    ("kind", "target", "duration", "value", "message"),
+    [
+        ("explode", None, 100, None, "unknown fault kind 'explode'; expected one of stall_send_workers, stall_queue"),
+        ("stall_queue", None, 0, None, "durationMs must be a positive number of milliseconds, got 0"),
+        ("stall_append", None, -5, None, "durationMs must be a positive number of milliseconds, got -5"),
+        ("stall_append", None, 3_600_001, None, "durationMs 3600001 is over the limit of 3600000 ms"),
+        ("stall_queue", "nosuch", 100, None, "unknown queue 'nosuch'; expected one of heartbeat, pull, send"),
+        ("drain_transient_pool", None, 100, None, "drain_transient_pool needs a transient store pool"),
+        ("slow_fsync", None, 100, "fast", "slow_fsync value (ms per fsync) must be an integer, got 'fast'"),
+        ("slow_fsync", None, 100, "-1", "slow_fsync value (ms per fsync) must not be negative, got -1"),
+    ],
+)
 async def test_bad_requests_are_refused_with_a_clear_reason(kind, target, duration, value, message):
     r = rig()
     with pytest.raises(ValueError) as refused:
@@ -113,8 +119,7 @@ async def test_clear_ends_store_faults_too():
 
 
 def test_kinds_are_the_documented_ones():
-    assert KINDS == ("stall_send_workers", "stall_queue", "stall_append", "drain_transient_pool", "slow_fsync",
-                     "clear")
+    assert KINDS == ("stall_send_workers", "stall_queue", "stall_append", "drain_transient_pool", "slow_fsync", "clear")
 
 
 # ------------------------------------------------------------------------------------------ client side
@@ -133,8 +138,10 @@ class RecordingAdmin:
     async def process_request(self, channel, request):
         assert request.code == RequestCode.FAULT_INJECT
         if not self.enabled:
-            return request.response(ResponseCode.NO_PERMISSION, "fault injection is disabled; start the broker "
-                                    "with faultInjectionEnable=true")
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                "fault injection is disabled; start the broker with faultInjectionEnable=true",
+            )
         self.seen.append(dict(request.ext_fields))
         return request.response(ResponseCode.SUCCESS)
 
@@ -155,9 +162,11 @@ async def test_inject_fault_async_sends_the_wire_header():
         await inject_fault_async(server.address, "clear")
     finally:
         await server.stop(1.0)
-    assert admin.seen == [{"kind": "stall_queue", "target": "pull", "durationMs": "1500"},
-                          {"kind": "slow_fsync", "durationMs": "200", "value": "50"},
-                          {"kind": "clear", "durationMs": "0"}]
+    assert admin.seen == [
+        {"kind": "stall_queue", "target": "pull", "durationMs": "1500"},
+        {"kind": "slow_fsync", "durationMs": "200", "value": "50"},
+        {"kind": "clear", "durationMs": "0"},
+    ]
 
 
 async def test_inject_fault_async_raises_with_the_brokers_remark():

@@ -27,8 +27,13 @@ class FakeExecutor:
 def test_every_busy_kind_is_listed_from_the_start():
     stats = BrokerStats(now_ms=Clock())
     assert dict(stats.busy) == dict.fromkeys(BUSY_KINDS, 0)
-    assert set(BUSY_KINDS) == {"OVERLOAD", "REJECTREQUEST", "PCBUSY_CLEAN_QUEUE", "TIMEOUT_CLEAN_QUEUE",
-                               "PC_SYNCHRONIZED"}
+    assert set(BUSY_KINDS) == {
+        "OVERLOAD",
+        "REJECTREQUEST",
+        "PCBUSY_CLEAN_QUEUE",
+        "TIMEOUT_CLEAN_QUEUE",
+        "PC_SYNCHRONIZED",
+    }
 
 
 def test_on_busy_counts_per_kind_and_queue_and_never_logs_by_itself():
@@ -51,8 +56,7 @@ def test_summary_line_covers_the_window_then_resets():
         stats.on_busy("PCBUSY_CLEAN_QUEUE", "send", 3)
         stats.on_busy("TIMEOUT_CLEAN_QUEUE", "heartbeat", 2)
         clock.now += 1000
-        assert stats.flush_shed_log({"send": 4}) == {"heartbeat:TIMEOUT_CLEAN_QUEUE": 2,
-                                                     "send:PCBUSY_CLEAN_QUEUE": 3}
+        assert stats.flush_shed_log({"send": 4}) == {"heartbeat:TIMEOUT_CLEAN_QUEUE": 2, "send:PCBUSY_CLEAN_QUEUE": 3}
         assert stats.flush_shed_log() is None
     assert len(logs) == 1
     line = logs[0]

@@ -19,18 +19,34 @@ from store import (
 )
 
 
-def enqueue(executor: RequestExecutor, channel: FakeChannel, create_ms: int, *, opaque: int = 1,
-            oneway: bool = False) -> RequestTask:
+def enqueue(
+    executor: RequestExecutor, channel: FakeChannel, create_ms: int, *, opaque: int = 1, oneway: bool = False
+) -> RequestTask:
     task = RequestTask(channel, RemotingCommand.request(10, {}, opaque=opaque, oneway=oneway), create_ms)
     executor.queue.append(task)
     return task
 
 
-def sweeper(send: RequestExecutor, clock, *, busy=lambda: False, enabled=lambda: True, on_shed=None,
-            interval_s: float = 0.01, start_delay_s: float = 0.0) -> BrokerFastFailure:
-    return BrokerFastFailure(send_executor=send, queues=[SweptQueue(send, lambda: 200)], is_page_cache_busy=busy,
-                             now_ms=clock, enabled=enabled, on_shed=on_shed, interval_s=interval_s,
-                             start_delay_s=start_delay_s)
+def sweeper(
+    send: RequestExecutor,
+    clock,
+    *,
+    busy=lambda: False,
+    enabled=lambda: True,
+    on_shed=None,
+    interval_s: float = 0.01,
+    start_delay_s: float = 0.0,
+) -> BrokerFastFailure:
+    return BrokerFastFailure(
+        send_executor=send,
+        queues=[SweptQueue(send, lambda: 200)],
+        is_page_cache_busy=busy,
+        now_ms=clock,
+        enabled=enabled,
+        on_shed=on_shed,
+        interval_s=interval_s,
+        start_delay_s=start_delay_s,
+    )
 
 
 async def test_loop_waits_for_its_start_delay_then_ticks_every_interval():
@@ -99,8 +115,11 @@ def test_on_shed_reports_per_queue_and_kind():
         enqueue(send, ch, clock.now, opaque=10 + i)
     clock.now += 200
     assert ff.clean_expired_request() == 3
-    assert shed == [("send", "PCBUSY_CLEAN_QUEUE", 1), ("send", "PCBUSY_CLEAN_QUEUE", 1),
-                    ("send", "TIMEOUT_CLEAN_QUEUE", 3)]
+    assert shed == [
+        ("send", "PCBUSY_CLEAN_QUEUE", 1),
+        ("send", "PCBUSY_CLEAN_QUEUE", 1),
+        ("send", "TIMEOUT_CLEAN_QUEUE", 3),
+    ]
     assert send.expired == 5 and ch.finished == 5
 
 
@@ -118,17 +137,29 @@ def test_a_tick_looks_only_at_heads_that_expired():
 
 
 def _msg(body: bytes) -> MessageExtBrokerInner:
-    return MessageExtBrokerInner.create("T", body, queue_id=0, properties={}, born_timestamp=1_700_000_000_000,
-                                        born_host=("10.0.0.9", 1), store_host=("127.0.0.1", 10911))
+    return MessageExtBrokerInner.create(
+        "T",
+        body,
+        queue_id=0,
+        properties={},
+        born_timestamp=1_700_000_000_000,
+        born_host=("10.0.0.9", 1),
+        store_host=("127.0.0.1", 10911),
+    )
 
 
 async def test_sweeper_keeps_its_beat_and_sees_the_lock_age_while_an_append_is_stuck(tmp_path):
     """A real store, an append stalled 600 ms: the sweeper goes on ticking on the same loop, reads the page
     cache busy once the lock is older than osPageCacheBusyTimeOutMills, and answers a queued send with
     [PCBUSY_CLEAN_QUEUE] while the append is still stuck."""
-    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=64 * 1024,
-                             mapped_file_size_consume_queue=100 * 20, max_hash_slot_num=64, max_index_num=256,
-                             os_page_cache_busy_timeout_mills=100)
+    cfg = MessageStoreConfig(
+        store_path_root_dir=str(tmp_path / "store"),
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        os_page_cache_busy_timeout_mills=100,
+    )
     store = MessageStore(cfg)
     assert await store.load()
     await store.start()
@@ -142,8 +173,15 @@ async def test_sweeper_keeps_its_beat_and_sees_the_lock_age_while_an_append_is_s
             seen_busy.append(store.lock_time_mills())
         return b
 
-    ff = BrokerFastFailure(send_executor=send, queues=[SweptQueue(send, lambda: 10_000)], is_page_cache_busy=busy,
-                           now_ms=store.now_ms, enabled=lambda: True, interval_s=0.01, start_delay_s=0.0)
+    ff = BrokerFastFailure(
+        send_executor=send,
+        queues=[SweptQueue(send, lambda: 10_000)],
+        is_page_cache_busy=busy,
+        now_ms=store.now_ms,
+        enabled=lambda: True,
+        interval_s=0.01,
+        start_delay_s=0.0,
+    )
     try:
         assert (await store.put_message(_msg(b"warm"))).status == PutMessageStatus.PUT_OK
         ff.start()

@@ -13,15 +13,18 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("listenPort", "99999", "listenPort: must be at most 65535, got 99999"),
-    ("namesrvListenPort", "65536", "namesrvListenPort: must be at most 65535"),
-    ("metricsPromExporterPort", "70000", "metricsPromExporterPort: must be at most 65535"),
-    ("grpcServerPort", "65536", "grpcServerPort: must be at most 65535"),
-    ("maxMessageSize", "9999999999", "maxMessageSize: must be at most 2147483647"),
-    ("brokerPermission", "16", "brokerPermission: must be at most 15"),
-    ("sendThreadPoolQueueCapacity", str(2**31), "must be at most 2147483647"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("listenPort", "99999", "listenPort: must be at most 65535, got 99999"),
+        ("namesrvListenPort", "65536", "namesrvListenPort: must be at most 65535"),
+        ("metricsPromExporterPort", "70000", "metricsPromExporterPort: must be at most 65535"),
+        ("grpcServerPort", "65536", "grpcServerPort: must be at most 65535"),
+        ("maxMessageSize", "9999999999", "maxMessageSize: must be at most 2147483647"),
+        ("brokerPermission", "16", "brokerPermission: must be at most 15"),
+        ("sendThreadPoolQueueCapacity", str(2**31), "must be at most 2147483647"),
+    ],
+)
 def test_numbers_out_of_range_are_one_clear_error(key, value, message):
     with pytest.raises(ConfigError, match=message):
         build_config([(key, value)])
@@ -33,18 +36,27 @@ def test_long_keys_take_long_values():
 
 
 def test_mqbroker_with_a_port_out_of_range_exits_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "broker.main", "--set", "listenPort=99999"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker.main", "--set", "listenPort=99999"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["mqbroker: configuration error: listenPort: must be at most 65535, "
-                                                "got 99999"]
+    assert proc.stderr.strip().splitlines() == [
+        "mqbroker: configuration error: listenPort: must be at most 65535, got 99999"
+    ]
 
 
-@pytest.mark.parametrize("body", [b"faultInjectionEnable=true", b"brokerFastFailureEnable=false\nfaultInjectionEnable=true",
-                                  b"sendMessageThreadPoolNums=64"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"faultInjectionEnable=true",
+        b"brokerFastFailureEnable=false\nfaultInjectionEnable=true",
+        b"sendMessageThreadPoolNums=64",
+    ],
+)
 async def test_boot_only_keys_are_refused_at_run_time(broker, client, body):
-    resp = await client.invoke(broker.config.broker_addr,
-                               RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, body), 5)
+    resp = await client.invoke(
+        broker.config.broker_addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, body), 5
+    )
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert "cannot change while the broker runs" in resp.remark and "restart" in resp.remark
     assert broker.config.fault_injection_enable is False and broker.config.broker_fast_failure_enable is True

@@ -17,9 +17,18 @@ from store.message import encode_properties
 
 
 def send_back(group: str, offset: int = 0) -> RemotingCommand:
-    return RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "group": group, "offset": str(offset), "delayLevel": "0", "originMsgId": "", "originTopic": "T",
-        "unitMode": "false", "maxReconsumeTimes": "16"})
+    return RemotingCommand.request(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "group": group,
+            "offset": str(offset),
+            "delayLevel": "0",
+            "originMsgId": "",
+            "originTopic": "T",
+            "unitMode": "false",
+            "maxReconsumeTimes": "16",
+        },
+    )
 
 
 def heartbeat(body) -> RemotingCommand:
@@ -27,10 +36,22 @@ def heartbeat(body) -> RemotingCommand:
 
 
 def consumer_heartbeat(group, topic="T"):
-    return heartbeat({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [{"topic": topic, "subString": "*"}],
-        "unitMode": False}]})
+    return heartbeat(
+        {
+            "clientID": "c1",
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [{"topic": topic, "subString": "*"}],
+                    "unitMode": False,
+                }
+            ],
+        }
+    )
 
 
 def folders_under(root) -> set[str]:
@@ -63,8 +84,9 @@ async def test_heartbeat_with_illegal_groups_is_refused(broker, client):
     addr = broker.config.broker_addr
     for group in ("a/b", "G\u0000", "g" * 200_000, "G\n", "%RETRY%x y"):
         resp = await client.invoke(addr, consumer_heartbeat(group), 5)
-        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("bad heartbeat body: the specified"), \
+        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("bad heartbeat body: the specified"), (
             resp.remark[:200]
+        )
     resp = await client.invoke(addr, consumer_heartbeat("CG_ok", topic="T\n"), 5)
     assert resp.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in resp.remark
     assert [t for t in broker.topic_config_manager.table if t.startswith("%RETRY%")] == []
@@ -85,11 +107,22 @@ async def test_topic_length_limit_is_upstreams(broker, client):
     addr = broker.config.broker_addr
     assert (await client.invoke(addr, send_request("t" * 127), 5)).code == ResponseCode.SUCCESS
     resp = await client.invoke(addr, send_request("t" * 128), 5)
-    assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == "The specified topic is longer than topic max length."
+    assert (
+        resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == "The specified topic is longer than topic max length."
+    )
 
 
-@pytest.mark.parametrize("topic", ["RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                                   "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "SCHEDULE_TOPIC_XXXX"])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "SCHEDULE_TOPIC_XXXX",
+    ],
+)
 async def test_not_allowed_send_topics_are_refused(broker, client, topic):
     resp = await client.invoke(broker.config.broker_addr, send_request(topic), 5)
     assert resp.code == ResponseCode.NO_PERMISSION and resp.remark == f"Sending message to topic[{topic}] is forbidden."
@@ -130,43 +163,67 @@ async def test_batch_element_with_a_lying_body_length(broker, client):
     body = b"hello"
     total = 20 + len(body) + 2 + len(props)
     element = struct.pack(">iiiii", total, 0, 0, 0, total - 21) + body + struct.pack(">h", len(props)) + props
-    resp = await client.invoke(broker.config.broker_addr, send_request("TB", element, code=RequestCode.SEND_BATCH_MESSAGE,
-                                                                       batch=True), 5)
+    resp = await client.invoke(
+        broker.config.broker_addr, send_request("TB", element, code=RequestCode.SEND_BATCH_MESSAGE, batch=True), 5
+    )
     assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "bad size at byte 0" in resp.remark
 
 
-@pytest.mark.parametrize("body", [
-    {"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subString": 5}]}]},
-    {"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": ["T"]}]}]},
-    {"clientID": "c", "consumerDataSet": [{"groupName": {"a": 1}}]},
-    {"clientID": "c", "consumerDataSet": {"groupName": "G"}},
-    {"clientID": "c", "producerDataSet": [{"groupName": 7}]},
-    {"clientID": "c", "consumerDataSet": [{"groupName": "G", "consumeType": "\u00b2"}]},
-    {"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subVersion": [1]}]}]},
-    {"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T",
-                                                                                     "expressionType": 1}]}]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "clientID": "c",
+            "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subString": 5}]}],
+        },
+        {"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": ["T"]}]}]},
+        {"clientID": "c", "consumerDataSet": [{"groupName": {"a": 1}}]},
+        {"clientID": "c", "consumerDataSet": {"groupName": "G"}},
+        {"clientID": "c", "producerDataSet": [{"groupName": 7}]},
+        {"clientID": "c", "consumerDataSet": [{"groupName": "G", "consumeType": "\u00b2"}]},
+        {
+            "clientID": "c",
+            "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subVersion": [1]}]}],
+        },
+        {
+            "clientID": "c",
+            "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "expressionType": 1}]}],
+        },
+    ],
+)
 async def test_heartbeat_with_wrong_types_is_answered(broker, client, body):
     resp = await client.invoke(broker.config.broker_addr, heartbeat(body), 5)
     assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("bad heartbeat body: "), resp.remark
 
 
 @pytest.mark.parametrize("code", [RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ])
-@pytest.mark.parametrize("body", [[1, 2], "x", 5, {"mqSet": {"a": 1}}, {"mqSet": [{"topic": "T", "brokerName": "b",
-                                                                                  "queueId": [1]}]}])
+@pytest.mark.parametrize(
+    "body", [[1, 2], "x", 5, {"mqSet": {"a": 1}}, {"mqSet": [{"topic": "T", "brokerName": "b", "queueId": [1]}]}]
+)
 async def test_lock_batch_with_a_body_of_another_shape(broker, client, code, body):
     resp = await client.invoke(broker.config.broker_addr, RemotingCommand.request(code, {}, orjson.dumps(body)), 5)
-    assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith(("bad lock batch body", "bad unlock batch")), \
-        resp.remark
+    assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith(
+        ("bad lock batch body", "bad unlock batch")
+    ), resp.remark
 
 
-@pytest.mark.parametrize("body", [[1], {"subscriptionData": [1]}, {"subscriptionData": {"expressionType": 3}},
-                                  {"subscriptionData": {"expressionType": "SQL92", "subString": {"a": 1}}}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        [1],
+        {"subscriptionData": [1]},
+        {"subscriptionData": {"expressionType": 3}},
+        {"subscriptionData": {"expressionType": "SQL92", "subString": {"a": 1}}},
+    ],
+)
 async def test_check_client_config_with_wrong_types(broker, client, body):
-    req = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, {"producerGroup": "PG", "clientId": "c"},
-                                  orjson.dumps(body))
+    req = RemotingCommand.request(
+        RequestCode.CHECK_CLIENT_CONFIG, {"producerGroup": "PG", "clientId": "c"}, orjson.dumps(body)
+    )
     resp = await client.invoke(broker.config.broker_addr, req, 5)
-    assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("bad check client config body"), resp.remark
+    assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("bad check client config body"), (
+        resp.remark
+    )
 
 
 async def test_send_back_of_a_message_at_the_reconsume_limit_of_java_int(broker, client):

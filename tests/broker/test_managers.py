@@ -59,7 +59,7 @@ def test_config_file_falls_back_to_bak(tmp_path):
     (tmp_path / "config" / "consumerOffset.json").write_text("{ torn")
     data = read_config(tmp_path / "config" / "consumerOffset.json")
     assert data["offsetTable"]["T@G"]["0"] == 1
-    assert loads_lenient('{1:{2:3}}') == {"1": {"2": 3}}
+    assert loads_lenient("{1:{2:3}}") == {"1": {"2": 3}}
 
 
 def test_subscription_groups_auto_create_and_persist(tmp_path):

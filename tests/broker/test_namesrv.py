@@ -22,8 +22,15 @@ class Clock:
 
 def registered(clock=None):
     routes = RouteInfoManager(now_ms=clock or Clock())
-    routes.register_broker("DefaultCluster", "127.0.0.1:10911", "broker-a", 0, "",
-                           {"T": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}, {"counter": 1})
+    routes.register_broker(
+        "DefaultCluster",
+        "127.0.0.1:10911",
+        "broker-a",
+        0,
+        "",
+        {"T": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6}},
+        {"counter": 1},
+    )
     return routes
 
 
@@ -43,8 +50,9 @@ async def test_route_body_is_compact_json_with_quoted_keys():
     body = bytes(resp.body)
     assert b" " not in body and b'"brokerAddrs":{"0":"127.0.0.1:10911"}' in body
     route = orjson.loads(body)
-    assert route["queueDatas"] == [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
-                                    "writeQueueNums": 4}]
+    assert route["queueDatas"] == [
+        {"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4}
+    ]
 
 
 async def test_unknown_topic_is_17_with_upstream_remark():
@@ -68,11 +76,21 @@ async def test_auto_create_hook_invents_a_route():
 
 async def test_register_over_the_wire_and_cluster_info():
     proc = NamesrvProcessor(RouteInfoManager(now_ms=Clock()))
-    body = orjson.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {
-        "X": {"topicName": "X", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}},
-        "dataVersion": {"counter": 3, "timestamp": 1}}, "filterServerList": []})
-    resp = await call(proc, RequestCode.REGISTER_BROKER, {"brokerName": "b", "brokerAddr": "1.2.3.4:5",
-                                                           "clusterName": "C", "haServerAddr": "", "brokerId": "0"}, body)
+    body = orjson.dumps(
+        {
+            "topicConfigSerializeWrapper": {
+                "topicConfigTable": {"X": {"topicName": "X", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}},
+                "dataVersion": {"counter": 3, "timestamp": 1},
+            },
+            "filterServerList": [],
+        }
+    )
+    resp = await call(
+        proc,
+        RequestCode.REGISTER_BROKER,
+        {"brokerName": "b", "brokerAddr": "1.2.3.4:5", "clusterName": "C", "haServerAddr": "", "brokerId": "0"},
+        body,
+    )
     assert resp.code == ResponseCode.SUCCESS and all(isinstance(v, str) for v in resp.ext_fields.values())
     info = orjson.loads(bytes((await call(proc, RequestCode.GET_BROKER_CLUSTER_INFO)).body))
     assert info["clusterAddrTable"] == {"C": ["b"]}
@@ -80,23 +98,38 @@ async def test_register_over_the_wire_and_cluster_info():
     assert topics == {"topicList": ["X"]}
 
 
-@pytest.mark.parametrize("body", [
-    b"[]", b"1", b"not json", b'{"topicConfigSerializeWrapper": true}',
-    b'{"topicConfigSerializeWrapper": {"topicConfigTable": false}}',
-    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": 1}}}',
-    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"perm": "abc"}}}}',
-    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"readQueueNums": [4]}}}}',
-    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"writeQueueNums": 1e99}}}}',
-    b'{"topicConfigSerializeWrapper": {"topicConfigTable": {}, "dataVersion": [1]}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b"1",
+        b"not json",
+        b'{"topicConfigSerializeWrapper": true}',
+        b'{"topicConfigSerializeWrapper": {"topicConfigTable": false}}',
+        b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": 1}}}',
+        b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"perm": "abc"}}}}',
+        b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"readQueueNums": [4]}}}}',
+        b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"X": {"writeQueueNums": 1e99}}}}',
+        b'{"topicConfigSerializeWrapper": {"topicConfigTable": {}, "dataVersion": [1]}}',
+    ],
+)
 async def test_register_with_a_wrong_typed_body_is_refused_and_keeps_the_routes(body):
     """Found by the fuzzer: a registration body of the wrong shape raised AttributeError/ValueError half-way
     through replacing the broker's topics (a traceback, and a route table left half updated)."""
     routes = registered()
     proc = NamesrvProcessor(routes)
-    resp = await call(proc, RequestCode.REGISTER_BROKER, {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911",
-                                                           "clusterName": "DefaultCluster", "haServerAddr": "",
-                                                           "brokerId": "0"}, body)
+    resp = await call(
+        proc,
+        RequestCode.REGISTER_BROKER,
+        {
+            "brokerName": "broker-a",
+            "brokerAddr": "127.0.0.1:10911",
+            "clusterName": "DefaultCluster",
+            "haServerAddr": "",
+            "brokerId": "0",
+        },
+        body,
+    )
     assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith("register broker body: ")
     route = await call(proc, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
     assert route.code == ResponseCode.SUCCESS
@@ -125,5 +158,6 @@ def test_silent_broker_expires_after_120s():
 
 async def test_missing_required_header_is_an_error():
     from remoting.errors import HeaderError
+
     with pytest.raises(HeaderError, match="topic"):
         await call(NamesrvProcessor(registered()), RequestCode.GET_ROUTEINFO_BY_TOPIC, {})

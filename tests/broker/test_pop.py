@@ -33,13 +33,22 @@ async def send(broker, n, *, queue_id=0, topic=TOPIC, tag=None):
     for i in range(n):
         props = {"TAGS": tag} if tag else {}
         response = await broker.send_processor.process_request(
-            Channel(), send_request(topic, f"m{i}".encode(), queue_id=queue_id, props=props))
+            Channel(), send_request(topic, f"m{i}".encode(), queue_id=queue_id, props=props)
+        )
         assert response.code == ResponseCode.SUCCESS, response.remark
 
 
 def request(*, n=32, invisible_ms=10_000, fifo=False, max_attempts=17, queues=(0,), matches=lambda m: True):
-    return PopRequest(group="G", topic=TOPIC, queue_ids=list(queues), max_nums=n, invisible_ms=invisible_ms,
-                      fifo=fifo, max_attempts=max_attempts, matches=matches)
+    return PopRequest(
+        group="G",
+        topic=TOPIC,
+        queue_ids=list(queues),
+        max_nums=n,
+        invisible_ms=invisible_ms,
+        fifo=fifo,
+        max_attempts=max_attempts,
+        matches=matches,
+    )
 
 
 def bodies(popped):

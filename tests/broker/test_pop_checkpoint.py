@@ -21,8 +21,16 @@ class Channel(FakeChannel):
 
 
 def request(*, n=32, invisible_ms=10_000):
-    return PopRequest(group="G", topic=TOPIC, queue_ids=[0], max_nums=n, invisible_ms=invisible_ms, fifo=False,
-                      max_attempts=17, matches=lambda m: True)
+    return PopRequest(
+        group="G",
+        topic=TOPIC,
+        queue_ids=[0],
+        max_nums=n,
+        invisible_ms=invisible_ms,
+        fifo=False,
+        max_attempts=17,
+        matches=lambda m: True,
+    )
 
 
 def bodies(popped):

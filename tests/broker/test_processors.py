@@ -88,8 +88,9 @@ async def test_batch_v2_and_cpp_batch_quirk_store_separate_messages(broker, clie
     resp = await client.invoke(addr, send_request("T5", body, code=RequestCode.SEND_BATCH_MESSAGE, batch=True), 5)
     assert resp.code == ResponseCode.SUCCESS and len(resp.ext_fields["msgId"].split(",")) == 3
     # the C++ client: code 10 with batch="1" (Java would store one blob)
-    req = send_request("T5", batch_body([b"c1", b"c2"], [{}, {}]), code=RequestCode.SEND_MESSAGE,
-                       extra_ext={"batch": "1"})
+    req = send_request(
+        "T5", batch_body([b"c1", b"c2"], [{}, {}]), code=RequestCode.SEND_MESSAGE, extra_ext={"batch": "1"}
+    )
     resp = await client.invoke(addr, req, 5)
     assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["queueOffset"] == "3"
     pulled = await client.invoke(addr, pull_request("G", "T5", 0, 0), 5)
@@ -102,9 +103,22 @@ async def test_send_refusals_are_clear(tmp_path, client):
         addr = broker.config.broker_addr
         resp = await client.invoke(addr, send_request("NoSuchTopic"), 5)
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST and resp.remark.startswith("topic[NoSuchTopic] not exist")
-        await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": "Small", "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6",
-            "topicFilterType": "SINGLE_TAG", "order": "false"}), 5)
+        await client.invoke(
+            addr,
+            RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {
+                    "topic": "Small",
+                    "defaultTopic": "TBW102",
+                    "readQueueNums": "2",
+                    "writeQueueNums": "2",
+                    "perm": "6",
+                    "topicFilterType": "SINGLE_TAG",
+                    "order": "false",
+                },
+            ),
+            5,
+        )
         resp = await client.invoke(addr, send_request("Small", b"x" * 1025), 5)
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "maxMessageSize 1024" in resp.remark
         resp = await client.invoke(addr, send_request("Small", queue_id=7), 5)
@@ -115,8 +129,9 @@ async def test_send_refusals_are_clear(tmp_path, client):
         del bad.ext_fields["b"]
         resp = await client.invoke(addr, bad, 5)
         assert resp.code == ResponseCode.SYSTEM_ERROR and "'b' is missing" in resp.remark
-        resp = await client.invoke(addr, send_request("Small", b"garbage", code=RequestCode.SEND_BATCH_MESSAGE,
-                                                      batch=True), 5)
+        resp = await client.invoke(
+            addr, send_request("Small", b"garbage", code=RequestCode.SEND_BATCH_MESSAGE, batch=True), 5
+        )
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL
     finally:
         await broker.shutdown()
@@ -136,21 +151,35 @@ async def test_query_offset_young_queue_and_commit(broker, client):
     q = {"consumerGroup": "G", "topic": "T6", "queueId": "0"}
     resp = await client.invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, dict(q)), 5)
     assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == "0"
-    await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET,
-                                                      {**q, "commitOffset": "1"}), 5)
+    await client.invoke(
+        addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "1"}), 5
+    )
     resp = await client.invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, dict(q)), 5)
     assert resp.ext_fields["offset"] == "1"
-    resp = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
-                                                             {"topic": "T6", "queueId": "0"}), 5)
+    resp = await client.invoke(
+        addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T6", "queueId": "0"}), 5
+    )
     assert resp.ext_fields["offset"] == "1"
 
 
 def heartbeat_body(group, topic, sub="*", model="CLUSTERING"):
-    return orjson.dumps({"clientID": "127.0.0.1@test", "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": model,
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [
-            {"topic": topic, "subString": sub, "subVersion": 5, "expressionType": "TAG"}]}],
-        "producerDataSet": []})
+    return orjson.dumps(
+        {
+            "clientID": "127.0.0.1@test",
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": model,
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [
+                        {"topic": topic, "subString": sub, "subVersion": 5, "expressionType": "TAG"}
+                    ],
+                }
+            ],
+            "producerDataSet": [],
+        }
+    )
 
 
 async def test_heartbeat_registers_group_and_go_style_pull(broker, client):
@@ -162,16 +191,18 @@ async def test_heartbeat_registers_group_and_go_style_pull(broker, client):
     hb = RemotingCommand.request(RequestCode.HEART_BEAT, {}, heartbeat_body("GG", "T7", "A"))
     assert (await client.invoke(addr, hb, 5)).code == ResponseCode.SUCCESS
     assert broker.topic_config_manager.select_topic_config("%RETRY%GG") is not None
-    ids = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                            {"consumerGroup": "GG"}), 5)
+    ids = await client.invoke(
+        addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "GG"}), 5
+    )
     assert orjson.loads(bytes(ids.body)) == {"consumerIdList": ["127.0.0.1@test"]}
     pulled = await client.invoke(addr, pull_request("GG", "T7", 0, 0, sys_flag=0), 5)
     assert pulled.code == ResponseCode.SUCCESS
     newer = pull_request("GG", "T7", 0, 0, sys_flag=0)
     newer.ext_fields["subVersion"] = "6"
     assert (await client.invoke(addr, newer, 5)).code == ResponseCode.SUBSCRIPTION_NOT_LATEST
-    missing = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                                {"consumerGroup": "nobody"}), 5)
+    missing = await client.invoke(
+        addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "nobody"}), 5
+    )
     assert missing.code == ResponseCode.SYSTEM_ERROR and missing.remark == "no consumer for this group, nobody"
 
 
@@ -208,15 +239,26 @@ async def test_messages_and_offsets_survive_restart(tmp_path, client):
     ports = {"listenPort": broker.config.listen_port, "namesrvListenPort": broker.config.namesrv_listen_port}
     for i in range(10):
         await client.invoke(addr, send_request("TR", f"m{i}".encode()), 5)
-    await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-        "consumerGroup": "G", "topic": "TR", "queueId": "0", "commitOffset": "4"}), 5)
+    await client.invoke(
+        addr,
+        RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "G", "topic": "TR", "queueId": "0", "commitOffset": "4"},
+        ),
+        5,
+    )
     await broker.shutdown()
     await client.close()
     broker = await start_broker(tmp_path, **ports)
     client = RemotingClient()
     try:
-        resp = await client.invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
-            "consumerGroup": "G", "topic": "TR", "queueId": "0"}), 5)
+        resp = await client.invoke(
+            addr,
+            RemotingCommand.request(
+                RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "TR", "queueId": "0"}
+            ),
+            5,
+        )
         assert resp.ext_fields["offset"] == "4"
         pulled = await client.invoke(addr, pull_request("G", "TR", 0, 4), 5)
         assert [m.body for m in decode_records(bytes(pulled.body))] == [f"m{i}".encode() for i in range(4, 10)]

@@ -13,26 +13,43 @@ from remoting.command import RemotingCommand
 
 
 async def route(client, namesrv, topic):
-    return await client.invoke(namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                {"topic": topic}), 5)
+    return await client.invoke(
+        namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), 5
+    )
 
 
 async def test_second_broker_registers_with_first_brokers_name_server(tmp_path):
     first = await start_broker(tmp_path / "a", autoCreateTopicEnable="false")
     namesrv = f"127.0.0.1:{first.config.namesrv_listen_port}"
-    second = await start_broker(tmp_path / "b", brokerName="broker-b", namesrvListenPort=-1, namesrvAddr=namesrv,
-                                listenPort=free_port())
+    second = await start_broker(
+        tmp_path / "b", brokerName="broker-b", namesrvListenPort=-1, namesrvAddr=namesrv, listenPort=free_port()
+    )
     client = RemotingClient()
     try:
-        info = orjson.loads(bytes((await client.invoke(namesrv, RemotingCommand.request(
-            RequestCode.GET_BROKER_CLUSTER_INFO, {}), 5)).body))
+        info = orjson.loads(
+            bytes(
+                (await client.invoke(namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {}), 5)).body
+            )
+        )
         assert sorted(info["clusterAddrTable"]["DefaultCluster"]) == ["broker-a", "broker-b"]
         assert info["brokerAddrTable"]["broker-b"]["brokerAddrs"] == {"0": second.config.broker_addr}
         # a topic created on the second broker appears in the first one's name server promptly
-        resp = await client.invoke(second.config.broker_addr, RemotingCommand.request(
-            RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "OnB", "defaultTopic": "TBW102", "readQueueNums": "3",
-                                                   "writeQueueNums": "3", "perm": "6", "topicFilterType": "SINGLE_TAG",
-                                                   "order": "false"}), 5)
+        resp = await client.invoke(
+            second.config.broker_addr,
+            RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {
+                    "topic": "OnB",
+                    "defaultTopic": "TBW102",
+                    "readQueueNums": "3",
+                    "writeQueueNums": "3",
+                    "perm": "6",
+                    "topicFilterType": "SINGLE_TAG",
+                    "order": "false",
+                },
+            ),
+            5,
+        )
         assert resp.code == ResponseCode.SUCCESS
         for _ in range(50):
             resp = await route(client, namesrv, "OnB")

@@ -31,9 +31,16 @@ async def test_every_listed_code_reaches_a_handler(broker, client):
 
 async def test_an_unlisted_code_is_not_supported_on_both_ports(broker, client):
     for addr in (broker.config.broker_addr, f"127.0.0.1:{broker.config.namesrv_listen_port}"):
-        resp = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC
-                                                                 if addr == broker.config.broker_addr
-                                                                 else RequestCode.SEND_MESSAGE_V2, {}), 5)
+        resp = await client.invoke(
+            addr,
+            RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC
+                if addr == broker.config.broker_addr
+                else RequestCode.SEND_MESSAGE_V2,
+                {},
+            ),
+            5,
+        )
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert resp.remark.endswith(" not supported")
 

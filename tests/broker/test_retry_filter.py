@@ -15,11 +15,24 @@ from store.message import decode_records
 
 
 def heartbeat(group: str, subscriptions: list[tuple[str, str, str]]) -> RemotingCommand:
-    body = orjson.dumps({"clientID": "127.0.0.1@retry-filter", "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [
-            {"topic": topic, "subString": sub, "subVersion": 1, "expressionType": kind}
-            for topic, sub, kind in subscriptions]}], "producerDataSet": []})
+    body = orjson.dumps(
+        {
+            "clientID": "127.0.0.1@retry-filter",
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [
+                        {"topic": topic, "subString": sub, "subVersion": 1, "expressionType": kind}
+                        for topic, sub, kind in subscriptions
+                    ],
+                }
+            ],
+            "producerDataSet": [],
+        }
+    )
     return RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)
 
 
@@ -47,12 +60,14 @@ async def _load_retry_topic(client, addr, group: str) -> None:
     assert (await client.invoke(addr, heartbeat(group, subs), 5)).code == ResponseCode.SUCCESS
 
 
-@pytest.mark.parametrize(("support_retry", "expected"), [
-    ("true", [b"sql-match", b"tag-topic", b"no-origin"]),
-    ("false", [b"sql-match", b"sql-miss", b"tag-topic", b"no-origin"]),
-])
-async def test_retry_topic_pull_follows_the_original_topics_sql_subscription(tmp_path, client, support_retry,
-                                                                              expected):
+@pytest.mark.parametrize(
+    ("support_retry", "expected"),
+    [
+        ("true", [b"sql-match", b"tag-topic", b"no-origin"]),
+        ("false", [b"sql-match", b"sql-miss", b"tag-topic", b"no-origin"]),
+    ],
+)
+async def test_retry_topic_pull_follows_the_original_topics_sql_subscription(tmp_path, client, support_retry, expected):
     broker = await start_broker(tmp_path, enablePropertyFilter="true", filterSupportRetry=support_retry)
     try:
         addr = broker.config.broker_addr

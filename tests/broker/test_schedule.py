@@ -36,14 +36,22 @@ def _msg(topic: str, body: bytes, delay: int | None, queue_id: int = 0, tags: st
         props["TAGS"] = tags
     if delay is not None:
         props["DELAY"] = str(delay)
-    return MessageExtBrokerInner.create(topic, body, queue_id=queue_id, properties=props,
-                                        born_host=("10.0.0.9", 5000), store_host=("127.0.0.1", 10911))
+    return MessageExtBrokerInner.create(
+        topic, body, queue_id=queue_id, properties=props, born_host=("10.0.0.9", 5000), store_host=("127.0.0.1", 10911)
+    )
 
 
 async def _open_store(root) -> MessageStore:
-    s = MessageStore(MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 * 1024,
-                                        mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=64,
-                                        max_index_num=256, message_delay_level="1s 2s 3s"))
+    s = MessageStore(
+        MessageStoreConfig(
+            store_path_root_dir=str(root),
+            mapped_file_size_commit_log=256 * 1024,
+            mapped_file_size_consume_queue=1000 * 20,
+            max_hash_slot_num=64,
+            max_index_num=256,
+            message_delay_level="1s 2s 3s",
+        )
+    )
     assert await s.load()
     await s.start()
     return s
@@ -60,8 +68,9 @@ class Rig:
 
     async def open(self) -> Rig:
         self.store = await _open_store(self.root)
-        self.service = ScheduleMessageService(store=self.store, delay_levels_ms=LEVELS_MS,
-                                              store_path_root_dir=str(self.root), now_ms=self.now_ms)
+        self.service = ScheduleMessageService(
+            store=self.store, delay_levels_ms=LEVELS_MS, store_path_root_dir=str(self.root), now_ms=self.now_ms
+        )
         self.store.message_arriving_listener = self._arrived
         self.service.load()
         self.service.start()
@@ -288,6 +297,7 @@ async def test_a_due_burst_goes_out_in_few_appends_and_in_order_per_queue(tmp_pa
 async def test_a_crash_neither_loses_nor_repeats_deliveries(rig, monkeypatch):
     """The broker dies in the middle of a burst, long after delayOffset.json was last written: on start
     the service finds what it delivered beyond the written offsets and delivers only the rest."""
+
     def disk_gone(*_args, **_kw):
         raise OSError("no space left on device")
 

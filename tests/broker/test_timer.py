@@ -40,8 +40,14 @@ def _timed(topic: str, body: bytes, deliver_ms: int, now_ms: int, queue_id: int 
     """A message as the send processor stores it: rewritten by ``park``."""
     props = {"KEYS": body.decode(), "TAGS": "TagA", "TIMER_DELIVER_MS": str(deliver_ms)}
     parked_topic, parked_qid = park(props, topic, queue_id, now_ms)
-    return MessageExtBrokerInner.create(parked_topic, body, queue_id=parked_qid, properties=props,
-                                        born_host=("10.0.0.9", 5000), store_host=("127.0.0.1", 10911))
+    return MessageExtBrokerInner.create(
+        parked_topic,
+        body,
+        queue_id=parked_qid,
+        properties=props,
+        born_host=("10.0.0.9", 5000),
+        store_host=("127.0.0.1", 10911),
+    )
 
 
 class Rig:
@@ -52,9 +58,15 @@ class Rig:
         self.service: TimerMessageService | None = None
 
     async def open(self) -> Rig:
-        self.store = MessageStore(MessageStoreConfig(
-            store_path_root_dir=str(self.root), mapped_file_size_commit_log=256 * 1024,
-            mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=64, max_index_num=256))
+        self.store = MessageStore(
+            MessageStoreConfig(
+                store_path_root_dir=str(self.root),
+                mapped_file_size_commit_log=256 * 1024,
+                mapped_file_size_consume_queue=1000 * 20,
+                max_hash_slot_num=64,
+                max_index_num=256,
+            )
+        )
         assert await self.store.load()
         await self.store.start()
         self.service = TimerMessageService(store=self.store, store_path_root_dir=str(self.root), now_ms=self.clock)
@@ -163,6 +175,7 @@ async def test_a_restart_neither_loses_nor_repeats(rig):
 async def test_a_crash_mid_burst_neither_loses_nor_repeats(rig, monkeypatch):
     """timerOffset.json stays as start() wrote it while a burst is delivered; the broker dies part way:
     on start the copies already in the CommitLog are found and only the rest delivered."""
+
     def disk_gone(*_args, **_kw):
         raise OSError("no space left on device")
 
@@ -205,7 +218,8 @@ async def test_a_remoting_send_with_timer_properties_is_parked_then_delivered(tm
     try:
         sent = time.time()
         response = await broker.send_processor.process_request(
-            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELAY_MS": "600"}))
+            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELAY_MS": "600"})
+        )
         assert response.code == ResponseCode.SUCCESS, response.remark
         assert broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 1
         assert broker.store.get_max_offset_in_queue("TimedTopic", 0) == 0
@@ -214,7 +228,8 @@ async def test_a_remoting_send_with_timer_properties_is_parked_then_delivered(tm
             await asyncio.sleep(0.01)
         assert 0.55 <= time.time() - sent < 1.5
         bad = await broker.send_processor.process_request(
-            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELIVER_MS": "tomorrow"}))
+            Channel(), send_request("TimedTopic", b"t", props={"TIMER_DELIVER_MS": "tomorrow"})
+        )
         assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "TIMER_DELIVER_MS must be an integer" in bad.remark
     finally:
         await broker.shutdown()

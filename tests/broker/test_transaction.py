@@ -29,10 +29,12 @@ from remoting.command import RemotingCommand
 from store import GetMessageStatus, decode_records
 from store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 
-COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
-                            LocalTransactionState.UNKNOW)
+COMMIT, ROLLBACK, UNKNOW = (
+    LocalTransactionState.COMMIT_MESSAGE,
+    LocalTransactionState.ROLLBACK_MESSAGE,
+    LocalTransactionState.UNKNOW,
+)
 TIMEOUT_MS = 400
-
 
 
 class Broker:
@@ -41,8 +43,12 @@ class Broker:
     def __init__(self, root, **overrides: str) -> None:
         assert root.name == "store", "start_broker keeps its store in <tmp_path>/store"
         self.root = root
-        self.overrides = {"transactionTimeOut": str(TIMEOUT_MS), "transactionCheckInterval": "100",
-                          "flushConsumerOffsetInterval": "200", **overrides}
+        self.overrides = {
+            "transactionTimeOut": str(TIMEOUT_MS),
+            "transactionCheckInterval": "100",
+            "flushConsumerOffsetInterval": "200",
+            **overrides,
+        }
         self.controller: BrokerController | None = None
 
     @property
@@ -52,8 +58,9 @@ class Broker:
     async def start(self) -> Broker:
         self.controller = await start_broker(self.root.parent, **self.overrides)
         self.config = self.controller.config
-        self.overrides.update(listenPort=str(self.config.listen_port),
-                              namesrvListenPort=str(self.config.namesrv_listen_port))
+        self.overrides.update(
+            listenPort=str(self.config.listen_port), namesrvListenPort=str(self.config.namesrv_listen_port)
+        )
         return self
 
     async def stop(self) -> None:
@@ -180,8 +187,11 @@ async def test_checks_stop_after_transaction_check_max(tmp_path):
         listener = Listener(execute=UNKNOW, check=UNKNOW)
         async with _producer(broker, listener) as producer:
             await producer.send_message_in_transaction(Message("TxTopic4", b"undecided", keys="k4"))
-            parked = await eventually(lambda: broker.messages(TRANS_CHECK_MAX_TIME_TOPIC), timeout_s=8,
-                                      what="discard to TRANS_CHECK_MAX_TIME_TOPIC")
+            parked = await eventually(
+                lambda: broker.messages(TRANS_CHECK_MAX_TIME_TOPIC),
+                timeout_s=8,
+                what="discard to TRANS_CHECK_MAX_TIME_TOPIC",
+            )
             await asyncio.sleep(0.5)
         assert listener.checked == ["k4"] * 3
         assert parked[0].properties["TRANSACTION_CHECK_TIMES"] == "3" and parked[0].body == b"undecided"
@@ -236,7 +246,8 @@ async def test_immunity_time_delays_the_check_without_blocking_others(broker):
     listener = Listener(execute=UNKNOW, check=COMMIT)
     async with _producer(broker, listener) as producer:
         await producer.send_message_in_transaction(
-            Message("TxTopic7", b"immune", keys="imm", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "2"}))
+            Message("TxTopic7", b"immune", keys="imm", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "2"})
+        )
         await producer.send_message_in_transaction(Message("TxTopic7", b"normal", keys="norm"))
         await eventually(lambda: listener.checked == ["norm"], what="the normal message checked first")
         assert [m.body for m in broker.messages("TxTopic7")] in ([], [b"normal"])
@@ -249,19 +260,27 @@ async def test_end_transaction_that_does_not_match_is_refused(broker):
         result = await producer.send_message_in_transaction(Message("TxTopic8", b"x"))
     client = RemotingClient()
     try:
-        good = {"producerGroup": "PG_TX", "tranStateTableOffset": str(result.send_result.queue_offset),
-                "commitLogOffset": str(int(result.send_result.offset_msg_id[-16:], 16)),
-                "commitOrRollback": "8", "msgId": result.msg_id}
-        for bad, remark in ((dict(good, producerGroup="OTHER"), "producer group wrong"),
-                            (dict(good, tranStateTableOffset="77"), "state table offset wrong"),
-                            (dict(good, commitLogOffset="999999"), "Find prepared transaction message failed"),
-                            (dict(good, commitOrRollback="5"), "not 0, 8 or 12")):
-            resp = await client.invoke(broker.config.broker_addr,
-                                       RemotingCommand.request(RequestCode.END_TRANSACTION, bad), 3.0)
+        good = {
+            "producerGroup": "PG_TX",
+            "tranStateTableOffset": str(result.send_result.queue_offset),
+            "commitLogOffset": str(int(result.send_result.offset_msg_id[-16:], 16)),
+            "commitOrRollback": "8",
+            "msgId": result.msg_id,
+        }
+        for bad, remark in (
+            (dict(good, producerGroup="OTHER"), "producer group wrong"),
+            (dict(good, tranStateTableOffset="77"), "state table offset wrong"),
+            (dict(good, commitLogOffset="999999"), "Find prepared transaction message failed"),
+            (dict(good, commitOrRollback="5"), "not 0, 8 or 12"),
+        ):
+            resp = await client.invoke(
+                broker.config.broker_addr, RemotingCommand.request(RequestCode.END_TRANSACTION, bad), 3.0
+            )
             assert resp.code == 1 and remark in resp.remark
         assert broker.messages("TxTopic8") == []
-        resp = await client.invoke(broker.config.broker_addr,
-                                   RemotingCommand.request(RequestCode.END_TRANSACTION, good), 3.0)
+        resp = await client.invoke(
+            broker.config.broker_addr, RemotingCommand.request(RequestCode.END_TRANSACTION, good), 3.0
+        )
         assert resp.code == 0 and len(broker.messages("TxTopic8")) == 1
     finally:
         await client.close()

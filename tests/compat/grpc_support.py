@@ -41,8 +41,13 @@ def ensure_client_venv() -> Path:
         run = subprocess.run([sys.executable, "-m", "venv", str(VENV)], capture_output=True, text=True, check=False)
         if run.returncode != 0:
             raise ClientVenvError(f"cannot create {VENV}: {run.stderr[-2000:]}")
-    run = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r",
-                          str(REQUIREMENTS)], capture_output=True, text=True, check=False, timeout=600)
+    run = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(REQUIREMENTS)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     if run.returncode != 0:
         raise ClientVenvError(f"cannot install the 5.x client into {VENV}: {run.stderr[-3000:]}")
     stamp.write_text(want)
@@ -62,22 +67,31 @@ class ClientRun:
         return f"stdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}"
 
 
-def run_client(endpoint: str, action: str, args: dict, *, timeout_s: float = 60.0,
-               env: dict[str, str] | None = None) -> ClientRun:
+def run_client(
+    endpoint: str, action: str, args: dict, *, timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> ClientRun:
     """Run one action of grpc_client/client.py; it must finish (print "done") within ``timeout_s``."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full_env.pop("PYTHONPATH", None)  # our packages must not shadow the client's
     try:
-        run = subprocess.run([str(venv_python()), str(CLIENT_DIR / "client.py"), endpoint, action, json.dumps(args)],
-                             capture_output=True, text=True, timeout=timeout_s, check=False, env=full_env,
-                             cwd=CLIENT_DIR)
+        run = subprocess.run(
+            [str(venv_python()), str(CLIENT_DIR / "client.py"), endpoint, action, json.dumps(args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=full_env,
+            cwd=CLIENT_DIR,
+        )
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        raise AssertionError(f"5.x client {action} did not finish in {timeout_s:.0f} s\nstdout:\n{out[-3000:]}\n"
-                             f"stderr:\n{err[-3000:]}") from None
+        raise AssertionError(
+            f"5.x client {action} did not finish in {timeout_s:.0f} s\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        ) from None
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     result = ClientRun(events, run.stdout, run.stderr)
-    assert run.returncode == 0 and result.of("done"), f"5.x client {action} failed rc={run.returncode}\n" \
-                                                      f"{result.describe()}"
+    assert run.returncode == 0 and result.of("done"), (
+        f"5.x client {action} failed rc={run.returncode}\n{result.describe()}"
+    )
     return result

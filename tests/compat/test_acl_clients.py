@@ -41,17 +41,31 @@ JAVA_SOURCE = Path(__file__).parent / "java" / "AclRoundTrip.java"
 
 def write_acl(home: Path) -> None:
     (home / "conf").mkdir(parents=True, exist_ok=True)
-    (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({
-        "globalWhiteRemoteAddresses": ["10.10.103.*"],  # not loopback: every client here must sign
-        "accounts": [
-            {"accessKey": AK, "secretKey": SK, "admin": False, "defaultTopicPerm": "DENY",
-             "defaultGroupPerm": "SUB",
-             "topicPerms": [f"{TOPIC_CPP}=PUB|SUB", f"{TOPIC_ONS}=PUB|SUB", f"{TOPIC_JAVA}=PUB|SUB",
+    (home / "conf" / "plain_acl.yml").write_text(
+        yaml.safe_dump(
+            {
+                "globalWhiteRemoteAddresses": ["10.10.103.*"],  # not loopback: every client here must sign
+                "accounts": [
+                    {
+                        "accessKey": AK,
+                        "secretKey": SK,
+                        "admin": False,
+                        "defaultTopicPerm": "DENY",
+                        "defaultGroupPerm": "SUB",
+                        "topicPerms": [
+                            f"{TOPIC_CPP}=PUB|SUB",
+                            f"{TOPIC_ONS}=PUB|SUB",
+                            f"{TOPIC_JAVA}=PUB|SUB",
                             "COMPAT_WARMUP=PUB",
-                            f"{TOPIC_DENIED}=SUB"]},
-            {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
-        ],
-    }, sort_keys=False))
+                            f"{TOPIC_DENIED}=SUB",
+                        ],
+                    },
+                    {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
+                ],
+            },
+            sort_keys=False,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +105,14 @@ def wait_for_log(broker, text: str, since: int, timeout_s: float = 10.0) -> str:
     raise AssertionError(f"{text!r} not in the broker log:\n{broker.log_text(since)[-3000:]}")
 
 
-@pytest.mark.parametrize("credentials, reason", [
-    (None, '"reason": "No acl config for "'),  # the wheel always sends AccessKey, empty without credentials
-    ((AK, "not_the_secret"), f"Check signature failed for accessKey={AK}"),
-    (("nobody_here", SK), "No acl config for nobody_here"),
-])
+@pytest.mark.parametrize(
+    "credentials, reason",
+    [
+        (None, '"reason": "No acl config for "'),  # the wheel always sends AccessKey, empty without credentials
+        ((AK, "not_the_secret"), f"Check signature failed for accessKey={AK}"),
+        (("nobody_here", SK), "No acl config for nobody_here"),
+    ],
+)
 def test_cpp_producer_without_the_right_secret_is_refused(acl_broker, credentials, reason):
     mark = acl_broker.log_size()
     producer = raw_cpp_producer(acl_broker.namesrv_addr, credentials)
@@ -143,8 +160,9 @@ def test_cpp_consumer_with_a_wrong_secret_gets_nothing(acl_broker):
         topic_msgs["acl-cpp-wrong"] = True
     mark = acl_broker.log_size()
     collector = Collector()
-    with cpp_push_consumer(acl_broker.namesrv_addr, unique("CG_acl_bad"), {TOPIC_CPP: "*"}, collector,
-                           credentials=(AK, "not_the_secret")):
+    with cpp_push_consumer(
+        acl_broker.namesrv_addr, unique("CG_acl_bad"), {TOPIC_CPP: "*"}, collector, credentials=(AK, "not_the_secret")
+    ):
         wait_for_log(acl_broker, f"Check signature failed for accessKey={AK}", mark, timeout_s=15)
         time.sleep(2)
     assert collector.items() == []
@@ -152,8 +170,14 @@ def test_cpp_consumer_with_a_wrong_secret_gets_nothing(acl_broker):
 
 def ons_args(broker, topic: str, group: str, **extra) -> dict:
     messages = [{"body_b64": b64(f"ons signed {i}".encode()), "keys": [f"acl-ons-{i}"]} for i in range(5)]
-    return {"nameSrv": broker.namesrv_addr, "topic": topic, "group": group, "producerGroup": unique("PG_acl_ons"),
-            "messages": messages, **extra}
+    return {
+        "nameSrv": broker.namesrv_addr,
+        "topic": topic,
+        "group": group,
+        "producerGroup": unique("PG_acl_ons"),
+        "messages": messages,
+        **extra,
+    }
 
 
 @pytest.mark.usefixtures("node_ready")
@@ -165,10 +189,13 @@ def test_ons_right_secret_sends_and_consumes_end_to_end(acl_broker):
 
 
 @pytest.mark.usefixtures("node_ready")
-@pytest.mark.parametrize("secret, reason", [
-    ("not_the_secret", f"Check signature failed for accessKey={AK}"),
-    (None, "No acl config for compat-dummy-ak"),  # the driver's dummy credentials
-])
+@pytest.mark.parametrize(
+    "secret, reason",
+    [
+        ("not_the_secret", f"Check signature failed for accessKey={AK}"),
+        (None, "No acl config for compat-dummy-ak"),  # the driver's dummy credentials
+    ],
+)
 def test_ons_without_the_right_secret_is_refused(acl_broker, secret, reason):
     mark = acl_broker.log_size()
     extra = {"accessKey": AK, "secretKey": secret} if secret else {}
@@ -181,17 +208,24 @@ def test_ons_without_the_right_secret_is_refused(acl_broker, secret, reason):
 
 # ---------------------------------------------------------------------------------------------- Java client
 
+
 def run_java(broker, topic: str, group: str, ak: str, sk: str, count: int) -> list[dict]:
     """AclRoundTrip.java through rmqjava (the 4.9.7 client jars; AclClientRPCHook when `ak` is not empty)."""
-    proc = subprocess.run([RMQJAVA, str(JAVA_SOURCE), broker.namesrv_addr, topic, group, ak, sk, str(count)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [RMQJAVA, str(JAVA_SOURCE), broker.namesrv_addr, topic, group, ak, sk, str(count)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and events and events[-1]["event"] == "done", proc.stdout[-2000:] + proc.stderr[-2000:]
     return events
 
 
-java = pytest.mark.skipif(not os.access(RMQJAVA, os.X_OK), reason="the Apache RocketMQ 4.9.7 Java client (rmqjava) "
-                                                                 "is not installed")
+java = pytest.mark.skipif(
+    not os.access(RMQJAVA, os.X_OK), reason="the Apache RocketMQ 4.9.7 Java client (rmqjava) is not installed"
+)
 
 
 @java
@@ -205,10 +239,13 @@ def test_java_right_secret_sends_and_consumes_end_to_end(acl_broker):
 
 @java
 @pytest.mark.slow
-@pytest.mark.parametrize("ak, sk, reason", [
-    ("", "", "No accessKey is configured"),
-    (AK, "not_the_secret", f"Check signature failed for accessKey={AK}"),
-])
+@pytest.mark.parametrize(
+    "ak, sk, reason",
+    [
+        ("", "", "No accessKey is configured"),
+        (AK, "not_the_secret", f"Check signature failed for accessKey={AK}"),
+    ],
+)
 def test_java_without_the_right_secret_is_refused(acl_broker, ak, sk, reason):
     mark = acl_broker.log_size()
     events = run_java(acl_broker, TOPIC_JAVA, unique("CG_acl_java_bad"), ak, sk, 1)

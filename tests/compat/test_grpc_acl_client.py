@@ -35,14 +35,25 @@ def acl_grpc_broker(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpcacl")
     home = root / "home"
     (home / "conf").mkdir(parents=True)
-    (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({
-        "globalWhiteRemoteAddresses": ["10.10.103.*"],  # not loopback: every client here must sign
-        "accounts": [
-            {"accessKey": AK, "secretKey": SK, "admin": False, "defaultTopicPerm": "DENY",
-             "defaultGroupPerm": "SUB",
-             "topicPerms": [f"{TOPIC_OK}=PUB|SUB", f"{TOPIC_READ_ONLY}=SUB"]},
-            {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
-        ]}, sort_keys=False))
+    (home / "conf" / "plain_acl.yml").write_text(
+        yaml.safe_dump(
+            {
+                "globalWhiteRemoteAddresses": ["10.10.103.*"],  # not loopback: every client here must sign
+                "accounts": [
+                    {
+                        "accessKey": AK,
+                        "secretKey": SK,
+                        "admin": False,
+                        "defaultTopicPerm": "DENY",
+                        "defaultGroupPerm": "SUB",
+                        "topicPerms": [f"{TOPIC_OK}=PUB|SUB", f"{TOPIC_READ_ONLY}=SUB"],
+                    },
+                    {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
+                ],
+            },
+            sort_keys=False,
+        )
+    )
     factory = BrokerFactory(root)
     try:
         broker, endpoint = start_grpc_broker(factory, "aclEnable=true", f"rocketmqHome={home}")
@@ -54,11 +65,35 @@ def acl_grpc_broker(tmp_path_factory):
 
 
 def create_topic_as_admin(broker, topic: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "broker.tools.mqadmin", "updateTopic", "--ak", ADMIN_AK,
-                          "--sk", ADMIN_SK, "-n", broker.namesrv_addr, "-b", broker.broker_addr, "-t", topic,
-                          "-r", "4", "-w", "4",
-                          "-a", "+message.type=NORMAL"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30,
-                         check=False)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "broker.tools.mqadmin",
+            "updateTopic",
+            "--ak",
+            ADMIN_AK,
+            "--sk",
+            ADMIN_SK,
+            "-n",
+            broker.namesrv_addr,
+            "-b",
+            broker.broker_addr,
+            "-t",
+            topic,
+            "-r",
+            "4",
+            "-w",
+            "4",
+            "-a",
+            "+message.type=NORMAL",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=30,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -72,16 +107,20 @@ def test_right_secret_sends_and_receives(acl_grpc_broker):
     assert len(got.of("acked")) == 3, got.describe()
 
 
-@pytest.mark.parametrize("env", [creds("", ""), creds(AK, "not_the_secret"), creds("grpc5_nobody", SK)],
-                         ids=["no-credentials", "wrong-secret", "unknown-key"])
+@pytest.mark.parametrize(
+    "env",
+    [creds("", ""), creds(AK, "not_the_secret"), creds("grpc5_nobody", SK)],
+    ids=["no-credentials", "wrong-secret", "unknown-key"],
+)
 def test_without_the_right_secret_nothing_is_sent_or_received(acl_grpc_broker, env):
     broker, endpoint = acl_grpc_broker
     mark = broker.log_size()
     sent = run_client(endpoint, "produce", {"topic": TOPIC_OK, "count": 1, "body": "forged"}, env=env)
     assert sent.of("sent") == [], sent.describe()
     assert sent.of("startup_failed") or sent.of("send_failed"), sent.describe()
-    got = run_client(endpoint, "consume", {"topic": TOPIC_OK, "group": unique("GACL5X"), "count": 1, "timeout_s": 4},
-                     env=env)
+    got = run_client(
+        endpoint, "consume", {"topic": TOPIC_OK, "group": unique("GACL5X"), "count": 1, "timeout_s": 4}, env=env
+    )
     assert got.of("received") == [] and got.of("startup_failed") + got.of("receive_failed"), got.describe()
     assert "grpc request refused by acl" in broker.log_text(mark)
 

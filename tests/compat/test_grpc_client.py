@@ -41,17 +41,39 @@ def _body(pulled: dict) -> str:
 
 def create_topic(broker: BrokerProcess, topic: str, message_type: str, queues: int = 4) -> None:
     """mqadmin updateTopic with 5.x's message.type attribute."""
-    run = subprocess.run([sys.executable, "-m", "broker.tools.mqadmin", "updateTopic", "-n", broker.namesrv_addr,
-                          "-b", broker.broker_addr, "-t", topic, "-r", str(queues), "-w", str(queues),
-                          "-a", f"+message.type={message_type}"], capture_output=True, text=True, cwd=REPO_ROOT,
-                         timeout=30, check=False)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "broker.tools.mqadmin",
+            "updateTopic",
+            "-n",
+            broker.namesrv_addr,
+            "-b",
+            broker.broker_addr,
+            "-t",
+            topic,
+            "-r",
+            str(queues),
+            "-w",
+            str(queues),
+            "-a",
+            f"+message.type={message_type}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=30,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 def start_grpc_broker(factory: BrokerFactory, *extra: str, tls: bool = False) -> tuple[BrokerProcess, str]:
     port = free_port()
-    broker = factory.start(f"grpcServerPort={port}", "grpcListenHost=127.0.0.1", f"grpcTlsEnable={str(tls).lower()}",
-                           *extra)
+    broker = factory.start(
+        f"grpcServerPort={port}", "grpcListenHost=127.0.0.1", f"grpcTlsEnable={str(tls).lower()}", *extra
+    )
     return broker, f"127.0.0.1:{port}"
 
 
@@ -67,15 +89,27 @@ def grpc_broker(tmp_path_factory, grpc_client) -> tuple[BrokerProcess, str]:
 def test_producer_and_simple_consumer_round_trip(grpc_broker):
     broker, endpoint = grpc_broker
     topic, group = unique("G5T"), unique("G5G")
-    sent = run_client(endpoint, "produce", {"topic": topic, "count": 5, "tag": "tagA", "keys": ["k1", "k2"],
-                                            "properties": {"color": "red"}, "body": "five-{i}"})
+    sent = run_client(
+        endpoint,
+        "produce",
+        {
+            "topic": topic,
+            "count": 5,
+            "tag": "tagA",
+            "keys": ["k1", "k2"],
+            "properties": {"color": "red"},
+            "body": "five-{i}",
+        },
+    )
     assert len(sent.of("sent")) == 5, sent.describe()
     got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 5})
     received = got.of("received")
     assert sorted(r["body"] for r in received) == [f"five-{i}" for i in range(5)], got.describe()
     assert {r["message_id"] for r in received} == {s["message_id"] for s in sent.of("sent")}
-    assert all(r["tag"] == "tagA" and r["keys"] == ["k1", "k2"] and r["properties"] == {"color": "red"}
-               and r["attempt"] == 1 for r in received), received
+    assert all(
+        r["tag"] == "tagA" and r["keys"] == ["k1", "k2"] and r["properties"] == {"color": "red"} and r["attempt"] == 1
+        for r in received
+    ), received
     assert len(got.of("acked")) == 5
     # acked means consumed: a second consumer of the group finds nothing
     again = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 1, "timeout_s": 3})
@@ -95,8 +129,9 @@ def test_sql92_filter_delivers_only_matching_messages(grpc_broker):
     _, endpoint = grpc_broker
     topic, group = unique("G5SQL"), unique("G5SQLG")
     for color in ("red", "blue", "red"):
-        run_client(endpoint, "produce", {"topic": topic, "count": 1, "properties": {"color": color},
-                                         "body": color + "-{i}"})
+        run_client(
+            endpoint, "produce", {"topic": topic, "count": 1, "properties": {"color": color}, "body": color + "-{i}"}
+        )
     got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 2, "sql": "color = 'red'"})
     assert sorted(r["body"] for r in got.of("received")) == ["red-0", "red-0"], got.describe()
 
@@ -105,8 +140,11 @@ def test_unacked_message_is_redelivered_after_its_invisible_time(grpc_broker):
     _, endpoint = grpc_broker
     topic, group = unique("G5R"), unique("G5RG")
     run_client(endpoint, "produce", {"topic": topic, "count": 1, "body": "again"})
-    got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 1, "skip_ack": 1,
-                                           "invisible_s": 2, "timeout_s": 20})
+    got = run_client(
+        endpoint,
+        "consume",
+        {"topic": topic, "group": group, "count": 1, "skip_ack": 1, "invisible_s": 2, "timeout_s": 20},
+    )
     received = got.of("received")
     assert [r["attempt"] for r in received] == [1, 2], got.describe()
     assert received[1]["at"] - received[0]["at"] >= 1.5
@@ -117,8 +155,19 @@ def test_change_invisible_duration_brings_redelivery_forward(grpc_broker):
     topic, group = unique("G5C"), unique("G5CG")
     run_client(endpoint, "produce", {"topic": topic, "count": 1, "body": "soon"})
     # received with 60 s of invisibility, then changed to 1 s: back within seconds, not a minute
-    got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 1, "skip_ack": 1,
-                                           "invisible_s": 60, "change_invisible_s": 1, "timeout_s": 15})
+    got = run_client(
+        endpoint,
+        "consume",
+        {
+            "topic": topic,
+            "group": group,
+            "count": 1,
+            "skip_ack": 1,
+            "invisible_s": 60,
+            "change_invisible_s": 1,
+            "timeout_s": 15,
+        },
+    )
     received = got.of("received")
     assert len(got.of("changed")) == 1 and [r["attempt"] for r in received] == [1, 2], got.describe()
     assert received[1]["at"] - received[0]["at"] < 10
@@ -128,8 +177,11 @@ def test_message_goes_to_the_dlq_after_max_attempts(grpc_broker):
     broker, endpoint = grpc_broker  # maxReconsumeTimes=2: three deliveries, then %DLQ%
     topic, group = unique("G5D"), unique("G5DG")
     run_client(endpoint, "produce", {"topic": topic, "count": 1, "body": "doomed"})
-    got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 1, "skip_ack": 10,
-                                           "invisible_s": 1, "timeout_s": 12})
+    got = run_client(
+        endpoint,
+        "consume",
+        {"topic": topic, "group": group, "count": 1, "skip_ack": 10, "invisible_s": 1, "timeout_s": 12},
+    )
     assert [r["attempt"] for r in got.of("received")] == [1, 2, 3], got.describe()
     dlq = cpp_pull_all(broker.namesrv_addr, unique("DLQREADER"), f"%DLQ%{group}")
     assert [_body(m) for m in dlq["messages"]] == ["doomed"], dlq
@@ -145,8 +197,11 @@ def test_cpp_4x_producer_to_5x_consumer_and_5x_producer_to_4x_consumer(grpc_brok
     got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5XG"), "count": 3})
     received = got.of("received")
     assert sorted(r["body"] for r in received) == [f"from-4x-{i}" for i in range(3)], got.describe()
-    assert {r["tag"] for r in received} == {"t4"} and sorted(k for r in received for k in r["keys"]) == \
-        ["key0", "key1", "key2"]
+    assert {r["tag"] for r in received} == {"t4"} and sorted(k for r in received for k in r["keys"]) == [
+        "key0",
+        "key1",
+        "key2",
+    ]
 
     back = unique("G5Y")
     run_client(endpoint, "produce", {"topic": back, "count": 3, "tag": "t5", "body": "from-5x-{i}"})
@@ -180,6 +235,7 @@ def test_grpc_server_port_minus_one_disables_the_endpoint(tmp_path):
         port = free_port()
         broker = factory.start("grpcServerPort=-1", "grpcListenHost=127.0.0.1")
         import socket
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # nothing else would have bound it; the broker logged no endpoint
         assert "gRPC endpoint listening" not in broker.log_text()
@@ -196,8 +252,12 @@ def test_transaction_commit_rollback_and_check_back(tmp_path, grpc_client):
         run_client(endpoint, "transaction", {"topic": topic, "body": "committed", "end": "commit"})
         run_client(endpoint, "transaction", {"topic": topic, "body": "rolled-back", "end": "rollback"})
         # neither committed nor rolled back: the broker asks the producer, which answers COMMIT
-        orphan = run_client(endpoint, "transaction", {"topic": topic, "body": "recovered", "end": "none",
-                                                      "check": "commit", "linger_s": 8}, timeout_s=60)
+        orphan = run_client(
+            endpoint,
+            "transaction",
+            {"topic": topic, "body": "recovered", "end": "none", "check": "commit", "linger_s": 8},
+            timeout_s=60,
+        )
         assert orphan.of("checked"), orphan.describe()
         got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5TXG"), "count": 2, "timeout_s": 15})
         assert sorted(r["body"] for r in got.of("received")) == ["committed", "recovered"], got.describe()
@@ -224,8 +284,11 @@ def test_fifo_messages_of_a_group_are_consumed_in_order_even_across_redelivery(g
     assert len(sent.of("sent")) == 6, sent.describe()
     # one message per receive; the first delivery is not acked: nothing behind it may be delivered before
     # it comes back (a batch is handed out in order, and the next one waits for the whole batch)
-    got = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 6, "skip_ack": 1,
-                                           "invisible_s": 2, "timeout_s": 25, "batch": 1})
+    got = run_client(
+        endpoint,
+        "consume",
+        {"topic": topic, "group": group, "count": 6, "skip_ack": 1, "invisible_s": 2, "timeout_s": 25, "batch": 1},
+    )
     bodies = [r["body"] for r in got.of("received")]
     assert bodies == ["f-0", "f-0", "f-1", "f-2", "f-3", "f-4", "f-5"], got.describe()
     assert {r["group"] for r in got.of("received")} == {"order-1"}
@@ -235,8 +298,9 @@ def test_push_consumer_redelivers_a_failed_message_after_the_backoff(grpc_broker
     _, endpoint = grpc_broker
     topic, group = unique("G5P"), unique("G5PG")
     run_client(endpoint, "produce", {"topic": topic, "count": 2, "body": "push-{i}"})
-    got = run_client(endpoint, "push", {"topic": topic, "group": group, "count": 2, "fail_first": 1,
-                                        "timeout_s": 30}, timeout_s=60)
+    got = run_client(
+        endpoint, "push", {"topic": topic, "group": group, "count": 2, "fail_first": 1, "timeout_s": 30}, timeout_s=60
+    )
     by_body: dict[str, list[dict]] = {}
     for r in got.of("received"):
         by_body.setdefault(r["body"], []).append(r)
@@ -255,8 +319,7 @@ def test_delivery_timestamp_is_exact(grpc_broker):
     create_topic(grpc_broker[0], topic, "DELAY")
     sent = run_client(endpoint, "produce", {"topic": topic, "count": 1, "delay_s": 3, "body": "later"})
     (s,) = sent.of("sent")
-    got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5DELAYG"), "count": 1,
-                                           "timeout_s": 25})
+    got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5DELAYG"), "count": 1, "timeout_s": 25})
     (r,) = got.of("received")
     assert r["body"] == "later", got.describe()
     assert r["at"] >= s["due"] - 0.05, (s, r)  # never before its time (one machine, one clock)
@@ -273,8 +336,7 @@ def test_a_4x_producer_timer_property_is_exact(grpc_broker):
         result = producer.send_sync(make_message(topic, b"timed-4x", props={"TIMER_DELAY_MS": "2500"}))
         after = time.time()
         assert result.status == 0
-    got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5TIMER4G"), "count": 1,
-                                           "timeout_s": 25})
+    got = run_client(endpoint, "consume", {"topic": topic, "group": unique("G5TIMER4G"), "count": 1, "timeout_s": 25})
     (r,) = got.of("received")
     assert r["body"] == "timed-4x", got.describe()
     # due 2.5 s after the broker took it: not before, and well before the 5 s level
@@ -289,8 +351,11 @@ def test_in_flight_messages_survive_a_broker_restart(tmp_path, grpc_client):
         broker, endpoint = start_grpc_broker(factory)
         topic, group = unique("G5RS"), unique("G5RSG")
         run_client(endpoint, "produce", {"topic": topic, "count": 4, "body": "rs-{i}"})
-        first = run_client(endpoint, "consume", {"topic": topic, "group": group, "count": 2, "skip_ack": 2,
-                                                 "batch": 1, "invisible_s": 8, "timeout_s": 20})
+        first = run_client(
+            endpoint,
+            "consume",
+            {"topic": topic, "group": group, "count": 2, "skip_ack": 2, "batch": 1, "invisible_s": 8, "timeout_s": 20},
+        )
         popped_at = min(r["at"] for r in first.of("received"))
         acked_ids = {a["message_id"] for a in first.of("acked")}
         unacked = {r["body"] for r in first.of("received") if r["message_id"] not in acked_ids}

@@ -22,15 +22,35 @@ from rocketmq.client import SendStatus  # noqa: E402 (after the importorskip)
 
 
 def _send_back(group: str) -> RemotingCommand:
-    return RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-        "group": group, "offset": "0", "delayLevel": "0", "originMsgId": "", "originTopic": "T",
-        "unitMode": "false", "maxReconsumeTimes": "16"})
+    return RemotingCommand.request(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "group": group,
+            "offset": "0",
+            "delayLevel": "0",
+            "originMsgId": "",
+            "originTopic": "T",
+            "unitMode": "false",
+            "maxReconsumeTimes": "16",
+        },
+    )
 
 
 def _heartbeat(group: str) -> RemotingCommand:
-    body = {"clientID": "fuzz", "producerDataSet": [], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [], "unitMode": False}]}
+    body = {
+        "clientID": "fuzz",
+        "producerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [],
+                "unitMode": False,
+            }
+        ],
+    }
     return RemotingCommand.request(RequestCode.HEART_BEAT, {}, orjson.dumps(body))
 
 

@@ -174,21 +174,32 @@ def test_body_over_broker_max_message_size_is_refused_with_a_clear_remark(broker
 
 
 @pytest.mark.parametrize(("support_retry", "expected"), [("true", ["r-10"]), ("false", ["r-1", "r-10"])])
-def test_retried_messages_follow_the_sql92_subscription_with_filter_support_retry(broker_factory, support_retry,
-                                                                                   expected):
+def test_retried_messages_follow_the_sql92_subscription_with_filter_support_retry(
+    broker_factory, support_retry, expected
+):
     """filterSupportRetry: ali-ons subscribes its group's retry topic with `*`; with the option the broker
     filters what it pulls from there by the group's SQL92 subscription to each message's original topic
     (RETRY_TOPIC), without it every retried message comes back. The retried messages are put into the
     retry topic by a producer, as the broker's send-back would (RETRY_TOPIC set)."""
-    b = broker_factory.start("enablePropertyFilter=true", f"filterSupportRetry={support_retry}",
-                             name=f"retry-sql-{support_retry}")
+    b = broker_factory.start(
+        "enablePropertyFilter=true", f"filterSupportRetry={support_retry}", name=f"retry-sql-{support_retry}"
+    )
     topic, group = unique("T_ons_retry"), unique("CG_ons_retry")
-    retried = [ons_message(f"r-{a}", f"retried {a}".encode(), props={"a": str(a), "RETRY_TOPIC": topic})
-               for a in (1, 10)]
-    produced = run_ons({"nameSrv": b.namesrv_addr, "mode": "produce", "topic": f"%RETRY%{group}",
-                        "messages": retried})
+    retried = [
+        ons_message(f"r-{a}", f"retried {a}".encode(), props={"a": str(a), "RETRY_TOPIC": topic}) for a in (1, 10)
+    ]
+    produced = run_ons({"nameSrv": b.namesrv_addr, "mode": "produce", "topic": f"%RETRY%{group}", "messages": retried})
     assert produced.rc == 0 and len(produced.of("sent")) == 2, produced.describe()
-    run = run_ons({"nameSrv": b.namesrv_addr, "mode": "consume", "topic": topic, "group": group, "sql": "a > 5",
-                   "expect": len(expected), "idleMs": 1500})
+    run = run_ons(
+        {
+            "nameSrv": b.namesrv_addr,
+            "mode": "consume",
+            "topic": topic,
+            "group": group,
+            "sql": "a > 5",
+            "expect": len(expected),
+            "idleMs": 1500,
+        }
+    )
     assert run.rc == 0, run.describe()
     assert sorted(received_by_key(run)) == expected, run.describe()

@@ -46,15 +46,32 @@ def sem(tmp_path_factory):
     group = unique("CG_retry")
     config = root / "sem" / "store" / "config"
     config.mkdir(parents=True)
-    (config / "subscriptionGroup.json").write_text(json.dumps({
-        "subscriptionGroupTable": {group: {"groupName": group, "consumeEnable": True, "consumeBroadcastEnable": True,
-                                           "retryQueueNums": 1, "retryMaxTimes": RETRY_MAX}},
-        "dataVersion": {"counter": 1, "timestamp": 0}}))
+    (config / "subscriptionGroup.json").write_text(
+        json.dumps(
+            {
+                "subscriptionGroupTable": {
+                    group: {
+                        "groupName": group,
+                        "consumeEnable": True,
+                        "consumeBroadcastEnable": True,
+                        "retryQueueNums": 1,
+                        "retryMaxTimes": RETRY_MAX,
+                    }
+                },
+                "dataVersion": {"counter": 1, "timestamp": 0},
+            }
+        )
+    )
     factory = BrokerFactory(root)
     try:
-        broker = factory.start(f"messageDelayLevel={DELAY_LEVELS}", "transactionTimeOut=1000",
-                               "transactionCheckInterval=200", "enablePropertyFilter=true",
-                               "rebalanceLockMaxLiveTime=3000", name="sem")
+        broker = factory.start(
+            f"messageDelayLevel={DELAY_LEVELS}",
+            "transactionTimeOut=1000",
+            "transactionCheckInterval=200",
+            "enablePropertyFilter=true",
+            "rebalanceLockMaxLiveTime=3000",
+            name="sem",
+        )
         broker.retry_group = group  # type: ignore[attr-defined]
         yield broker
     finally:
@@ -66,19 +83,31 @@ def sem(tmp_path_factory):
 
 def raw_pull(broker_addr: str, topic: str, queue_id: int = 0, expression: str = "*") -> tuple[int, list, int]:
     """One PULL_MESSAGE over a plain connection: (code, messages, nextBeginOffset)."""
+
     async def go():
         client = RemotingClient()
         try:
-            header = PullMessageRequestHeader(consumer_group="semantics_probe", topic=topic, queue_id=queue_id,
-                                              queue_offset=0, max_msg_nums=32, sys_flag=0x4, commit_offset=0,
-                                              suspend_timeout_millis=0, sub_version=0, subscription=expression,
-                                              expression_type="TAG")
-            resp = await client.invoke(broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE,
-                                                                            encode_header(header)), 5.0)
+            header = PullMessageRequestHeader(
+                consumer_group="semantics_probe",
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=0,
+                max_msg_nums=32,
+                sys_flag=0x4,
+                commit_offset=0,
+                suspend_timeout_millis=0,
+                sub_version=0,
+                subscription=expression,
+                expression_type="TAG",
+            )
+            resp = await client.invoke(
+                broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, encode_header(header)), 5.0
+            )
             msgs = decode_records(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else []
             return resp.code, msgs, int(resp.ext_fields.get("nextBeginOffset", "-1"))
         finally:
             await client.close()
+
     return asyncio.run(go())
 
 
@@ -89,6 +118,7 @@ def admin(broker_addr: str, code: int, ext: dict[str, str]) -> RemotingCommand:
             return await client.invoke(broker_addr, RemotingCommand.request(code, ext), 15.0)
         finally:
             await client.close()
+
     return asyncio.run(go())
 
 
@@ -107,8 +137,10 @@ class TxListener:
         self.checked: list[str] = []
 
     def execute_local_transaction(self, msg, arg):
-        return {"tx-commit": LocalTransactionState.COMMIT_MESSAGE,
-                "tx-rollback": LocalTransactionState.ROLLBACK_MESSAGE}.get(msg.keys, LocalTransactionState.UNKNOW)
+        return {
+            "tx-commit": LocalTransactionState.COMMIT_MESSAGE,
+            "tx-rollback": LocalTransactionState.ROLLBACK_MESSAGE,
+        }.get(msg.keys, LocalTransactionState.UNKNOW)
 
     def check_local_transaction(self, msg):
         self.checked.append(msg.properties.get("KEYS"))
@@ -123,8 +155,9 @@ def run_transactions(namesrv: str, topic: str) -> tuple[dict, TxListener, float]
     async def main() -> float:
         async with TransactionProducer(namesrv, listener, ProducerConfig(group=unique("PG_TX"))) as producer:
             for key in ("tx-commit", "tx-rollback", "tx-unknown"):
-                results[key] = await producer.send_message_in_transaction(Message(topic, f"body-{key}".encode(),
-                                                                                  keys=key))
+                results[key] = await producer.send_message_in_transaction(
+                    Message(topic, f"body-{key}".encode(), keys=key)
+                )
             sent = time.monotonic()
             while not listener.checked and time.monotonic() - sent < 10:
                 await asyncio.sleep(0.02)
@@ -170,6 +203,7 @@ def scenario(sem) -> Scenario:
             producer.send_sync(make_message(t, b"warm", key="warm", tags="warm"))
         from compat_support import _call_within
         from rocketmq.client import PushConsumer  # the harness's consumer, with our failing callback
+
         consumer = PushConsumer(group)
         consumer.set_instance_name(unique("sem"))
         consumer.set_namesrv_addr(ns)
@@ -186,18 +220,25 @@ def scenario(sem) -> Scenario:
                 producer.send_sync(make_message(topics["tags"], f"body-{key}".encode(), key=key, tags=tag))
             tx_results, tx_listener, tx_wait = run_transactions(ns, topics["tx"])
             wanted = {"good", "d1", "d2", "a1", "a2", "tx-commit", "tx-unknown"}
-            assert collector.wait_until(lambda items: wanted <= {i.key for i in items}
-                                        and sum(i.key == "bad" for i in items) >= RETRY_MAX + 1, 20), \
-                sorted((i.key, i.reconsume_times) for i in collector.items())
+            assert collector.wait_until(
+                lambda items: wanted <= {i.key for i in items} and sum(i.key == "bad" for i in items) >= RETRY_MAX + 1,
+                20,
+            ), sorted((i.key, i.reconsume_times) for i in collector.items())
             dlq = wait_for(lambda: raw_pull(sem.broker_addr, f"%DLQ%{group}")[1], 8, "the failing message in the DLQ")
             collector.settle(0.5)
             # consumer management against the live C++ consumer: who is it, what is it doing, rewind it
             conns = admin(sem.broker_addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
             client_ids = [c["clientId"] for c in json.loads(conns.body)["connectionSet"]]
-            running = admin(sem.broker_addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                            {"consumerGroup": group, "clientId": client_ids[0], "jstackEnable": "false"})
-            reset = admin(sem.broker_addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                          {"topic": topics["tags"], "group": group, "timestamp": str(reset_to_ms), "isForce": "true"})
+            running = admin(
+                sem.broker_addr,
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                {"consumerGroup": group, "clientId": client_ids[0], "jstackEnable": "false"},
+            )
+            reset = admin(
+                sem.broker_addr,
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                {"topic": topics["tags"], "group": group, "timestamp": str(reset_to_ms), "isForce": "true"},
+            )
             # The client restarts a queue only when its parked long poll returns; new matching messages
             # wake those polls (otherwise they sit out their 15 s suspend time, as with any broker).
             for q in range(4):
@@ -206,8 +247,9 @@ def scenario(sem) -> Scenario:
             collector.settle(1.0)
         finally:
             _call_within(consumer.shutdown, 20, "PushConsumer.shutdown()")
-    return Scenario(collector.items(), topics, dlq, tx_results, tx_listener, tx_wait, sent_at, running, reset,
-                    client_ids)
+    return Scenario(
+        collector.items(), topics, dlq, tx_results, tx_listener, tx_wait, sent_at, running, reset, client_ids
+    )
 
 
 # -------------------------------------------------------------------------------------------- tests
@@ -215,8 +257,9 @@ def scenario(sem) -> Scenario:
 
 def test_reconsume_later_is_redelivered_then_dead_lettered(scenario, sem):
     deliveries = scenario.of("bad")
-    assert [i.reconsume_times for i in deliveries] == list(range(RETRY_MAX + 1)), \
+    assert [i.reconsume_times for i in deliveries] == list(range(RETRY_MAX + 1)), (
         "one delivery per reconsume time up to retryMaxTimes from subscriptionGroup.json, then the DLQ"
+    )
     first = deliveries[0]
     for retry in deliveries[1:]:
         # the client sees the real topic again (RETRY_TOPIC) and the same message id
@@ -255,16 +298,20 @@ def test_tag_filter_with_colliding_hashes(scenario, sem):
     keys = {i.key for i in scenario.items if i.topic == scenario.topics["tags"]}
     assert keys == {"a1", "a2", "wake0", "wake1", "wake2", "wake3"}, keys
     # the broker itself re-checks TAGS, so a colliding tag is not even sent to the client
-    delivered = {m.properties["KEYS"] for q in range(4) for m in raw_pull(sem.broker_addr, scenario.topics["tags"],
-                                                                         q, COLLIDING[0])[1]}
+    delivered = {
+        m.properties["KEYS"]
+        for q in range(4)
+        for m in raw_pull(sem.broker_addr, scenario.topics["tags"], q, COLLIDING[0])[1]
+    }
     assert delivered == {"a1", "a2", "wake0", "wake1", "wake2", "wake3"}, delivered
 
 
 def test_reset_offset_by_time_rewinds_the_live_cpp_consumer(scenario):
     assert scenario.reset.code == ResponseCode.SUCCESS, scenario.reset.remark
     tags = [i for i in scenario.items if i.topic == scenario.topics["tags"] and not i.key.startswith("wake")]
-    assert sorted(i.key for i in tags) == ["a1", "a1", "a2", "a2"], \
+    assert sorted(i.key for i in tags) == ["a1", "a1", "a2", "a2"], (
         "after RESET_CONSUMER_CLIENT_OFFSET the consumer reads the tag topic again from the reset time"
+    )
 
 
 def test_running_info_comes_from_the_cpp_consumer(scenario):
@@ -282,8 +329,10 @@ def test_transactions_through_our_producer(scenario):
     got = {i.key: i for i in scenario.items if i.topic == scenario.topics["tx"] and i.key != "warm"}
     assert sorted(got) == ["tx-commit", "tx-unknown"], "rolled back messages are never delivered"
     assert scenario.tx_listener.checked == ["tx-unknown"], "only the undecided transaction is checked back"
-    print(f"\ncheck-back of the unknown transaction arrived {scenario.tx_check_wait_s:.2f} s after the send "
-          f"(transactionTimeOut=1 s, transactionCheckInterval=0.2 s)")
+    print(
+        f"\ncheck-back of the unknown transaction arrived {scenario.tx_check_wait_s:.2f} s after the send "
+        f"(transactionTimeOut=1 s, transactionCheckInterval=0.2 s)"
+    )
     assert 0.8 <= scenario.tx_check_wait_s < 5.0
     for key in got:
         assert got[key].body == f"body-{key}".encode()
@@ -318,8 +367,9 @@ def test_orderly_two_competing_consumers_and_a_rebalance(sem):
             with cpp_push_consumer(ns, group, {topic: "*"}, collector, name="A", orderly=True):
                 assert collector.wait_until(lambda items: len(items) >= 20, 15), "A consumed nothing"
                 with cpp_push_consumer(ns, group, {topic: "*"}, collector, name="B", orderly=True):
-                    assert collector.wait_until(lambda items: any(i.consumer == "B" for i in items), 20), \
+                    assert collector.wait_until(lambda items: any(i.consumer == "B" for i in items), 20), (
                         "B never got a queue after the rebalance"
+                    )
                     time.sleep(1.5)
                     stop.set()
                     thread.join()

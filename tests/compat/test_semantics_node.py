@@ -107,20 +107,35 @@ def node_run(tmp_path_factory, node_ready):
     factory = BrokerFactory(tmp_path_factory.mktemp("semantics_node"))
     try:
         broker = factory.start("messageDelayLevel=1s 1s 1s 1s 1s 1s 1s", "enablePropertyFilter=true", name="sem_node")
-        args = {"nameSrv": broker.namesrv_addr, "sqlTopic": unique("T_sql"), "sqlGroup": unique("CG_sql"),
-                "sql": "a > 5 AND region IN ('eu', 'us') AND tier IS NOT NULL", "badGroup": unique("CG_bad"),
-                "badSql": "a > AND region = 'eu'", "bcTopic": unique("T_bc"), "bcGroup": unique("CG_bc"),
-                "runMs": 4000}
-        run = subprocess.run(["node", "-", json.dumps(args)], input=SCENARIO_JS, capture_output=True, text=True,
-                             timeout=60, cwd=NODE_DIR, check=False)
+        args = {
+            "nameSrv": broker.namesrv_addr,
+            "sqlTopic": unique("T_sql"),
+            "sqlGroup": unique("CG_sql"),
+            "sql": "a > 5 AND region IN ('eu', 'us') AND tier IS NOT NULL",
+            "badGroup": unique("CG_bad"),
+            "badSql": "a > AND region = 'eu'",
+            "bcTopic": unique("T_bc"),
+            "bcGroup": unique("CG_bc"),
+            "runMs": 4000,
+        }
+        run = subprocess.run(
+            ["node", "-", json.dumps(args)],
+            input=SCENARIO_JS,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=NODE_DIR,
+            check=False,
+        )
         events = []
         for line in run.stdout.splitlines():
             try:
                 events.append(json.loads(line))
             except ValueError:
                 events.append({"event": "garbage", "line": line})
-        assert run.returncode == 0 and any(e["event"] == "done" for e in events), \
+        assert run.returncode == 0 and any(e["event"] == "done" for e in events), (
             f"node scenario failed rc={run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        )
         dlq = _raw_pull_all(broker.broker_addr, f"%DLQ%{args['sqlGroup']}")
         yield args, events, dlq
     finally:
@@ -129,23 +144,35 @@ def node_run(tmp_path_factory, node_ready):
 
 def _raw_pull_all(broker_addr: str, topic: str) -> list:
     """Every message of queue 0 of ``topic``, by plain PULL_MESSAGE requests (the DLQ has one queue)."""
+
     async def go() -> list:
         client = RemotingClient()
         out, offset = [], 0
         try:
             while True:
-                header = PullMessageRequestHeader(consumer_group="semantics_probe", topic=topic, queue_id=0,
-                                                  queue_offset=offset, max_msg_nums=32, sys_flag=0x4,
-                                                  commit_offset=0, suspend_timeout_millis=0, sub_version=0,
-                                                  subscription="*", expression_type="TAG")
-                resp = await client.invoke(broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE,
-                                                                                encode_header(header)), 5.0)
+                header = PullMessageRequestHeader(
+                    consumer_group="semantics_probe",
+                    topic=topic,
+                    queue_id=0,
+                    queue_offset=offset,
+                    max_msg_nums=32,
+                    sys_flag=0x4,
+                    commit_offset=0,
+                    suspend_timeout_millis=0,
+                    sub_version=0,
+                    subscription="*",
+                    expression_type="TAG",
+                )
+                resp = await client.invoke(
+                    broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, encode_header(header)), 5.0
+                )
                 if resp.code != ResponseCode.SUCCESS:
                     return out
                 out += decode_records(resp.body)
                 offset = int(resp.ext_fields["nextBeginOffset"])
         finally:
             await client.close()
+
     return asyncio.run(go())
 
 
@@ -192,8 +219,9 @@ def test_bad_selector_is_refused_with_subscription_parse_failed(node_run):
     assert not _received(events, "bad")
     errors = [e for e in events if e["event"] == "client_error" and e["group"] == args["badGroup"]]
     assert errors, "the consumer with a bad SQL92 expression saw no error"
-    assert any(e.get("code") == 23 and "Invalid MessageSelector" in e["message"] and "column" in e["message"]
-               for e in errors), errors[:3]
+    assert any(
+        e.get("code") == 23 and "Invalid MessageSelector" in e["message"] and "column" in e["message"] for e in errors
+    ), errors[:3]
 
 
 def test_broadcasting_consumers_each_get_every_message(node_run):

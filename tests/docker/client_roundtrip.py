@@ -106,8 +106,11 @@ def consume(namesrv: str, topic: str, run_id: str, count: int, deadline_s: float
             queues = ctypes.POINTER(_CMessageQueue)()
             n = ctypes.c_int()
             try:
-                ffi_check(dll.FetchSubscriptionMessageQueues(
-                    consumer._handle, topic.encode(), ctypes.pointer(queues), ctypes.pointer(n)))
+                ffi_check(
+                    dll.FetchSubscriptionMessageQueues(
+                        consumer._handle, topic.encode(), ctypes.pointer(queues), ctypes.pointer(n)
+                    )
+                )
             except Exception as exc:  # no route yet, right after a restart
                 if time.monotonic() > end:
                     raise SystemExit(f"no queues for {topic} before the deadline: {exc}") from exc
@@ -124,8 +127,10 @@ def consume(namesrv: str, topic: str, run_id: str, count: int, deadline_s: float
                 ffi_check(dll.ReleaseSubscriptionMessageQueue(queues))
             if seen != expected:
                 if time.monotonic() > end:
-                    raise SystemExit(f"pulled {len(seen)} of {count} messages before the deadline; "
-                                     f"last pull status per queue: {statuses}")
+                    raise SystemExit(
+                        f"pulled {len(seen)} of {count} messages before the deadline; "
+                        f"last pull status per queue: {statuses}"
+                    )
                 time.sleep(0.5)
     finally:
         consumer.shutdown()

@@ -21,12 +21,13 @@ SKIPPED = 77
 
 @pytest.mark.slow
 @pytest.mark.timeout(1600)
-@pytest.mark.skipif(os.environ.get("MINI_ROCKETMQ_CONTAINER_TEST") != "1",
-                    reason="set MINI_ROCKETMQ_CONTAINER_TEST=1 to build and run the broker image (root, podman)")
+@pytest.mark.skipif(
+    os.environ.get("MINI_ROCKETMQ_CONTAINER_TEST") != "1",
+    reason="set MINI_ROCKETMQ_CONTAINER_TEST=1 to build and run the broker image (root, podman)",
+)
 def test_broker_image_end_to_end() -> None:
     env = {**os.environ, "MINI_ROCKETMQ_PYTHON": os.environ.get("MINI_ROCKETMQ_PYTHON", sys.executable)}
-    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=1500,
-                          check=False)
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=1500, check=False)
     output = proc.stdout + proc.stderr
     if proc.returncode == SKIPPED:
         reason = next((line for line in proc.stdout.splitlines() if line.startswith("SKIP:")), "SKIP: (no reason)")

@@ -20,8 +20,14 @@ DEFAULT_CONF = Path("/etc/mini-rocketmq/broker.conf")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="the entrypoint is a bash script")
 
-DEFAULTS = ["--set", "brokerIP1=127.0.0.1", "--set", "storePathRootDir=/home/rocketmq/store",
-            "--set", "brokerName=broker-a"]
+DEFAULTS = [
+    "--set",
+    "brokerIP1=127.0.0.1",
+    "--set",
+    "storePathRootDir=/home/rocketmq/store",
+    "--set",
+    "brokerName=broker-a",
+]
 
 
 @pytest.fixture
@@ -34,12 +40,16 @@ def fake_bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def run(fake_bin: Path, env: dict[str, str] | None = None, args: list[str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    fake_bin: Path,
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     # A clean environment: only what the test sets, so a developer's own variables cannot leak in.
     full_env = {"PATH": f"{fake_bin}:/usr/bin:/bin", **(env or {})}
-    return subprocess.run(["bash", str(ENTRYPOINT), *(args or [])], env=full_env, capture_output=True,
-                          text=True, timeout=20, check=False)
+    return subprocess.run(
+        ["bash", str(ENTRYPOINT), *(args or [])], env=full_env, capture_output=True, text=True, timeout=20, check=False
+    )
 
 
 def argv_of(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -59,8 +69,14 @@ def test_defaults_when_nothing_is_configured(fake_bin: Path, no_default_conf: No
 
 def test_broker_ip1_variable_replaces_the_default(fake_bin: Path, no_default_conf: None) -> None:
     argv = argv_of(run(fake_bin, {"ROCKETMQ_BROKER_IP1": "192.0.2.7"}))
-    assert argv == ["--set", "storePathRootDir=/home/rocketmq/store", "--set", "brokerName=broker-a",
-                    "--set", "brokerIP1=192.0.2.7"]
+    assert argv == [
+        "--set",
+        "storePathRootDir=/home/rocketmq/store",
+        "--set",
+        "brokerName=broker-a",
+        "--set",
+        "brokerIP1=192.0.2.7",
+    ]
 
 
 def test_broker_conf_variables_become_sets_in_name_order(fake_bin: Path, no_default_conf: None) -> None:
@@ -72,8 +88,14 @@ def test_broker_conf_variables_become_sets_in_name_order(fake_bin: Path, no_defa
         "NOT_BROKER_CONF_brokerId": "3",
     }
     argv = argv_of(run(fake_bin, env))
-    assert argv == DEFAULTS + ["--set", "flushDiskType=SYNC_FLUSH", "--set", "listenPort=20911",
-                               "--set", "messageDelayLevel=1s 5s 'x'=y"]
+    assert argv == DEFAULTS + [
+        "--set",
+        "flushDiskType=SYNC_FLUSH",
+        "--set",
+        "listenPort=20911",
+        "--set",
+        "messageDelayLevel=1s 5s 'x'=y",
+    ]
 
 
 def test_env_for_a_defaulted_key_suppresses_the_default(fake_bin: Path, no_default_conf: None) -> None:

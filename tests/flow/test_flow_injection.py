@@ -144,7 +144,7 @@ async def test_broker_refuses_malformed_fault_requests_with_the_reason(brokers, 
     cases = {
         ("explode", 100, None): "unknown fault kind 'explode'",
         ("stall_queue", 100, "nosuch"): "unknown queue 'nosuch'; expected one of admin, client_manage, "
-                                        "consumer_manage, end_transaction, heartbeat, pull, query, send",
+        "consumer_manage, end_transaction, heartbeat, pull, query, send",
         ("stall_append", 0, None): "durationMs must be a positive number of milliseconds, got 0",
         ("drain_transient_pool", 100, None): "drain_transient_pool needs a transient store pool",
     }
@@ -153,8 +153,9 @@ async def test_broker_refuses_malformed_fault_requests_with_the_reason(brokers, 
         assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.startswith(reason), (kind, resp.remark)
     missing = await client.invoke(addr, RemotingCommand.request(RequestCode.FAULT_INJECT, {"durationMs": "5"}), 5)
     assert missing.code == ResponseCode.SYSTEM_ERROR and "kind" in missing.remark
-    bad_ms = await client.invoke(addr, RemotingCommand.request(RequestCode.FAULT_INJECT,
-                                                               {"kind": "stall_append", "durationMs": "soon"}), 5)
+    bad_ms = await client.invoke(
+        addr, RemotingCommand.request(RequestCode.FAULT_INJECT, {"kind": "stall_append", "durationMs": "soon"}), 5
+    )
     assert bad_ms.code == ResponseCode.SYSTEM_ERROR and "durationMs" in bad_ms.remark
 
 
@@ -203,8 +204,7 @@ async def test_with_injection_off_the_properties_are_stored_like_any_other(broke
     addr, topic = b.broker_addr, unique("T_off")
     await warm_topic(client, addr, topic)
     props = {"brokerSleepMs": "3000", "brokerStallAppendMs": "3000"}
-    answers = await asyncio.gather(*(timed_invoke(client, addr, send_request(topic, b"body", props))
-                                     for _ in range(3)))
+    answers = await asyncio.gather(*(timed_invoke(client, addr, send_request(topic, b"body", props)) for _ in range(3)))
     assert all(a.code == 0 for a in answers), [a.text for a in answers]
     assert max(a.latency_ms for a in answers) < 1000, [a.latency_ms for a in answers]
     info = await runtime_info(client, addr)
@@ -212,8 +212,9 @@ async def test_with_injection_off_the_properties_are_stored_like_any_other(broke
     # stored with the two properties, as ordinary user properties
     resp = await client.invoke(addr, send_request(topic, b"stored", props), 5)
     _, _, offset = decode_offset_msg_id(resp.ext_fields["msgId"])
-    view = await client.invoke(addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID,
-                                                             {"offset": str(offset)}), 5)
+    view = await client.invoke(
+        addr, RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}), 5
+    )
     assert view.code == 0, view.remark
     msg = decode_record(bytes(view.body), 0)
     assert msg.body == b"stored"

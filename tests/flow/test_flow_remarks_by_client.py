@@ -76,11 +76,19 @@ def test_java_client_shows_the_remark(stalled, tmp_path):
     javac, rmqjava = java_tools()  # type: ignore[misc]
     (tmp_path / "BusySend.java").write_text(JAVA_SOURCE)
     classpath = f"{tmp_path}:{RMQ_HOME / 'lib'}/*"
-    subprocess.run([javac, "-cp", classpath, "BusySend.java"], cwd=tmp_path, check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        [javac, "-cp", classpath, "BusySend.java"], cwd=tmp_path, check=True, capture_output=True, timeout=120
+    )
     stall()
-    proc = subprocess.run([str(rmqjava), "-cp", classpath, "BusySend", broker.namesrv_addr, unique("T_busy_java")],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [str(rmqjava), "-cp", classpath, "BusySend", broker.namesrv_addr, unique("T_busy_java")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(("sent ", "exception "))), proc.stdout)
-    assert line.startswith("exception org.apache.rocketmq.client.exception.MQBrokerException: CODE: 2  DESC: "
-                           "[TIMEOUT_CLEAN_QUEUE]broker busy"), proc.stdout + proc.stderr[-2000:]
+    assert line.startswith(
+        "exception org.apache.rocketmq.client.exception.MQBrokerException: CODE: 2  DESC: "
+        "[TIMEOUT_CLEAN_QUEUE]broker busy"
+    ), proc.stdout + proc.stderr[-2000:]

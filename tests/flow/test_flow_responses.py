@@ -147,8 +147,11 @@ async def test_each_swept_queue_times_out_on_its_own_limit_and_query_is_not_swep
         for target in ("pull", "heartbeat", "end_transaction", "query"):
             assert (await fault(client, addr, "stall_queue", 700, target=target)).code == 0
         pull, hb, etx, query = await asyncio.gather(
-            timed_invoke(client, addr, pull_request(topic)), timed_invoke(client, addr, heartbeat_request()),
-            timed_invoke(client, addr, end_transaction_request()), timed_invoke(client, addr, query_request(topic)))
+            timed_invoke(client, addr, pull_request(topic)),
+            timed_invoke(client, addr, heartbeat_request()),
+            timed_invoke(client, addr, end_transaction_request()),
+            timed_invoke(client, addr, query_request(topic)),
+        )
         for answer in (pull, hb, etx):
             (m,) = match_all([answer], TIMEOUT_RE)
             assert 300 <= int(m.group(1)) <= 300 + DEADLINE_SLACK_MS and m.group(2) == "0", answer.remark
@@ -263,11 +266,20 @@ async def test_without_fast_failure_a_queued_send_waits_for_the_stalled_worker(o
 
 
 UPSTREAM_RUNTIME_KEYS = (
-    "sendThreadPoolQueueSize", "sendThreadPoolQueueCapacity", "pullThreadPoolQueueSize",
-    "pullThreadPoolQueueCapacity", "queryThreadPoolQueueSize", "queryThreadPoolQueueCapacity",
-    "EndTransactionQueueSize", "EndTransactionThreadPoolQueueCapacity", "pageCacheLockTimeMills",
-    "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
-    "queryThreadPoolQueueHeadWaitTimeMills", "remainTransientStoreBufferNumbs", "startAcceptSendRequestTimeStamp",
+    "sendThreadPoolQueueSize",
+    "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueSize",
+    "pullThreadPoolQueueCapacity",
+    "queryThreadPoolQueueSize",
+    "queryThreadPoolQueueCapacity",
+    "EndTransactionQueueSize",
+    "EndTransactionThreadPoolQueueCapacity",
+    "pageCacheLockTimeMills",
+    "sendThreadPoolQueueHeadWaitTimeMills",
+    "pullThreadPoolQueueHeadWaitTimeMills",
+    "queryThreadPoolQueueHeadWaitTimeMills",
+    "remainTransientStoreBufferNumbs",
+    "startAcceptSendRequestTimeStamp",
 )
 
 

@@ -58,8 +58,11 @@ class RecordingProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        await asyncio.gather(self._pump(reader, up_writer, record=True), self._pump(up_reader, writer, record=False),
-                             return_exceptions=True)
+        await asyncio.gather(
+            self._pump(reader, up_writer, record=True),
+            self._pump(up_reader, writer, record=False),
+            return_exceptions=True,
+        )
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, record: bool) -> None:
         decoder = FrameDecoder()
@@ -92,8 +95,12 @@ def record(out: Path) -> dict[str, int]:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="record-corpus-") as tmp:
         namesrv_port = free_port()
-        broker = BrokerProcess(store_dir=Path(tmp) / "store", log_path=Path(tmp) / "broker.log",
-                               listen_port=free_port(avoid=[namesrv_port]), namesrv_port=namesrv_port)
+        broker = BrokerProcess(
+            store_dir=Path(tmp) / "store",
+            log_path=Path(tmp) / "broker.log",
+            listen_port=free_port(avoid=[namesrv_port]),
+            namesrv_port=namesrv_port,
+        )
         broker.start()
         proxy_broker_port = _same_width_port(broker.listen_port)
         rewrite = (f"127.0.0.1:{broker.listen_port}".encode(), f"127.0.0.1:{proxy_broker_port}".encode())
@@ -137,8 +144,14 @@ def _drive_cpp(namesrv: str) -> str | None:
     keys = [f"k{i}" for i in range(6)]
     with cpp_producer(namesrv, timeout_ms=10_000) as producer:
         for i, key in enumerate(keys):
-            msg = make_message(topic, f"corpus body {i}".encode(), key=key, tags="TagA" if i % 2 else "TagB",
-                               props={"userKey": f"v{i}"}, delay_level=1 if i == 5 else None)
+            msg = make_message(
+                topic,
+                f"corpus body {i}".encode(),
+                key=key,
+                tags="TagA" if i % 2 else "TagB",
+                props={"userKey": f"v{i}"},
+                delay_level=1 if i == 5 else None,
+            )
             if i == 4:
                 producer.send_oneway(msg)
             else:
@@ -164,13 +177,30 @@ def _drive_ons(namesrv: str) -> str | None:
     if reason:
         return reason
     topic = unique("CorpusOns")
-    run = run_ons({"nameSrv": namesrv, "mode": "both", "topic": topic, "group": unique("CorpusOnsG"),
-                   "messages": [{"body_b64": "b25zIGJvZHk=", "tags": "TagA", "keys": ["ons-k"],
-                                 "props": {"a": "7"}}], "idleMs": 500})
+    run = run_ons(
+        {
+            "nameSrv": namesrv,
+            "mode": "both",
+            "topic": topic,
+            "group": unique("CorpusOnsG"),
+            "messages": [{"body_b64": "b25zIGJvZHk=", "tags": "TagA", "keys": ["ons-k"], "props": {"a": "7"}}],
+            "idleMs": 500,
+        }
+    )
     if run.rc != 0:
         return f"ali-ons run failed: {run.describe()[:500]}"
-    run_ons({"nameSrv": namesrv, "mode": "consume", "topic": topic, "group": unique("CorpusOnsSql"), "sql": "a > 5",
-             "expect": 1, "idleMs": 200, "timeoutMs": 8000})
+    run_ons(
+        {
+            "nameSrv": namesrv,
+            "mode": "consume",
+            "topic": topic,
+            "group": unique("CorpusOnsSql"),
+            "sql": "a > 5",
+            "expect": 1,
+            "idleMs": 200,
+            "timeoutMs": 8000,
+        }
+    )
     return None
 
 

@@ -25,11 +25,20 @@ def test_every_request_code_and_unknown_codes_are_sent_with_every_family():
 
 
 def test_the_recorded_corpus_holds_real_client_requests_for_both_ports():
-    assert {p.name for p in CORPUS_DIR.glob("*.frames")} >= {"cpp_broker.frames", "cpp_namesrv.frames",
-                                                             "ons_broker.frames", "ons_namesrv.frames"}
+    assert {p.name for p in CORPUS_DIR.glob("*.frames")} >= {
+        "cpp_broker.frames",
+        "cpp_namesrv.frames",
+        "ons_broker.frames",
+        "ons_namesrv.frames",
+    }
     broker = [RemotingCommand.decode(f[4:]) for f in load_corpus(target="broker")]
     namesrv = [RemotingCommand.decode(f[4:]) for f in load_corpus(target="namesrv")]
-    assert {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.PULL_MESSAGE,
-            RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ} <= {c.code for c in broker}
+    assert {
+        RequestCode.SEND_MESSAGE,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.PULL_MESSAGE,
+        RequestCode.HEART_BEAT,
+        RequestCode.LOCK_BATCH_MQ,
+    } <= {c.code for c in broker}
     assert {c.code for c in namesrv} == {RequestCode.GET_ROUTEINFO_BY_TOPIC}
     assert {c.language for c in broker} == {"CPP", "JAVA"}  # the C++ wheel, and ali-ons (it says JAVA)

@@ -19,6 +19,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def prom_broker(rocketmq_broker_factory) -> Callable:
     """``make(**keys)``: a broker exporting Prometheus metrics on a free loopback port."""
+
     def make(**keys):
         return rocketmq_broker_factory(metricsExporterType="PROM", **keys)
+
     return make

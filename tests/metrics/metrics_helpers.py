@@ -15,8 +15,12 @@ class Scrape:
         self.families = {f.name: f for f in text_string_to_metric_families(text)}
 
     def samples(self, name: str, **labels: str) -> list:
-        return [s for f in self.families.values() for s in f.samples
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return [
+            s
+            for f in self.families.values()
+            for s in f.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
 
     def value(self, name: str, **labels: str) -> float:
         found = self.samples(name, **labels)

@@ -15,20 +15,49 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 
-PROCESSORS = {"send", "pull", "query_message", "client_manager", "heartbeat", "consumer_manager", "transaction",
-              "admin"}
+PROCESSORS = {
+    "send",
+    "pull",
+    "query_message",
+    "client_manager",
+    "heartbeat",
+    "consumer_manager",
+    "transaction",
+    "admin",
+}
 
 
 def send_request(topic: str, queue_id: int, body: bytes = b"x", group: str = "PG_metrics") -> RemotingCommand:
-    ext = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false"}
+    ext = {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": "",
+        "j": "0",
+        "k": "false",
+    }
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
 
 
 def pull_request(topic: str, group: str, queue_id: int, offset: int = 0) -> RemotingCommand:
-    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-           "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
-           "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+    ext = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": "4",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
 
 
@@ -46,7 +75,9 @@ def test_messages_throughput_and_common_labels(prom_broker):
     broker.create_topic("T_in", 2)
     answers = asyncio.run(exchange(broker.broker_addr, [send_request("T_in", i % 2, b"0123456789") for i in range(5)]))
     assert [a.code for a in answers] == [0] * 5
-    pulled = asyncio.run(exchange(broker.broker_addr, [pull_request("T_in", "CG_m", 0), pull_request("T_in", "CG_m", 1)]))
+    pulled = asyncio.run(
+        exchange(broker.broker_addr, [pull_request("T_in", "CG_m", 0), pull_request("T_in", "CG_m", 1)])
+    )
     assert [a.code for a in pulled] == [0, 0]
     s = scrape(broker.metrics_url)
     common = {"cluster": broker.cluster_name, "node_type": "broker", "node_id": broker.broker_name}
@@ -66,11 +97,26 @@ def test_rpc_latency_histogram(prom_broker):
     s = scrape(broker.metrics_url)
     family = s.families["rocketmq_rpc_latency"]
     assert family.type == "histogram"
-    labels = {"request_code": "send_message_v2", "response_code": "success", "protocol_type": "remoting",
-              "is_long_polling": "false", "result": "success"}
+    labels = {
+        "request_code": "send_message_v2",
+        "response_code": "success",
+        "protocol_type": "remoting",
+        "is_long_polling": "false",
+        "result": "success",
+    }
     buckets = s.samples("rocketmq_rpc_latency_bucket", **labels)
-    assert [b.labels["le"] for b in buckets] == ["1.0", "3.0", "5.0", "7.0", "10.0", "100.0", "1000.0", "2000.0",
-                                                 "3000.0", "+Inf"]
+    assert [b.labels["le"] for b in buckets] == [
+        "1.0",
+        "3.0",
+        "5.0",
+        "7.0",
+        "10.0",
+        "100.0",
+        "1000.0",
+        "2000.0",
+        "3000.0",
+        "+Inf",
+    ]
     counts = [b.value for b in buckets]
     assert counts == sorted(counts) and counts[-1] == 4
     assert s.value("rocketmq_rpc_latency_count", **labels) == 4
@@ -84,9 +130,13 @@ def test_queue_gauges_for_every_processor(prom_broker):
     s = scrape(broker.metrics_url)
     assert {x.labels["processor"] for x in s.samples("rocketmq_processor_watermark")} == PROCESSORS
     assert s.value("rocketmq_processor_queue_capacity", processor="send") == 77
-    for name in ("rocketmq_processor_queue_peak", "rocketmq_processor_head_wait_milliseconds",
-                 "rocketmq_processor_completed_total", "rocketmq_processor_rejected_total",
-                 "rocketmq_processor_expired_total"):
+    for name in (
+        "rocketmq_processor_queue_peak",
+        "rocketmq_processor_head_wait_milliseconds",
+        "rocketmq_processor_completed_total",
+        "rocketmq_processor_rejected_total",
+        "rocketmq_processor_expired_total",
+    ):
         assert {x.labels["processor"] for x in s.samples(name)} == PROCESSORS
 
 
@@ -141,8 +191,10 @@ def test_consumer_lag_and_fault_gauges(prom_broker):
     broker = prom_broker()
     broker.create_topic("T_lag", 1)
     asyncio.run(exchange(broker.broker_addr, [send_request("T_lag", 0) for _ in range(3)]))
-    broker.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "CG_lag", "topic": "T_lag", "queueId": 0,
-                                                        "commitOffset": 1})
+    broker.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "CG_lag", "topic": "T_lag", "queueId": 0, "commitOffset": 1},
+    )
     broker.inject_fault("stall_queue", 60_000, target="query")
     s = scrape(broker.metrics_url)
     assert s.value("rocketmq_consumer_lag_messages", topic="T_lag", consumer_group="CG_lag") == 2

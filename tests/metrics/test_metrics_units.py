@@ -47,8 +47,9 @@ def local_noon_ms() -> int:
     return int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 12, 0, 0, 0, 0, -1)) * 1000)
 
 
-@pytest.mark.parametrize("elapsed, bucket", [(0.2, 0), (1.0, 0), (1.01, 1), (3.0, 1), (99.9, 5), (3000.0, 8),
-                                             (3000.1, 9), (1e9, 9)])
+@pytest.mark.parametrize(
+    "elapsed, bucket", [(0.2, 0), (1.0, 0), (1.01, 1), (3.0, 1), (99.9, 5), (3000.0, 8), (3000.1, 9), (1e9, 9)]
+)
 def test_latency_buckets_are_le(elapsed, bucket):
     m = RequestMetrics()
     m.observe(RequestCode.SEND_MESSAGE, ResponseCode.SUCCESS, elapsed)
@@ -85,14 +86,18 @@ async def test_wrapper_times_answers_parks_oneways_and_failures():
     parked = InstrumentedProcessor(Inner(None), "pull", m, clock=clock)
     assert await parked.process_request(None, RemotingCommand.request(RequestCode.PULL_MESSAGE)) is None
     assert m.latency[(RequestCode.PULL_MESSAGE, None, True, "success")].count == 1
-    assert await parked.process_request(None, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET,
-                                                                      oneway=True)) is None
+    assert (
+        await parked.process_request(None, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, oneway=True))
+        is None
+    )
     assert m.latency[(RequestCode.UPDATE_CONSUMER_OFFSET, None, False, "oneway")].count == 1
     failing = InstrumentedProcessor(Inner(error=KeyError("boom")), "admin", m, clock=clock)
     with pytest.raises(KeyError):  # the executor still answers SYSTEM_ERROR: the wrapper only counts
         await failing.process_request(None, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
-    assert m.latency[(RequestCode.GET_ALL_TOPIC_CONFIG, ResponseCode.SYSTEM_ERROR, False,
-                      "process_request_failed")].count == 1
+    assert (
+        m.latency[(RequestCode.GET_ALL_TOPIC_CONFIG, ResponseCode.SYSTEM_ERROR, False, "process_request_failed")].count
+        == 1
+    )
 
 
 def test_wrapper_counts_refusals_per_queue():
@@ -142,9 +147,16 @@ def test_stats_windows_day_rollover_sets_morning_totals():
     assert (windows.put_total_yesterday_morning, windows.put_total_today_morning) == (100, 150)
 
 
-@pytest.mark.parametrize("topic, group, expected", [
-    ("orders", "g", False), ("TBW102", "", True), ("rmq_sys_x", "", True), ("%RETRY%TOOLS_CONSUMER", "", True),
-    ("orders", "CID_RMQ_SYS_TRANS", True), ("%RETRY%g", "g", False),
-])
+@pytest.mark.parametrize(
+    "topic, group, expected",
+    [
+        ("orders", "g", False),
+        ("TBW102", "", True),
+        ("rmq_sys_x", "", True),
+        ("%RETRY%TOOLS_CONSUMER", "", True),
+        ("orders", "CID_RMQ_SYS_TRANS", True),
+        ("%RETRY%g", "g", False),
+    ],
+)
 def test_is_system_label(topic, group, expected):
     assert is_system(topic, group) is expected

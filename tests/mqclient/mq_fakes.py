@@ -15,12 +15,16 @@ BROKERS = {"broker-a": "10.0.0.1:10911", "broker-b": "10.0.0.2:10911"}
 
 
 def route_body(topic: str, queues: int = 2, brokers: dict[str, str] = BROKERS) -> bytes:
-    return json.dumps({
-        "brokerDatas": [{"brokerName": n, "cluster": "C", "brokerAddrs": {"0": a}} for n, a in brokers.items()],
-        "queueDatas": [{"brokerName": n, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
-                        "topicSysFlag": 0} for n in brokers],
-        "filterServerTable": {},
-    }).encode()
+    return json.dumps(
+        {
+            "brokerDatas": [{"brokerName": n, "cluster": "C", "brokerAddrs": {"0": a}} for n, a in brokers.items()],
+            "queueDatas": [
+                {"brokerName": n, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6, "topicSysFlag": 0}
+                for n in brokers
+            ],
+            "filterServerTable": {},
+        }
+    ).encode()
 
 
 Handler = Callable[[str, RemotingCommand, float], Awaitable[RemotingCommand] | RemotingCommand]
@@ -56,9 +60,16 @@ class FakeClient:
 
 
 def ok(request: RemotingCommand, queue_id: int = 0, offset: int = 7) -> RemotingCommand:
-    return request.response(0, ext_fields={"msgId": "0A00000100002A9F0000000000000001", "queueId": str(queue_id),
-                                           "queueOffset": str(offset), "MSG_REGION": "DefaultRegion",
-                                           "TRACE_ON": "true"})
+    return request.response(
+        0,
+        ext_fields={
+            "msgId": "0A00000100002A9F0000000000000001",
+            "queueId": str(queue_id),
+            "queueOffset": str(offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        },
+    )
 
 
 async def stall(timeout_s: float) -> RemotingCommand:

@@ -19,12 +19,25 @@ ADMIN = SessionCredentials("mqc_admin", "mqc_admin_secret")
 def acl_broker(tmp_path_factory):
     home = tmp_path_factory.mktemp("acl-home")
     (home / "conf").mkdir()
-    (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({"accounts": [
-        {"accessKey": USER.access_key, "secretKey": USER.secret_key, "defaultTopicPerm": "DENY",
-         "defaultGroupPerm": "SUB", "topicPerms": ["mqc-acl=PUB|SUB"]},
-        {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True}]}))
-    with BrokerProcess(tmp_path_factory.mktemp("acl-broker"),
-                       config={**SMALL_STORE, "aclEnable": "true", "rocketmqHome": str(home)}) as b:
+    (home / "conf" / "plain_acl.yml").write_text(
+        yaml.safe_dump(
+            {
+                "accounts": [
+                    {
+                        "accessKey": USER.access_key,
+                        "secretKey": USER.secret_key,
+                        "defaultTopicPerm": "DENY",
+                        "defaultGroupPerm": "SUB",
+                        "topicPerms": ["mqc-acl=PUB|SUB"],
+                    },
+                    {"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key, "admin": True},
+                ]
+            }
+        )
+    )
+    with BrokerProcess(
+        tmp_path_factory.mktemp("acl-broker"), config={**SMALL_STORE, "aclEnable": "true", "rocketmqHome": str(home)}
+    ) as b:
         yield b
 
 
@@ -35,8 +48,13 @@ async def test_signed_producer_and_consumer_round_trip(acl_broker):
     async with Producer(ns, ProducerConfig(group="pg-acl"), credentials=USER) as p:
         sent = {(await p.send(Message("mqc-acl", f"m{i}".encode()))).msg_id for i in range(10)}
     got: list = []
-    config = ConsumerConfig(group="cg-acl", suspend_timeout_ms=1000, pull_delay_on_error_ms=200,
-                            commit_interval_s=0.5, rebalance_interval_s=1.0)
+    config = ConsumerConfig(
+        group="cg-acl",
+        suspend_timeout_ms=1000,
+        pull_delay_on_error_ms=200,
+        commit_interval_s=0.5,
+        rebalance_interval_s=1.0,
+    )
     async with PushConsumer(ns, "mqc-acl", config, lambda m, mq: got.append(m), credentials=USER):
         for _ in range(400):
             if len(got) >= len(sent):

@@ -38,8 +38,14 @@ async def new_topic(ns: str, queues: int = 4) -> str:
 
 
 def fast(group: str, **kw) -> ConsumerConfig:
-    return ConsumerConfig(group=group, suspend_timeout_ms=1000, pull_delay_on_error_ms=200, commit_interval_s=0.5,
-                          rebalance_interval_s=1.0, **kw)
+    return ConsumerConfig(
+        group=group,
+        suspend_timeout_ms=1000,
+        pull_delay_on_error_ms=200,
+        commit_interval_s=0.5,
+        rebalance_interval_s=1.0,
+        **kw,
+    )
 
 
 async def wait_for(pred, timeout: float = 20.0) -> None:
@@ -94,6 +100,7 @@ async def test_two_consumers_split_the_queues(broker):
         def on(m, mq):
             seen[m.msg_id] += 1
             owners.setdefault(mq.queue_id, set()).add(name)
+
         return on
 
     c1 = PushConsumer(ns, topic, fast("cg-split"), listener("c1"))
@@ -124,8 +131,9 @@ async def test_page_cache_stall_answers_busy(broker):
         assert resp.code == 0, resp.remark
         holder = asyncio.ensure_future(p.send_async(Message(topic, b"holds the append lock")))
         await asyncio.sleep(1.4)  # the append has held the lock past osPageCacheBusyTimeOutMills (1 s)
-        outcomes = await asyncio.gather(*(p.send_async(Message(topic, b"x")) for _ in range(20)),
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(p.send_async(Message(topic, b"x")) for _ in range(20)), return_exceptions=True
+        )
         await asyncio.gather(holder, return_exceptions=True)
     kinds = Counter(o.last.kind if isinstance(o, SendFailedError) else "OK" for o in outcomes)
     busy = kinds["REJECTREQUEST"] + kinds["PCBUSY_CLEAN_QUEUE"] + kinds["PC_SYNCHRONIZED"]

@@ -22,13 +22,31 @@ from mqclient.message import (
 from mqclient.route import parse_route, split_namesrv
 
 
-def record(body: bytes, *, topic: str = "T", props: str = "UNIQ_KEY\x01ABC\x02KEYS\x01k1", queue_id: int = 3,
-           queue_offset: int = 9, phy: int = 1234, sys_flag: int = 0) -> bytes:
+def record(
+    body: bytes,
+    *,
+    topic: str = "T",
+    props: str = "UNIQ_KEY\x01ABC\x02KEYS\x01k1",
+    queue_id: int = 3,
+    queue_offset: int = 9,
+    phy: int = 1234,
+    sys_flag: int = 0,
+) -> bytes:
     t = topic.encode()
     p = props.encode()
     total = 91 + len(body) + len(t) + len(p)
-    out = struct.pack(">iiiiiqqiq", total, MAGIC_MESSAGE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, 0,
-                      queue_offset, phy, sys_flag, 1_700_000_000_000)
+    out = struct.pack(
+        ">iiiiiqqiq",
+        total,
+        MAGIC_MESSAGE,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        queue_id,
+        0,
+        queue_offset,
+        phy,
+        sys_flag,
+        1_700_000_000_000,
+    )
     out += socket.inet_aton("10.0.0.9") + struct.pack(">i", 5555)
     out += struct.pack(">q", 1_700_000_000_123)
     out += socket.inet_aton("127.0.0.1") + struct.pack(">i", 10911)
@@ -56,11 +74,14 @@ def test_decode_two_records_and_compressed_body():
     assert a.offset_msg_id == (socket.inet_aton("127.0.0.1") + struct.pack(">iq", 10911, 1234)).hex().upper()
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda b: b[:50], "truncated|does not fit"),
-    (lambda b: b[:4] + b"\x00\x00\x00\x00" + b[8:], "bad magic"),
-    (lambda b: struct.pack(">i", 9999) + b[4:], "does not fit"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda b: b[:50], "truncated|does not fit"),
+        (lambda b: b[:4] + b"\x00\x00\x00\x00" + b[8:], "bad magic"),
+        (lambda b: struct.pack(">i", 9999) + b[4:], "does not fit"),
+    ],
+)
 def test_bad_bodies_raise_clear_errors(mutate, match):
     with pytest.raises(MessageDecodeError, match=match):
         decode_messages(mutate(record(b"hello")))
@@ -71,7 +92,7 @@ def test_batch_body_layout():
     total, magic, crc, flag, blen = struct.unpack_from(">iiiii", body, 0)
     assert (magic, crc, flag, blen) == (0, 0, 0, 2)
     props_len = struct.unpack_from(">h", body, 20 + 2)[0]
-    props = decode_properties(body[24:24 + props_len].decode())
+    props = decode_properties(body[24 : 24 + props_len].decode())
     assert props == {"x": "1", "UNIQ_KEY": "K1"} and total == 20 + 2 + 2 + props_len
     second = body[total:]
     assert struct.unpack_from(">iiiii", second, 0)[3:] == (3, 1)
@@ -89,8 +110,10 @@ def test_uniq_keys_are_32_hex_and_unique():
 
 
 def test_route_parsing_standard_and_fastjson():
-    std = b'{"brokerDatas":[{"brokerAddrs":{"0":"1.2.3.4:10911","1":"1.2.3.5:10911"},"brokerName":"a",' \
-          b'"cluster":"C"}],"queueDatas":[{"brokerName":"a","perm":6,"readQueueNums":4,"writeQueueNums":2}]}'
+    std = (
+        b'{"brokerDatas":[{"brokerAddrs":{"0":"1.2.3.4:10911","1":"1.2.3.5:10911"},"brokerName":"a",'
+        b'"cluster":"C"}],"queueDatas":[{"brokerName":"a","perm":6,"readQueueNums":4,"writeQueueNums":2}]}'
+    )
     fast = std.replace(b'"0":', b"0:").replace(b'"1":', b"1:")
     for body in (std, fast):
         r = parse_route("T", body)

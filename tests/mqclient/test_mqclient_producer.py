@@ -47,8 +47,12 @@ async def test_retryable_codes_move_to_another_broker_then_succeed():
 
 
 async def test_busy_answer_is_final_in_sync_mode():
-    p, client = producer(lambda addr, req, t: req.response(
-        2, "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 201ms, size of queue: 5"))
+    p, client = producer(
+        lambda addr, req, t: req.response(
+            2,
+            "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 201ms, size of queue: 5",
+        )
+    )
     with pytest.raises(SendFailedError) as ei:
         await p.send(Message("T", b"x"))
     assert len(client.calls) == 1
@@ -66,8 +70,12 @@ async def test_timeouts_retried_within_budget_with_attempt_cap():
         return ok(req)
 
     client = FakeClient(broker)
-    p = Producer(NAMESRV, ProducerConfig(send_timeout_ms=4000, attempt_timeout_ms=3000, retries=2), client=client,
-                 clock=lambda: clock[0])  # type: ignore[arg-type]
+    p = Producer(
+        NAMESRV,
+        ProducerConfig(send_timeout_ms=4000, attempt_timeout_ms=3000, retries=2),
+        client=client,
+        clock=lambda: clock[0],
+    )  # type: ignore[arg-type]
     res = await p.send(Message("T", b"x"))
     assert res.attempts == 2 and res.attempt_errors[0].kind == "CLIENT_TIMEOUT"
     assert client.calls[0][2] == pytest.approx(3.0)
@@ -82,8 +90,7 @@ async def test_single_attempt_timeout_fails_and_spent_budget_stops_retries():
         return await stall(timeout)
 
     client = FakeClient(broker)
-    p = Producer(NAMESRV, ProducerConfig(send_timeout_ms=3000, retries=2), client=client,
-                 clock=lambda: clock[0])  # type: ignore[arg-type]
+    p = Producer(NAMESRV, ProducerConfig(send_timeout_ms=3000, retries=2), client=client, clock=lambda: clock[0])  # type: ignore[arg-type]
     with pytest.raises(SendFailedError) as ei:
         await p.send(Message("T", b"x"))
     assert len(client.calls) == 1  # the budget is gone after one 3 s attempt
@@ -131,8 +138,9 @@ async def test_large_body_compressed_and_flagged():
 
 
 async def test_batch_uses_320_with_per_message_keys():
-    p, client = producer(lambda addr, req, t: req.response(0, ext_fields={
-        "msgId": "A,B,C", "queueId": "0", "queueOffset": "10"}))
+    p, client = producer(
+        lambda addr, req, t: req.response(0, ext_fields={"msgId": "A,B,C", "queueId": "0", "queueOffset": "10"})
+    )
     res = await p.send_batch([Message("T", b"1"), Message("T", b"22"), Message("T", b"333")])
     req = client.calls[0][1]
     assert req.code == RequestCode.SEND_BATCH_MESSAGE and req.ext_fields["m"] == "true"

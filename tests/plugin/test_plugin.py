@@ -22,8 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def plugin_installed() -> bool:
-    return any(ep.name == "mini_rocketmq" and ep.value == "broker.pytest_plugin"
-               for ep in importlib.metadata.entry_points(group="pytest11"))
+    return any(
+        ep.name == "mini_rocketmq" and ep.value == "broker.pytest_plugin"
+        for ep in importlib.metadata.entry_points(group="pytest11")
+    )
 
 
 def run_sample(tmp_path: Path, files: list[str], ini: str = "", *args: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -31,12 +33,17 @@ def run_sample(tmp_path: Path, files: list[str], ini: str = "", *args: str) -> t
     project.mkdir()
     for name in files:
         shutil.copy(SAMPLE / name, project / name)
-    (project / "pytest.ini").write_text("[pytest]\npython_files = sample_*.py\nasyncio_mode = auto\n"
-                                        "asyncio_default_fixture_loop_scope = function\n" + ini)
+    (project / "pytest.ini").write_text(
+        "[pytest]\npython_files = sample_*.py\nasyncio_mode = auto\n"
+        "asyncio_default_fixture_loop_scope = function\n" + ini
+    )
     report = tmp_path / "report.txt"
     report.touch()
-    env = {**os.environ, "SAMPLE_REPORT": str(report),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "SAMPLE_REPORT": str(report),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args]
     if not plugin_installed():
         cmd += ["-p", "broker.pytest_plugin"]
@@ -64,11 +71,14 @@ def test_sample_suite_passes_and_starts_fast(tmp_path):
     assert start < 2.0  # ~0.1 s measured; generous for a loaded 2-core machine
 
 
-@pytest.mark.parametrize("ini, args, distinct, name", [
-    ("", (), 3, "broker-a"),
-    ("rocketmq_broker_scope = module\nrocketmq_broker_config =\n    brokerName=from-ini\n", (), 1, "from-ini"),
-    ("rocketmq_broker_scope = module\n", ("--rocketmq-broker-scope=class",), 3, "broker-a"),
-])
+@pytest.mark.parametrize(
+    "ini, args, distinct, name",
+    [
+        ("", (), 3, "broker-a"),
+        ("rocketmq_broker_scope = module\nrocketmq_broker_config =\n    brokerName=from-ini\n", (), 1, "from-ini"),
+        ("rocketmq_broker_scope = module\n", ("--rocketmq-broker-scope=class",), 3, "broker-a"),
+    ],
+)
 def test_scope_and_broker_config_are_configurable(tmp_path, ini, args, distinct, name):
     """Three tests (two functions, one in a class): the number of distinct brokers they saw."""
     proc, report = run_sample(tmp_path, ["sample_scope.py"], ini, *args)
@@ -84,10 +94,13 @@ def test_marker_with_a_wide_scope_fails_clearly(tmp_path):
     assert "rocketmq_broker_config needs the function-scoped rocketmq_broker" in proc.stdout
 
 
-@pytest.mark.parametrize("ini, message", [
-    ("rocketmq_broker_scope = galaxy\n", "rocketmq_broker_scope must be one of"),
-    ("rocketmq_broker_config =\n    noSuchKey=1\n", "unknown configuration key 'noSuchKey'"),
-])
+@pytest.mark.parametrize(
+    "ini, message",
+    [
+        ("rocketmq_broker_scope = galaxy\n", "rocketmq_broker_scope must be one of"),
+        ("rocketmq_broker_config =\n    noSuchKey=1\n", "unknown configuration key 'noSuchKey'"),
+    ],
+)
 def test_bad_settings_are_reported(tmp_path, ini, message):
     proc, _ = run_sample(tmp_path, ["sample_scope.py"], ini)
     assert proc.returncode != 0
@@ -113,6 +126,8 @@ def test_settings_parsing_units():
     assert pytest_plugin._scope("rocketmq_broker", FakeConfig({"rocketmq_broker_scope": "module"}, "class")) == "class"
     lines = ["# comment", "", "brokerName = x", "maxMessageSize=1024"]
     assert pytest_plugin._ini_config(FakeConfig({"rocketmq_broker_config": lines})) == {
-        "brokerName": "x", "maxMessageSize": "1024"}
+        "brokerName": "x",
+        "maxMessageSize": "1024",
+    }
     with pytest.raises(pytest.UsageError, match="expected key=value"):
         pytest_plugin._ini_config(FakeConfig({"rocketmq_broker_config": ["justakey"]}))

@@ -28,11 +28,21 @@ AK, SK = "grpc_user", "grpc_user_secret"
 ADMIN_AK, ADMIN_SK = "grpc_admin", "grpc_admin_secret"
 OWN, READ_ONLY, OTHER = "GrpcAclOwn", "GrpcAclReadOnly", "GrpcAclOther"
 GROUP, DENIED_GROUP = "GrpcAclGroup", "GrpcAclDeniedGroup"
-ACL = {"globalWhiteRemoteAddresses": ["10.10.103.*"], "accounts": [
-    {"accessKey": AK, "secretKey": SK, "admin": False, "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
-     "topicPerms": [f"{OWN}=PUB|SUB", f"{READ_ONLY}=SUB"], "groupPerms": [f"{DENIED_GROUP}=DENY"]},
-    {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
-]}
+ACL = {
+    "globalWhiteRemoteAddresses": ["10.10.103.*"],
+    "accounts": [
+        {
+            "accessKey": AK,
+            "secretKey": SK,
+            "admin": False,
+            "defaultTopicPerm": "DENY",
+            "defaultGroupPerm": "SUB",
+            "topicPerms": [f"{OWN}=PUB|SUB", f"{READ_ONLY}=SUB"],
+            "groupPerms": [f"{DENIED_GROUP}=DENY"],
+        },
+        {"accessKey": ADMIN_AK, "secretKey": ADMIN_SK, "admin": True},
+    ],
+}
 DATE = "20261124T151402Z"
 
 
@@ -54,8 +64,14 @@ async def acl_endpoint(tmp_path):
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump(ACL, sort_keys=False))
     port = free_port()
-    broker = await start_broker(tmp_path, aclEnable="true", rocketmqHome=str(home), grpcServerPort=port,
-                                grpcTlsEnable="false", grpcListenHost="127.0.0.1")
+    broker = await start_broker(
+        tmp_path,
+        aclEnable="true",
+        rocketmqHome=str(home),
+        grpcServerPort=port,
+        grpcTlsEnable="false",
+        grpcListenHost="127.0.0.1",
+    )
     for topic in (OWN, READ_ONLY, OTHER):
         broker._create_topic_for_route(topic)
     server = GrpcServer(broker)
@@ -77,16 +93,21 @@ def send_request(topic: str, body: bytes = b"x") -> spb.SendMessageRequest:
 
 
 async def receive(stub, topic: str, group: str, metadata) -> list[spb.ReceiveMessageResponse]:
-    request = spb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=1,
-                                        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
-                                        invisible_duration=Duration(seconds=30),
-                                        long_polling_timeout=Duration(seconds=2))
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        batch_size=1,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=2),
+    )
     return [r async for r in stub.ReceiveMessage(request, metadata=metadata)]
 
 
 def test_authorization_header_is_parsed_as_the_clients_write_it():
     assert parse_authorization("MQv2-HMAC-SHA1 Credential=ak, SignedHeaders=x-mq-date-time, Signature=0aF1") == (
-        "ak", "0aF1")
+        "ak",
+        "0aF1",
+    )
     assert parse_authorization("MQv2-HMAC-SHA1 Credential=ak/2026/region, Signature=ab")[0] == "ak"
 
 
@@ -94,27 +115,39 @@ async def test_right_secret_sends_receives_and_acks(acl_endpoint):
     _, stub = acl_endpoint
     sent = await stub.SendMessage(send_request(OWN, b"signed"), metadata=USER)
     assert sent.status.code == pb.OK, sent.status
-    heartbeat = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER,
-                                                          group=pb.Resource(name=GROUP)), metadata=USER)
+    heartbeat = await stub.Heartbeat(
+        spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER, group=pb.Resource(name=GROUP)), metadata=USER
+    )
     assert heartbeat.status.code == pb.OK, heartbeat.status
     responses = await receive(stub, OWN, GROUP, USER)
     (got,) = [r.message for r in responses if r.HasField("message")]
     assert got.body == b"signed"
-    ack = await stub.AckMessage(spb.AckMessageRequest(
-        group=pb.Resource(name=GROUP), topic=pb.Resource(name=OWN), entries=[spb.AckMessageEntry(
-            message_id=got.system_properties.message_id, receipt_handle=got.system_properties.receipt_handle)]),
-        metadata=USER)
+    ack = await stub.AckMessage(
+        spb.AckMessageRequest(
+            group=pb.Resource(name=GROUP),
+            topic=pb.Resource(name=OWN),
+            entries=[
+                spb.AckMessageEntry(
+                    message_id=got.system_properties.message_id, receipt_handle=got.system_properties.receipt_handle
+                )
+            ],
+        ),
+        metadata=USER,
+    )
     assert ack.status.code == pb.OK, ack.status
 
 
-@pytest.mark.parametrize("metadata, reason", [
-    (signed(None, None), "No accessKey is configured"),
-    (signed("", ""), "No accessKey is configured"),  # the Python client's empty Credentials
-    (signed(AK, "wrong_secret"), f"Check signature failed for accessKey={AK}"),
-    (signed("nobody", SK), "No acl config for nobody"),
-    ((("x-mq-client-id", "c"), ("authorization", "Bearer abc")), "is not MQv2-HMAC-SHA1"),
-    ((("x-mq-client-id", "c"), ("authorization", "MQv2-HMAC-SHA1 Credential=x")), "no Credential or no Signature"),
-])
+@pytest.mark.parametrize(
+    "metadata, reason",
+    [
+        (signed(None, None), "No accessKey is configured"),
+        (signed("", ""), "No accessKey is configured"),  # the Python client's empty Credentials
+        (signed(AK, "wrong_secret"), f"Check signature failed for accessKey={AK}"),
+        (signed("nobody", SK), "No acl config for nobody"),
+        ((("x-mq-client-id", "c"), ("authorization", "Bearer abc")), "is not MQv2-HMAC-SHA1"),
+        ((("x-mq-client-id", "c"), ("authorization", "MQv2-HMAC-SHA1 Credential=x")), "no Credential or no Signature"),
+    ],
+)
 async def test_calls_without_the_right_credentials_are_unauthorized(acl_endpoint, metadata, reason):
     broker, stub = acl_endpoint
     sent = await stub.SendMessage(send_request(OWN), metadata=metadata)
@@ -137,13 +170,27 @@ async def test_topic_and_group_permissions_apply(acl_endpoint):
     (r,) = await receive(stub, OWN, DENIED_GROUP, USER)
     assert r.status.code == pb.UNAUTHORIZED
     for call, request in (
-        (stub.AckMessage, spb.AckMessageRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=OTHER),
-                                                entries=[spb.AckMessageEntry(receipt_handle="x")])),
-        (stub.ChangeInvisibleDuration, spb.ChangeInvisibleDurationRequest(
-            group=pb.Resource(name=DENIED_GROUP), topic=pb.Resource(name=OWN), receipt_handle="x",
-            invisible_duration=Duration(seconds=5))),
-        (stub.QueryAssignment, spb.QueryAssignmentRequest(group=pb.Resource(name=GROUP),
-                                                          topic=pb.Resource(name=OTHER))),
+        (
+            stub.AckMessage,
+            spb.AckMessageRequest(
+                group=pb.Resource(name=GROUP),
+                topic=pb.Resource(name=OTHER),
+                entries=[spb.AckMessageEntry(receipt_handle="x")],
+            ),
+        ),
+        (
+            stub.ChangeInvisibleDuration,
+            spb.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name=DENIED_GROUP),
+                topic=pb.Resource(name=OWN),
+                receipt_handle="x",
+                invisible_duration=Duration(seconds=5),
+            ),
+        ),
+        (
+            stub.QueryAssignment,
+            spb.QueryAssignmentRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=OTHER)),
+        ),
         (stub.Heartbeat, spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER, group=pb.Resource(name=DENIED_GROUP))),
     ):
         response = await call(request, metadata=USER)
@@ -161,8 +208,13 @@ async def test_telemetry_settings_are_checked(acl_endpoint):
 
     async def settings(topic: str, metadata) -> spb.TelemetryCommand:
         call = stub.Telemetry(metadata=metadata)
-        await call.write(spb.TelemetryCommand(settings=pb.Settings(
-            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)]))))
+        await call.write(
+            spb.TelemetryCommand(
+                settings=pb.Settings(
+                    client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)])
+                )
+            )
+        )
         reply = await call.read()
         call.cancel()
         return reply
@@ -177,8 +229,14 @@ async def test_white_address_passes_without_signature(tmp_path):
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({"globalWhiteRemoteAddresses": ["127.0.0.*"]}))
     port = free_port()
-    broker = await start_broker(tmp_path, aclEnable="true", rocketmqHome=str(home), grpcServerPort=port,
-                                grpcTlsEnable="false", grpcListenHost="127.0.0.1")
+    broker = await start_broker(
+        tmp_path,
+        aclEnable="true",
+        rocketmqHome=str(home),
+        grpcServerPort=port,
+        grpcTlsEnable="false",
+        grpcListenHost="127.0.0.1",
+    )
     broker._create_topic_for_route(OWN)
     server = GrpcServer(broker)
     await server.start()
@@ -194,8 +252,7 @@ async def test_white_address_passes_without_signature(tmp_path):
 async def test_a_4x_connection_cannot_claim_the_proxy_bypass(acl_endpoint):
     broker, _ = acl_endpoint
     hook = PlainAccessValidator(broker.acl)
-    request = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": OWN, "acl_checked_by_proxy": "true"},
-                                      b"x")
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": OWN, "acl_checked_by_proxy": "true"}, b"x")
     refusal = hook(FakeChannel(), request)
     assert refusal is not None and refusal.code == ResponseCode.SYSTEM_ERROR
 

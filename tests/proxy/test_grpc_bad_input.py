@@ -58,9 +58,20 @@ async def test_a_call_without_client_id_is_refused_with_invalid_argument(endpoin
     assert "x-mq-client-id" in err.value.details()
 
 
-@pytest.mark.parametrize("method", ["QueryRoute", "Heartbeat", "SendMessage", "QueryAssignment", "AckMessage",
-                                    "ChangeInvisibleDuration", "EndTransaction", "NotifyClientTermination",
-                                    "ForwardMessageToDeadLetterQueue"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "QueryRoute",
+        "Heartbeat",
+        "SendMessage",
+        "QueryAssignment",
+        "AckMessage",
+        "ChangeInvisibleDuration",
+        "EndTransaction",
+        "NotifyClientTermination",
+        "ForwardMessageToDeadLetterQueue",
+    ],
+)
 async def test_undecodable_request_gets_invalid_argument_and_the_server_keeps_serving(endpoint, method):
     _, channel, stub = endpoint
     raw = channel.unary_unary(f"/apache.rocketmq.v2.MessagingService/{method}")
@@ -92,8 +103,9 @@ async def test_unknown_method_is_unimplemented(endpoint):
 async def test_telemetry_answers_a_corrupt_command_with_bad_request_and_stays_open(endpoint):
     _, channel, _ = endpoint
     raw = channel.stream_stream("/apache.rocketmq.v2.MessagingService/Telemetry")
-    settings_cmd = spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
-        topics=[pb.Resource(name=TOPIC)])))
+    settings_cmd = spb.TelemetryCommand(
+        settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=TOPIC)]))
+    )
     call = raw(metadata=META)
     await call.write(b"\xff\xff\xff")
     first = spb.TelemetryCommand.FromString(await call.read())
@@ -108,8 +120,9 @@ async def test_illegal_and_unknown_topics(endpoint):
     _, _, stub = endpoint
     bad = await stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="bad topic!")), metadata=META)
     assert bad.status.code == pb.ILLEGAL_TOPIC and "illegal characters" in bad.status.message
-    missing = await stub.QueryAssignment(spb.QueryAssignmentRequest(topic=pb.Resource(name="NoSuchTopic"),
-                                                                    group=pb.Resource(name="G")), metadata=META)
+    missing = await stub.QueryAssignment(
+        spb.QueryAssignmentRequest(topic=pb.Resource(name="NoSuchTopic"), group=pb.Resource(name="G")), metadata=META
+    )
     assert missing.status.code == pb.TOPIC_NOT_FOUND
 
 
@@ -139,50 +152,92 @@ async def test_consumer_side_refusals(endpoint):
     queue = pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0)
 
     async def receive(**kw) -> list[spb.ReceiveMessageResponse]:
-        request = spb.ReceiveMessageRequest(group=pb.Resource(name="G"), message_queue=queue, batch_size=1,
-                                            long_polling_timeout=Duration(seconds=0), **kw)
+        request = spb.ReceiveMessageRequest(
+            group=pb.Resource(name="G"),
+            message_queue=queue,
+            batch_size=1,
+            long_polling_timeout=Duration(seconds=0),
+            **kw,
+        )
         return [r async for r in stub.ReceiveMessage(request, metadata=META)]
 
     (r,) = await receive(invisible_duration=Duration(seconds=0))
     assert r.status.code == pb.ILLEGAL_INVISIBLE_TIME
     (r,) = await receive(filter_expression=pb.FilterExpression(type=pb.SQL, expression="a > 1"))
     assert r.status.code == pb.ILLEGAL_FILTER_EXPRESSION
-    ack = await stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name=TOPIC),
-                                                      entries=[spb.AckMessageEntry(receipt_handle="forged")]),
-                                metadata=META)
+    ack = await stub.AckMessage(
+        spb.AckMessageRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name=TOPIC),
+            entries=[spb.AckMessageEntry(receipt_handle="forged")],
+        ),
+        metadata=META,
+    )
     assert ack.status.code == pb.INVALID_RECEIPT_HANDLE and "not issued by this broker" in ack.status.message
-    change = await stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
-        group=pb.Resource(name="G"), topic=pb.Resource(name=TOPIC), receipt_handle="p1 0 0 1 1",
-        invisible_duration=Duration(seconds=5)), metadata=META)
+    change = await stub.ChangeInvisibleDuration(
+        spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name=TOPIC),
+            receipt_handle="p1 0 0 1 1",
+            invisible_duration=Duration(seconds=5),
+        ),
+        metadata=META,
+    )
     assert change.status.code == pb.INVALID_RECEIPT_HANDLE
-    end = await stub.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=TOPIC), transaction_id="x",
-                                                              resolution=pb.COMMIT), metadata=META)
+    end = await stub.EndTransaction(
+        spb.EndTransactionRequest(topic=pb.Resource(name=TOPIC), transaction_id="x", resolution=pb.COMMIT),
+        metadata=META,
+    )
     assert end.status.code == pb.INVALID_TRANSACTION_ID
 
 
 async def test_forward_to_dead_letter_queue_moves_the_message_and_consumes_it(endpoint):
     broker, _, stub = endpoint
     await stub.SendMessage(spb.SendMessageRequest(messages=[message(b"to-the-dlq")]), metadata=META)
-    request = spb.ReceiveMessageRequest(group=pb.Resource(name="G"), batch_size=1,
-                                        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0),
-                                        invisible_duration=Duration(seconds=30),
-                                        long_polling_timeout=Duration(seconds=2))
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        batch_size=1,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0),
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=2),
+    )
     responses = [r async for r in stub.ReceiveMessage(request, metadata=META)]
     (got,) = [r.message for r in responses if r.HasField("message")]
     handle = got.system_properties.receipt_handle
-    forward = await stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
-        group=pb.Resource(name="G"), topic=pb.Resource(name=TOPIC), receipt_handle=handle,
-        message_id=got.system_properties.message_id, delivery_attempt=1, max_delivery_attempts=1), metadata=META)
+    forward = await stub.ForwardMessageToDeadLetterQueue(
+        spb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name=TOPIC),
+            receipt_handle=handle,
+            message_id=got.system_properties.message_id,
+            delivery_attempt=1,
+            max_delivery_attempts=1,
+        ),
+        metadata=META,
+    )
     assert forward.status.code == pb.OK, forward
     assert broker.store.get_max_offset_in_queue("%DLQ%G", 0) == 1
-    again = await stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name=TOPIC),
-                                                        entries=[spb.AckMessageEntry(receipt_handle=handle)]),
-                                  metadata=META)
+    again = await stub.AckMessage(
+        spb.AckMessageRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name=TOPIC),
+            entries=[spb.AckMessageEntry(receipt_handle=handle)],
+        ),
+        metadata=META,
+    )
     assert again.status.code == pb.INVALID_RECEIPT_HANDLE
 
 
-METHODS = ["QueryRoute", "Heartbeat", "SendMessage", "QueryAssignment", "AckMessage", "ChangeInvisibleDuration",
-           "EndTransaction", "ForwardMessageToDeadLetterQueue"]
+METHODS = [
+    "QueryRoute",
+    "Heartbeat",
+    "SendMessage",
+    "QueryAssignment",
+    "AckMessage",
+    "ChangeInvisibleDuration",
+    "EndTransaction",
+    "ForwardMessageToDeadLetterQueue",
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -203,12 +258,10 @@ async def test_grpc_endpoint_defaults_and_a_taken_port_leaves_the_broker_running
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        broker = await start_broker(tmp_path, grpcServerPort=port, grpcTlsEnable="false",
-                                    grpcListenHost="127.0.0.1")
+        broker = await start_broker(tmp_path, grpcServerPort=port, grpcTlsEnable="false", grpcListenHost="127.0.0.1")
         try:
             server = GrpcServer(broker)
             await server.start()
             assert server.port is None  # one warning line, no endpoint, no exception
         finally:
             await broker.shutdown()
-

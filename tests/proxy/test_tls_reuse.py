@@ -42,8 +42,10 @@ def test_reuse_does_not_import_cryptography(tmp_path):
     import subprocess
 
     tls.load_or_generate("", "", str(tmp_path), HOSTS)
-    code = ("import sys; from proxy import tls; "
-            f"tls.load_or_generate('', '', {str(tmp_path)!r}, {HOSTS!r}); "
-            "print('cryptography' in sys.modules)")
+    code = (
+        "import sys; from proxy import tls; "
+        f"tls.load_or_generate('', '', {str(tmp_path)!r}, {HOSTS!r}); "
+        "print('cryptography' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False", out.stderr

@@ -30,8 +30,11 @@ def pytest_asyncio_loop_factories(config, item):
 async def make_server() -> AsyncIterator[Callable[..., Awaitable[RemotingServer]]]:
     servers: list[RemotingServer] = []
 
-    async def factory(routes: dict[int, tuple[object, RequestExecutor]] | None = None,
-                      default: tuple[object, RequestExecutor] | None = None, **kwargs) -> RemotingServer:
+    async def factory(
+        routes: dict[int, tuple[object, RequestExecutor]] | None = None,
+        default: tuple[object, RequestExecutor] | None = None,
+        **kwargs,
+    ) -> RemotingServer:
         server = RemotingServer("127.0.0.1", 0, **kwargs)
         for code, (processor, executor) in (routes or {}).items():
             server.register_processor(code, processor, executor)
@@ -44,5 +47,3 @@ async def make_server() -> AsyncIterator[Callable[..., Awaitable[RemotingServer]
     yield factory
     for server in servers:
         await server.stop(1.0)
-
-

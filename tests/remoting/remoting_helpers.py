@@ -43,8 +43,9 @@ async def expect_silence(reader: asyncio.StreamReader, seconds: float = 0.3) -> 
     raise AssertionError(f"expected no response, got {data!r}")
 
 
-def raw_frame(header: bytes, body: bytes = b"", *, stype: int = 0, header_len: int | None = None,
-              length: int | None = None) -> bytes:
+def raw_frame(
+    header: bytes, body: bytes = b"", *, stype: int = 0, header_len: int | None = None, length: int | None = None
+) -> bytes:
     hlen = len(header) if header_len is None else header_len
     total = 4 + len(header) + len(body) if length is None else length
     return struct.pack(">iI", total, (stype << 24) | hlen) + header + body

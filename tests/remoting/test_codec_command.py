@@ -63,8 +63,15 @@ def test_header_word_carries_type_in_high_byte(cmd: RemotingCommand) -> None:
 def test_json_header_fields_as_j_emits_them() -> None:
     cmd = RemotingCommand(code=10, opaque=7, flag=1, ext_fields={"queueId": "3"})
     header = bytes(cmd.encode()[0][8:])
-    assert list(orjson.loads(header)) == ["code", "extFields", "flag", "language", "opaque",
-                                          "serializeTypeCurrentRPC", "version"]  # remark None → omitted
+    assert list(orjson.loads(header)) == [
+        "code",
+        "extFields",
+        "flag",
+        "language",
+        "opaque",
+        "serializeTypeCurrentRPC",
+        "version",
+    ]  # remark None → omitted
     assert orjson.loads(header)["serializeTypeCurrentRPC"] == "JSON"
     with_remark = RemotingCommand(code=1, remark="boom")
     assert orjson.loads(bytes(with_remark.encode()[0][8:]))["remark"] == "boom"
@@ -89,15 +96,42 @@ def test_response_keeps_opaque_and_serialize_type() -> None:
 
 # ---- client quirks (protocol §1) --------------------------------------------------------------
 
+
 def test_c_and_node_untyped_ext_fields_are_normalised_to_strings() -> None:
     # C sends numbers for queueId/sysFlag/...; N sends JS numbers and booleans; J would coerce.
-    cmd = decode_json({"code": 10, "opaque": 0, "flag": 0, "language": "CPP", "version": 63, "remark": "",
-                       "extFields": {"queueId": 3, "sysFlag": 0, "bornTimestamp": 1700000000123,
-                                     "k": True, "unitMode": False, "batch": "1", "missing": None,
-                                     "nested": {"a": [1, 2]}, "ratio": 1.5, "topic": "T"}})
-    assert cmd.ext_fields == {"queueId": "3", "sysFlag": "0", "bornTimestamp": "1700000000123",
-                              "k": "true", "unitMode": "false", "batch": "1", "nested": '{"a":[1,2]}',
-                              "ratio": "1.5", "topic": "T"}
+    cmd = decode_json(
+        {
+            "code": 10,
+            "opaque": 0,
+            "flag": 0,
+            "language": "CPP",
+            "version": 63,
+            "remark": "",
+            "extFields": {
+                "queueId": 3,
+                "sysFlag": 0,
+                "bornTimestamp": 1700000000123,
+                "k": True,
+                "unitMode": False,
+                "batch": "1",
+                "missing": None,
+                "nested": {"a": [1, 2]},
+                "ratio": 1.5,
+                "topic": "T",
+            },
+        }
+    )
+    assert cmd.ext_fields == {
+        "queueId": "3",
+        "sysFlag": "0",
+        "bornTimestamp": "1700000000123",
+        "k": "true",
+        "unitMode": "false",
+        "batch": "1",
+        "nested": '{"a":[1,2]}',
+        "ratio": "1.5",
+        "topic": "T",
+    }
     assert all(type(v) is str for v in cmd.ext_fields.values())
     assert cmd.language == "CPP" and cmd.version == 63 and cmd.remark == ""
 
@@ -136,28 +170,35 @@ def test_body_is_copied_out_of_the_frame() -> None:
 
 # ---- bad input ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("frame, message", [
-    (b"\x00\x00", "too short"),
-    (struct.pack(">I", 100) + b"{}", "exceeds the frame"),
-    (struct.pack(">I", (5 << 24) | 2) + b"{}", "unknown serialization type 5"),
-    (struct.pack(">I", 5) + b"{code", "invalid JSON header"),
-    (struct.pack(">I", 2) + b"[]", "not an object"),
-    (struct.pack(">I", 3) + b"\xff\xfe\x00", "invalid JSON header"),
-    (struct.pack(">I", (1 << 24) | 4) + b"\x00\x0a\x00\x00", "ROCKETMQ header truncated"),
-])
+
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (b"\x00\x00", "too short"),
+        (struct.pack(">I", 100) + b"{}", "exceeds the frame"),
+        (struct.pack(">I", (5 << 24) | 2) + b"{}", "unknown serialization type 5"),
+        (struct.pack(">I", 5) + b"{code", "invalid JSON header"),
+        (struct.pack(">I", 2) + b"[]", "not an object"),
+        (struct.pack(">I", 3) + b"\xff\xfe\x00", "invalid JSON header"),
+        (struct.pack(">I", (1 << 24) | 4) + b"\x00\x0a\x00\x00", "ROCKETMQ header truncated"),
+    ],
+)
 def test_garbage_raises_clear_errors(frame: bytes, message: str) -> None:
     with pytest.raises(RemotingCommandError, match=message):
         RemotingCommand.decode(memoryview(frame))
 
 
-@pytest.mark.parametrize("header, message", [
-    ({"code": 10, "opaque": 9, "extFields": ["a"]}, "'extFields' must be an object"),
-    ({"code": 10, "opaque": 9, "extFields": "x"}, "'extFields' must be an object"),
-    ({"code": "10", "opaque": 9}, "'code' must be an integer"),
-    ({"code": 10, "opaque": 9, "remark": 5}, "'remark' must be a string"),
-    ({"code": 10, "opaque": 9, "language": 1}, "'language' must be a string"),
-    ({"code": 10, "opaque": 9, "version": "x"}, "'version' must be an integer"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ({"code": 10, "opaque": 9, "extFields": ["a"]}, "'extFields' must be an object"),
+        ({"code": 10, "opaque": 9, "extFields": "x"}, "'extFields' must be an object"),
+        ({"code": "10", "opaque": 9}, "'code' must be an integer"),
+        ({"code": 10, "opaque": 9, "remark": 5}, "'remark' must be a string"),
+        ({"code": 10, "opaque": 9, "language": 1}, "'language' must be a string"),
+        ({"code": 10, "opaque": 9, "version": "x"}, "'version' must be an integer"),
+    ],
+)
 def test_ill_typed_fields_keep_the_opaque_so_the_request_can_be_answered(header: dict, message: str) -> None:
     with pytest.raises(RemotingCommandError, match=message) as info:
         decode_json(header)

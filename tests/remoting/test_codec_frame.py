@@ -23,9 +23,11 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 @settings(deadline=None)  # no per-example deadline: the CI machine is shared and noisy
-@given(payloads=st.lists(st.binary(min_size=1, max_size=300), max_size=20),
-       cuts=st.lists(st.integers(0, 10_000), max_size=30),
-       as_bytearray=st.booleans())
+@given(
+    payloads=st.lists(st.binary(min_size=1, max_size=300), max_size=20),
+    cuts=st.lists(st.integers(0, 10_000), max_size=30),
+    as_bytearray=st.booleans(),
+)
 def test_random_chunking_gives_the_same_frames(payloads: list[bytes], cuts: list[int], as_bytearray: bool) -> None:
     data = framed(payloads)
     decoder = FrameDecoder()
@@ -40,7 +42,7 @@ def test_byte_by_byte_and_all_at_once() -> None:
     payloads = [b"a" * n for n in (1, 5, 1000, 70_000)]
     data = framed(payloads)
     one = FrameDecoder()
-    got = [bytes(f) for i in range(len(data)) for f in one.feed(data[i:i + 1])]
+    got = [bytes(f) for i in range(len(data)) for f in one.feed(data[i : i + 1])]
     assert got == payloads
     assert [bytes(f) for f in FrameDecoder().feed(data)] == payloads
 
@@ -52,7 +54,7 @@ def test_views_kept_by_the_caller_stay_valid_across_reads() -> None:
     data = framed([b"first", b"second" * 1000, b"third"])
     kept = []
     for i in range(0, len(data), 7):
-        kept.extend(decoder.feed(data[i:i + 7]))
+        kept.extend(decoder.feed(data[i : i + 7]))
     assert [bytes(v) for v in kept] == [b"first", b"second" * 1000, b"third"]
 
 
@@ -89,7 +91,7 @@ def test_big_frame_in_small_chunks_grows_one_buffer_in_place() -> None:
     frames = []
     buffers = set()
     for i in range(0, len(data), 4096):
-        frames.extend(decoder.feed(data[i:i + 4096]))
+        frames.extend(decoder.feed(data[i : i + 4096]))
         if decoder.buffered:
             buffers.add(id(decoder._buf))
     assert len(frames) == 1 and frames[0] == payload

@@ -39,10 +39,18 @@ def instances(cls: type) -> st.SearchStrategy:
 
 def test_every_protocol_header_is_declared() -> None:
     names = {cls.__name__ for cls in ALL_HEADERS}
-    for expected in ["GetRouteInfoRequestHeader", "RegisterBrokerRequestHeader", "SendMessageRequestHeaderV2",
-                     "PullMessageResponseHeader", "FaultInjectRequestHeader", "EndTransactionRequestHeader",
-                     "CheckTransactionStateRequestHeader", "ResetOffsetRequestHeader",
-                     "GetConsumerRunningInfoRequestHeader", "QueryMessageRequestHeader"]:
+    for expected in [
+        "GetRouteInfoRequestHeader",
+        "RegisterBrokerRequestHeader",
+        "SendMessageRequestHeaderV2",
+        "PullMessageResponseHeader",
+        "FaultInjectRequestHeader",
+        "EndTransactionRequestHeader",
+        "CheckTransactionStateRequestHeader",
+        "ResetOffsetRequestHeader",
+        "GetConsumerRunningInfoRequestHeader",
+        "QueryMessageRequestHeader",
+    ]:
         assert expected in names
     assert len(ALL_HEADERS) >= 45
 
@@ -60,12 +68,30 @@ def test_round_trip_every_header(cls: type, data: st.DataObject) -> None:
 def test_send_v2_uses_short_names_and_converts() -> None:
     assert header_wire_names(h.SendMessageRequestHeaderV2) == tuple("abcdefghijklmn")
     # What N sends (after RemotingCommand normalised its JSON numbers/booleans).
-    v2 = decode_header(h.SendMessageRequestHeaderV2, {
-        "a": "pg", "b": "T", "c": "TBW102", "d": "4", "e": "2", "f": "0", "g": "1700000000123",
-        "h": "0", "i": "UNIQ_KEY\x01abc\x02", "j": "0", "k": "false"})
+    v2 = decode_header(
+        h.SendMessageRequestHeaderV2,
+        {
+            "a": "pg",
+            "b": "T",
+            "c": "TBW102",
+            "d": "4",
+            "e": "2",
+            "f": "0",
+            "g": "1700000000123",
+            "h": "0",
+            "i": "UNIQ_KEY\x01abc\x02",
+            "j": "0",
+            "k": "false",
+        },
+    )
     v1 = h.SendMessageRequestHeader.from_v2(v2)
-    assert (v1.producer_group, v1.topic, v1.queue_id, v1.born_timestamp, v1.properties) == \
-        ("pg", "T", 2, 1_700_000_000_123, "UNIQ_KEY\x01abc\x02")
+    assert (v1.producer_group, v1.topic, v1.queue_id, v1.born_timestamp, v1.properties) == (
+        "pg",
+        "T",
+        2,
+        1_700_000_000_123,
+        "UNIQ_KEY\x01abc\x02",
+    )
     assert v1.max_reconsume_times is None and v1.batch is False
     assert v1.to_v2() == v2
 
@@ -73,10 +99,16 @@ def test_send_v2_uses_short_names_and_converts() -> None:
 def test_wire_names_that_are_not_camel_case() -> None:
     assert "clientID" in header_wire_names(h.UnregisterClientRequestHeader)
     assert "bname" in header_wire_names(h.SendMessageRequestHeader)
-    resp = h.SendMessageResponseHeader(msg_id="ID", queue_id=1, queue_offset=5, msg_region="DefaultRegion",
-                                       trace_on="true")
-    assert encode_header(resp) == {"msgId": "ID", "queueId": "1", "queueOffset": "5",
-                                   "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    resp = h.SendMessageResponseHeader(
+        msg_id="ID", queue_id=1, queue_offset=5, msg_region="DefaultRegion", trace_on="true"
+    )
+    assert encode_header(resp) == {
+        "msgId": "ID",
+        "queueId": "1",
+        "queueOffset": "5",
+        "MSG_REGION": "DefaultRegion",
+        "TRACE_ON": "true",
+    }
     assert "isForce" in header_wire_names(h.ResetOffsetRequestHeader)
     assert header_wire_names(h.FaultInjectRequestHeader) == ("kind", "target", "durationMs", "value")
 
@@ -113,26 +145,41 @@ def test_optional_fields_are_still_type_checked() -> None:
         decode_header(h.SendMessageRequestHeaderV2, {**base, "j": "many"})
 
 
-@pytest.mark.parametrize("raw, expected", [("true", True), ("TRUE", True), ("True", True),
-                                           ("false", False), ("1", False), ("yes", False), ("", False)])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("true", True), ("TRUE", True), ("True", True), ("false", False), ("1", False), ("yes", False), ("", False)],
+)
 def test_booleans_follow_java_parse_boolean(raw: str, expected: bool) -> None:
     # C sends "1" for booleans; J (and so we) read that as false — see protocol §2.2 batch quirk.
-    hdr = decode_header(h.EndTransactionRequestHeader, {
-        "producerGroup": "p", "tranStateTableOffset": "1", "commitLogOffset": "2", "commitOrRollback": "8",
-        "msgId": "m", "fromTransactionCheck": raw})
+    hdr = decode_header(
+        h.EndTransactionRequestHeader,
+        {
+            "producerGroup": "p",
+            "tranStateTableOffset": "1",
+            "commitLogOffset": "2",
+            "commitOrRollback": "8",
+            "msgId": "m",
+            "fromTransactionCheck": raw,
+        },
+    )
     assert hdr.from_transaction_check is expected
 
 
 def test_unknown_ext_fields_are_ignored() -> None:
-    hdr = decode_header(h.GetRouteInfoRequestHeader, {"topic": "T", "Signature": "x", "AccessKey": "",
-                                                        "OnsChannel": "ALIYUN"})
+    hdr = decode_header(
+        h.GetRouteInfoRequestHeader, {"topic": "T", "Signature": "x", "AccessKey": "", "OnsChannel": "ALIYUN"}
+    )
     assert hdr == h.GetRouteInfoRequestHeader(topic="T")
 
 
 def test_none_fields_are_omitted_and_values_are_strings() -> None:
     pull = h.PullMessageResponseHeader(suggest_which_broker_id=0, next_begin_offset=10, min_offset=0, max_offset=10)
-    assert encode_header(pull) == {"suggestWhichBrokerId": "0", "nextBeginOffset": "10", "minOffset": "0",
-                                   "maxOffset": "10"}
+    assert encode_header(pull) == {
+        "suggestWhichBrokerId": "0",
+        "nextBeginOffset": "10",
+        "minOffset": "0",
+        "maxOffset": "10",
+    }
     assert encode_header(h.GetKVConfigResponseHeader()) == {}
 
 

@@ -33,6 +33,7 @@ def test_a_header_compiles_on_first_use_and_keeps_the_compiled_functions():
 
 def test_a_bad_declaration_still_fails_when_declared():
     with pytest.raises(TypeError, match="plain default"):
+
         @h.header
         class BadHeader:
             tags: str = field(default_factory=str)

@@ -42,8 +42,9 @@ async def test_an_idle_worker_keeps_no_request(make_server, no_gc):
     before = tracemalloc.get_traced_memory()[0]
     for _ in range(4):
         client = RemotingClient()
-        resp = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand.request(
-            77, {"remark": "r" * MiB}, b"b" * (2 * MiB)), 10)
+        resp = await client.invoke(
+            f"127.0.0.1:{server.port}", RemotingCommand.request(77, {"remark": "r" * MiB}, b"b" * (2 * MiB)), 10
+        )
         assert resp.code == 0
         await client.close()
     await settle()

@@ -25,8 +25,12 @@ class FakeChannel:
 
 
 def task(channel, opaque, processor=None, create_ms=0, oneway=False) -> RequestTask:
-    return RequestTask(channel, RemotingCommand.request(10, opaque=opaque, oneway=oneway), create_ms,
-                       processor=processor or FnProcessor())
+    return RequestTask(
+        channel,
+        RemotingCommand.request(10, opaque=opaque, oneway=oneway),
+        create_ms,
+        processor=processor or FnProcessor(),
+    )
 
 
 async def test_bounded_queue_counters_and_fifo_order() -> None:

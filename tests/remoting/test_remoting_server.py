@@ -42,6 +42,7 @@ def request_bytes(code: int, opaque: int, ext: dict | None = None, *, oneway: bo
 
 # ---- dispatch ---------------------------------------------------------------------------------
 
+
 async def test_round_trip_json_and_rocketmq(make_server, client) -> None:
     server = await make_server({10: (FnProcessor(), RequestExecutor("send", 2, 100))})
     for stype in (SerializeType.JSON, SerializeType.ROCKETMQ):
@@ -76,8 +77,9 @@ async def test_unknown_code_answers_3_with_j_remark(make_server, client) -> None
 
 async def test_default_processor_gets_unregistered_codes(make_server, client) -> None:
     default = FnProcessor()
-    server = await make_server({10: (FnProcessor(), RequestExecutor("send", 1, 10))},
-                               default=(default, RequestExecutor("admin", 1, 10)))
+    server = await make_server(
+        {10: (FnProcessor(), RequestExecutor("send", 1, 10))}, default=(default, RequestExecutor("admin", 1, 10))
+    )
     resp = await client.invoke(server.address, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 3)
     assert resp.code == 0 and [c.code for c in default.calls] == [28]
 
@@ -88,8 +90,9 @@ async def test_processor_exception_is_system_error_and_connection_survives(make_
             raise HeaderError("SomeHeader: the header field 'x' is missing")
         raise ValueError("boom")
 
-    server = await make_server({10: (FnProcessor(boom), RequestExecutor("send", 1, 10)),
-                                11: (FnProcessor(), RequestExecutor("pull", 1, 10))})
+    server = await make_server(
+        {10: (FnProcessor(boom), RequestExecutor("send", 1, 10)), 11: (FnProcessor(), RequestExecutor("pull", 1, 10))}
+    )
     with structlog.testing.capture_logs() as logs:
         resp = await client.invoke(server.address, RemotingCommand.request(10), 3)
     assert (resp.code, resp.remark) == (1, "ValueError: boom")
@@ -104,8 +107,9 @@ async def test_oneway_is_never_answered(make_server) -> None:
         raise RuntimeError("boom")
 
     processor = FnProcessor()
-    server = await make_server({15: (processor, RequestExecutor("cm", 1, 10)),
-                                16: (FnProcessor(boom), RequestExecutor("boom", 1, 10))})
+    server = await make_server(
+        {15: (processor, RequestExecutor("cm", 1, 10)), 16: (FnProcessor(boom), RequestExecutor("boom", 1, 10))}
+    )
     reader, writer = await open_raw(server)
     writer.write(request_bytes(15, 1, oneway=True))  # processor returns a response: dropped
     writer.write(request_bytes(16, 2, oneway=True))  # processor raises: no error reply
@@ -134,6 +138,7 @@ async def test_parked_request_answered_later_through_the_channel(make_server, cl
 
 
 # ---- busy responses -------------------------------------------------------------------------------
+
 
 async def test_overload_when_queue_full_and_not_for_oneway(make_server) -> None:
     gate = asyncio.Event()
@@ -184,8 +189,7 @@ async def test_executor_isolation(make_server, client) -> None:
     send = RequestExecutor("send", workers=1, capacity=100)
     pull = RequestExecutor("pull", workers=1, capacity=100)
     server = await make_server({10: (FnProcessor(stuck), send), 11: (FnProcessor(), pull)})
-    blocked = [asyncio.ensure_future(client.invoke(server.address, RemotingCommand.request(10), 10))
-               for _ in range(5)]
+    blocked = [asyncio.ensure_future(client.invoke(server.address, RemotingCommand.request(10), 10)) for _ in range(5)]
     # The send executor is wedged; pull requests on the same connection still get through.
     for _ in range(20):
         assert (await client.invoke(server.address, RemotingCommand.request(11), 5)).code == 0
@@ -199,16 +203,19 @@ async def test_executor_isolation(make_server, client) -> None:
 _HUGE = 16 * 1024 * 1024 + 1
 
 
-@pytest.mark.parametrize("garbage, reason", [
-    (b"\xff\xff\xff\xff\x00\x00\x00\x00", "bad frame"),  # negative length
-    (struct.pack(">i", 0), "bad frame"),
-    (struct.pack(">i", _HUGE), "bad frame"),  # > 16 MiB
-    (raw_frame(b"{}", header_len=500), "undecodable command"),  # header length beyond the frame
-    (raw_frame(b"{not json"), "undecodable command"),
-    (raw_frame(b"\x00" * 20, stype=7), "undecodable command"),  # unknown serialization type
-    (raw_frame(orjson.dumps({"code": 10, "opaque": "x"})), "undecodable command"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad frame"),  # 0x47455420 > 16 MiB
-])
+@pytest.mark.parametrize(
+    "garbage, reason",
+    [
+        (b"\xff\xff\xff\xff\x00\x00\x00\x00", "bad frame"),  # negative length
+        (struct.pack(">i", 0), "bad frame"),
+        (struct.pack(">i", _HUGE), "bad frame"),  # > 16 MiB
+        (raw_frame(b"{}", header_len=500), "undecodable command"),  # header length beyond the frame
+        (raw_frame(b"{not json"), "undecodable command"),
+        (raw_frame(b"\x00" * 20, stype=7), "undecodable command"),  # unknown serialization type
+        (raw_frame(orjson.dumps({"code": 10, "opaque": "x"})), "undecodable command"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad frame"),  # 0x47455420 > 16 MiB
+    ],
+)
 async def test_garbage_closes_the_connection_with_one_log_line(make_server, client, garbage, reason) -> None:
     server = await make_server({10: (FnProcessor(), RequestExecutor("send", 1, 10))})
     with structlog.testing.capture_logs() as logs:
@@ -245,8 +252,15 @@ async def test_c_style_request_with_untyped_ext_fields(make_server) -> None:
 
     server = await make_server({10: (FnProcessor(record), RequestExecutor("send", 1, 10))})
     reader, writer = await open_raw(server)
-    header = {"code": 10, "language": "CPP", "version": 63, "opaque": 0, "flag": 0, "remark": "",
-              "extFields": {"queueId": 1, "sysFlag": 0, "batch": "1", "unitMode": False, "topic": "T"}}
+    header = {
+        "code": 10,
+        "language": "CPP",
+        "version": 63,
+        "opaque": 0,
+        "flag": 0,
+        "remark": "",
+        "extFields": {"queueId": 1, "sysFlag": 0, "batch": "1", "unitMode": False, "topic": "T"},
+    }
     writer.write(raw_frame(orjson.dumps(header), b"body"))
     head = await asyncio.wait_for(reader.readexactly(8), 5)
     _length, hlen = struct.unpack(">iI", head)  # C reads hlen unmasked: the type byte must be 0
@@ -263,7 +277,7 @@ async def test_many_frames_in_one_write_and_split_frames(make_server) -> None:
     reader, writer = await open_raw(server)
     blob = b"".join(request_bytes(10, i, body=b"x" * (i * 37)) for i in range(1, 201))
     for i in range(0, len(blob), 1013):  # frames straddle writes
-        writer.write(blob[i:i + 1013])
+        writer.write(blob[i : i + 1013])
         await writer.drain()
     got = {}
     for _ in range(200):
@@ -275,12 +289,16 @@ async def test_many_frames_in_one_write_and_split_frames(make_server) -> None:
 
 # ---- back-pressure --------------------------------------------------------------------------------
 
+
 async def test_client_that_does_not_read_does_not_make_the_server_buffer_unboundedly(make_server) -> None:
     body = b"r" * (256 * 1024)
     processor = FnProcessor(lambda channel, request: _answer(request, body))
-    server = await make_server({11: (processor, RequestExecutor("pull", 4, 100_000))},
-                               max_inflight_per_connection=8, write_high_water=512 * 1024,
-                               write_low_water=128 * 1024)
+    server = await make_server(
+        {11: (processor, RequestExecutor("pull", 4, 100_000))},
+        max_inflight_per_connection=8,
+        write_high_water=512 * 1024,
+        write_low_water=128 * 1024,
+    )
     reader, writer = await open_raw(server)
     total = 600  # 150 MiB of responses if the server kept answering
     writer.write(b"".join(request_bytes(11, i) for i in range(1, total + 1)))
@@ -304,6 +322,7 @@ async def _answer(request, body):
 
 # ---- client ----------------------------------------------------------------------------------------
 
+
 async def test_client_invoke_timeout_and_late_response(make_server, client) -> None:
     gate = asyncio.Event()
 
@@ -311,8 +330,9 @@ async def test_client_invoke_timeout_and_late_response(make_server, client) -> N
         await gate.wait()
         return request.response(0)
 
-    server = await make_server({10: (FnProcessor(slow), RequestExecutor("send", 1, 10)),
-                                11: (FnProcessor(), RequestExecutor("pull", 1, 10))})
+    server = await make_server(
+        {10: (FnProcessor(slow), RequestExecutor("send", 1, 10)), 11: (FnProcessor(), RequestExecutor("pull", 1, 10))}
+    )
     with pytest.raises(RemotingTimeoutError, match="timeout"):
         await client.invoke(server.address, RemotingCommand.request(10), 0.2)
     gate.set()  # the late answer must be dropped quietly, and the connection reused
@@ -336,8 +356,12 @@ async def test_client_fails_pending_invokes_when_the_server_goes_away(make_serve
     async def hang_up(channel, request):
         channel.close()
 
-    server = await make_server({10: (FnProcessor(hang_up), RequestExecutor("send", 1, 10)),
-                                11: (FnProcessor(), RequestExecutor("pull", 1, 10))})
+    server = await make_server(
+        {
+            10: (FnProcessor(hang_up), RequestExecutor("send", 1, 10)),
+            11: (FnProcessor(), RequestExecutor("pull", 1, 10)),
+        }
+    )
     with pytest.raises(RemotingConnectError, match="closed"):
         await client.invoke(server.address, RemotingCommand.request(10), 5)
     # reconnects transparently
@@ -346,28 +370,32 @@ async def test_client_fails_pending_invokes_when_the_server_goes_away(make_serve
 
 async def test_one_connection_per_address_multiplexed(make_server, client) -> None:
     server = await make_server({10: (FnProcessor(), RequestExecutor("send", 4, 10_000))})
-    results = await asyncio.gather(*(client.invoke(server.address, RemotingCommand.request(10, {"i": str(i)}), 10)
-                                     for i in range(300)))
+    results = await asyncio.gather(
+        *(client.invoke(server.address, RemotingCommand.request(10, {"i": str(i)}), 10) for i in range(300))
+    )
     assert [r.ext_fields["i"] for r in results] == [str(i) for i in range(300)]
     assert len(server.channels) == 1
 
 
 # ---- broker → client ---------------------------------------------------------------------------------
 
+
 async def test_broker_to_client_invoke_round_trip(make_server, client) -> None:
     notified = asyncio.Event()
 
     async def heartbeat(channel, request):
         # As J does for GET_CONSUMER_RUNNING_INFO: ask the client over its own connection.
-        info = await channel.invoke(RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO,
-                                                            {"consumerGroup": "g", "clientId": "c"}), 3)
-        channel.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                                      {"consumerGroup": "g"}))
+        info = await channel.invoke(
+            RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g", "clientId": "c"}), 3
+        )
+        channel.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g"}))
         unknown = await channel.invoke(RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY), 3)
         return request.response(0, None, {"fromClient": info.body.decode(), "unknown": str(unknown.code)})
 
     async def running_info(channel, request):
-        return request.response(0, None, None, b'{"running":true,"group":"%s"}' % request.ext_fields["consumerGroup"].encode())
+        return request.response(
+            0, None, None, b'{"running":true,"group":"%s"}' % request.ext_fields["consumerGroup"].encode()
+        )
 
     async def ids_changed(channel, request):
         assert request.is_oneway
@@ -419,6 +447,7 @@ async def test_broker_invoke_fails_when_client_disconnects(make_server) -> None:
 
 
 # ---- lifecycle ---------------------------------------------------------------------------------------
+
 
 class Recorder:
     def __init__(self) -> None:

@@ -17,8 +17,21 @@ from remoting.signature import (
 # A SEND_MESSAGE_V2 of account RocketMQ/12345678 (upstream's sample plain_acl.yml). Apache RocketMQ 4.9.7 with
 # aclEnable=true stored this exact request with this signature, and refused it with the last two base64
 # characters changed ("Check signature failed for accessKey=RocketMQ").
-VECTOR_EXT = {"a": "PG", "b": "topicB", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000000", "h": "0",
-              "i": "KEYS\u0001k1\u0002", "j": "0", "k": "false", "m": "false", "AccessKey": "RocketMQ"}
+VECTOR_EXT = {
+    "a": "PG",
+    "b": "topicB",
+    "c": "TBW102",
+    "d": "4",
+    "e": "0",
+    "f": "0",
+    "g": "1700000000000",
+    "h": "0",
+    "i": "KEYS\u0001k1\u0002",
+    "j": "0",
+    "k": "false",
+    "m": "false",
+    "AccessKey": "RocketMQ",
+}
 VECTOR_BODY = "héllo acl".encode()
 VECTOR_CONTENT = b"RocketMQPGtopicBTBW10240017000000000000KEYS\x01k1\x020falsefalseh\xc3\xa9llo acl"
 VECTOR_SIGNATURE = "oWXiqvWQm7UL3IGiXLTQ1LZWN6o="

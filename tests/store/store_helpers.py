@@ -40,8 +40,12 @@ def make_msg(
     if uniq is not None:
         p["UNIQ_KEY"] = uniq
     return MessageExtBrokerInner.create(
-        topic, body, queue_id=queue_id, properties=p, born_timestamp=1_700_000_000_000,
-        born_host=("10.0.0.9", 53211), store_host=("127.0.0.1", 10911), **kw
+        topic,
+        body,
+        queue_id=queue_id,
+        properties=p,
+        born_timestamp=1_700_000_000_000,
+        born_host=("10.0.0.9", 53211),
+        store_host=("127.0.0.1", 10911),
+        **kw,
     )
-
-

@@ -59,13 +59,16 @@ async def _write(cfg) -> None:
             msg = make_msg(body=body, queue_id=q, tags="TagF", keys=f"big{i}", props={"BIG": "x" * 20_000})
         elif i % 20 == 19:  # values of every hashing group: up to 16, 32, 64, 128 bytes, and longer
             width = (3, 20, 50, 100, 200, 129, 128)[i // 20 % 7]
-            msg = make_msg(body=body, queue_id=q, tags="t" * width, keys=f"{i}-" + "k" * width,
-                           uniq=f"{i}" + "u" * (width // 2))
+            msg = make_msg(
+                body=body, queue_id=q, tags="t" * width, keys=f"{i}-" + "k" * width, uniq=f"{i}" + "u" * (width // 2)
+            )
         else:
             msg = make_msg(body=body, queue_id=q)
         puts.append(s.put_message(msg))
         if i % 25 == 24:
-            batch = [make_msg(topic="B", body=b"b" * 50, tags="TagE", keys=f"b{i}-{j}", uniq=f"B{i}-{j}") for j in range(7)]
+            batch = [
+                make_msg(topic="B", body=b"b" * 50, tags="TagE", keys=f"b{i}-{j}", uniq=f"B{i}-{j}") for j in range(7)
+            ]
             r = await s.put_messages(batch)
             assert r.status == PutMessageStatus.PUT_OK
             for r in [await p for p in puts]:

@@ -161,7 +161,13 @@ def test_vectorised_java_hash_in_chunks_and_with_nul_in_keys():
 
     hasher = JavaHasher()
     hasher.CHUNK_UNITS = 100
-    keys = [f"T#k{i:05d}-" + "x" * (i % 70) for i in range(500)] + ["a\0b", "\0", "\0\0x", "lone-\udc80", "pair-\ud83d\ude00"] * 4
+    keys = [f"T#k{i:05d}-" + "x" * (i % 70) for i in range(500)] + [
+        "a\0b",
+        "\0",
+        "\0\0x",
+        "lone-\udc80",
+        "pair-\ud83d\ude00",
+    ] * 4
     assert hasher.hash_many(keys) == [java_string_hash(k) for k in keys]
     assert hasher.hash_many(["", "", "", "", "", "", "", "a"]) == [0] * 7 + [97]
 

@@ -43,7 +43,11 @@ async def test_get_message_status_table(store_factory):
         await s.put_message(make_msg(body=b"m%d" % i))
     r = s.get_message("g", "T", 0, 0, 32)
     assert (r.status, r.message_count, r.next_begin_offset, r.min_offset, r.max_offset) == (
-        GetMessageStatus.FOUND, 5, 5, 0, 5,
+        GetMessageStatus.FOUND,
+        5,
+        5,
+        0,
+        5,
     )
     assert [m.body for m in decode_records(r.body)] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
     r = s.get_message("g", "T", 0, 5, 32)
@@ -67,6 +71,7 @@ async def test_tag_filter_counts_scanned_entries(store_factory):
     assert r.next_begin_offset == 10  # filtered entries count as scanned
     r = s.get_message("g", "T", 0, 8, 32, f)
     assert (r.status, r.next_begin_offset) == (GetMessageStatus.NO_MATCHED_MESSAGE, 10)
+
     # a filter that is not vectorisable is asked per entry
     class OnlyOdd:
         def is_matched_by_consume_queue(self, code):
@@ -261,7 +266,9 @@ async def test_puts_in_a_tight_loop_let_the_event_loop_run(store_factory, config
     index is complete for every put that returned."""
     # files large enough that no put waits for a new one (that would yield anyway)
     s = await store_factory(
-        config_factory(mapped_file_size_commit_log=1024 * 1024, mapped_file_size_consume_queue=1000 * 20, max_index_num=4096)
+        config_factory(
+            mapped_file_size_commit_log=1024 * 1024, mapped_file_size_consume_queue=1000 * 20, max_index_num=4096
+        )
     )
     await s.put_message(make_msg())  # creates the consume queue and index files
     ticks = [0]

@@ -54,7 +54,9 @@ async def test_a_queue_that_cannot_be_created_fails_alone(store_factory, config_
         assert (await store.put_message(make_msg(topic, b"m%d" % i))).status == PutMessageStatus.PUT_OK
     batch = [make_msg("Bad", b"b%d" % i) for i in range(3)]
     assert (await store.put_messages(batch)).status == PutMessageStatus.PUT_OK
-    assert (await store.put_messages([make_msg("Good", b"g"), make_msg("Good", b"h")])).status == PutMessageStatus.PUT_OK
+    assert (
+        await store.put_messages([make_msg("Good", b"g"), make_msg("Good", b"h")])
+    ).status == PutMessageStatus.PUT_OK
     await store.reput.catch_up()
     assert store.get_max_offset_in_queue("Good", 0) == 15
     assert store.get_max_offset_in_queue("Bad", 0) == 0

@@ -135,8 +135,6 @@ def test_mlock_locks_buffers_when_allowed():
         pool.destroy()
 
 
-
-
 async def test_a_batch_in_a_pool_buffer_is_dispatched_once_committed(store_factory, config_factory):
     """One descriptor for the whole batch: nothing of it is readable or queued before the commit, all
     of it (consume queue entries, index keys) after; across a consume queue file boundary (100 entries

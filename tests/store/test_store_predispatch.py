@@ -151,8 +151,12 @@ async def test_a_scan_that_starts_after_the_dispatch_start_leaves_it_to_the_repu
     # a crash, with a checkpoint taken after the newest file began: the scan starts at that file
     size = cfg.mapped_file_size_commit_log
     names = sorted(os.listdir(cfg.store_path_commit_log))
-    newest = next(n for n in reversed(names) if os.path.getsize(os.path.join(cfg.store_path_commit_log, n)) and
-                  _first_store_ts(os.path.join(cfg.store_path_commit_log, n)) > 0)
+    newest = next(
+        n
+        for n in reversed(names)
+        if os.path.getsize(os.path.join(cfg.store_path_commit_log, n))
+        and _first_store_ts(os.path.join(cfg.store_path_commit_log, n)) > 0
+    )
     ts = _first_store_ts(os.path.join(cfg.store_path_commit_log, newest))
     _crash_with_checkpoint(cfg, ts + 3000)
     assert int(newest) >= size

@@ -72,7 +72,9 @@ async def test_nothing_goes_outside_delete_when_with_free_disk(store_factory, co
 
 
 async def test_disk_above_ratio_deletes_at_any_hour(store_factory, config_factory):
-    s = await store_factory(config_factory(delete_when=_other_hour(), file_reserved_time=1, disk_max_used_space_ratio=75))
+    s = await store_factory(
+        config_factory(delete_when=_other_hour(), file_reserved_time=1, disk_max_used_space_ratio=75)
+    )
     await _fill(s)
     _age_files(s.config.store_path_commit_log, 2)
     assert CleanService(s, disk_ratio=lambda p: 0.80).run_once() > 0

@@ -24,20 +24,49 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 
 # Keys upstream's clusterList / clusterList -m read from GET_BROKER_RUNTIME_INFO, and how it parses them.
-CLUSTER_LIST_LONGS = ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgPutTotalTodayNow",
-                      "msgGetTotalYesterdayMorning", "msgGetTotalTodayMorning", "msgGetTotalTodayNow",
-                      "earliestMessageTimeStamp")
-CLUSTER_LIST_STRINGS = ("sendThreadPoolQueueSize", "pullThreadPoolQueueSize", "sendThreadPoolQueueHeadWaitTimeMills",
-                        "pullThreadPoolQueueHeadWaitTimeMills", "pageCacheLockTimeMills", "brokerVersionDesc")
+CLUSTER_LIST_LONGS = (
+    "msgPutTotalYesterdayMorning",
+    "msgPutTotalTodayMorning",
+    "msgPutTotalTodayNow",
+    "msgGetTotalYesterdayMorning",
+    "msgGetTotalTodayMorning",
+    "msgGetTotalTodayNow",
+    "earliestMessageTimeStamp",
+)
+CLUSTER_LIST_STRINGS = (
+    "sendThreadPoolQueueSize",
+    "pullThreadPoolQueueSize",
+    "sendThreadPoolQueueHeadWaitTimeMills",
+    "pullThreadPoolQueueHeadWaitTimeMills",
+    "pageCacheLockTimeMills",
+    "brokerVersionDesc",
+)
 # Further keys of upstream's prepareRuntimeInfo (brokerStatus prints them all).
-UPSTREAM_RUNTIME_KEYS = ("brokerVersion", "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity",
-                         "queryThreadPoolQueueSize", "queryThreadPoolQueueCapacity", "EndTransactionQueueSize",
-                         "EndTransactionThreadPoolQueueCapacity", "dispatchBehindBytes",
-                         "queryThreadPoolQueueHeadWaitTimeMills", "startAcceptSendRequestTimeStamp",
-                         "remainTransientStoreBufferNumbs", "remainHowManyDataToFlush", "commitLogDirCapacity",
-                         "bootTimestamp", "runtime", "putMessageTimesTotal", "putMessageSizeTotal", "getFoundTps",
-                         "getMissTps", "getTransferedTps", "commitLogMinOffset",
-                         "commitLogMaxOffset", "consumeQueueDiskRatio")
+UPSTREAM_RUNTIME_KEYS = (
+    "brokerVersion",
+    "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueCapacity",
+    "queryThreadPoolQueueSize",
+    "queryThreadPoolQueueCapacity",
+    "EndTransactionQueueSize",
+    "EndTransactionThreadPoolQueueCapacity",
+    "dispatchBehindBytes",
+    "queryThreadPoolQueueHeadWaitTimeMills",
+    "startAcceptSendRequestTimeStamp",
+    "remainTransientStoreBufferNumbs",
+    "remainHowManyDataToFlush",
+    "commitLogDirCapacity",
+    "bootTimestamp",
+    "runtime",
+    "putMessageTimesTotal",
+    "putMessageSizeTotal",
+    "getFoundTps",
+    "getMissTps",
+    "getTransferedTps",
+    "commitLogMinOffset",
+    "commitLogMaxOffset",
+    "consumeQueueDiskRatio",
+)
 
 
 # ---------------------------------------------------------------------------------------- name server
@@ -50,7 +79,9 @@ async def test_cluster_info_106_has_master_address_and_cluster_table(rocketmq_br
     assert bd["brokerAddrs"] == {"0": rocketmq_broker.broker_addr}
     assert bd["cluster"] == rocketmq_broker.cluster_name
     assert info["clusterAddrTable"] == {rocketmq_broker.cluster_name: [rocketmq_broker.broker_name]}
-    assert await admin.masters(rocketmq_broker.cluster_name) == {rocketmq_broker.broker_name: rocketmq_broker.broker_addr}
+    assert await admin.masters(rocketmq_broker.cluster_name) == {
+        rocketmq_broker.broker_name: rocketmq_broker.broker_addr
+    }
     with pytest.raises(AdminError, match="not known"):
         await admin.masters("NoSuchCluster")
 
@@ -59,8 +90,15 @@ async def test_topic_list_206_and_route_105(rocketmq_broker, admin, topic):
     """topicList, topicRoute."""
     assert topic in await admin.topic_list()
     route = await admin.topic_route(topic)
-    assert route["queueDatas"] == [{"brokerName": rocketmq_broker.broker_name, "perm": 6, "readQueueNums": 4,
-                                    "topicSysFlag": 0, "writeQueueNums": 4}]
+    assert route["queueDatas"] == [
+        {
+            "brokerName": rocketmq_broker.broker_name,
+            "perm": 6,
+            "readQueueNums": 4,
+            "topicSysFlag": 0,
+            "writeQueueNums": 4,
+        }
+    ]
     with pytest.raises(AdminError) as err:
         await admin.topic_route("%DLQ%nobody")  # the embedded name server invents routes for plain names
     assert err.value.code == ResponseCode.TOPIC_NOT_EXIST
@@ -81,12 +119,15 @@ async def test_update_topic_17_and_delete_topic_215_216(rocketmq_broker, admin):
     await admin.delete_topic_in_broker(rocketmq_broker.broker_addr, "T_lifecycle")
 
 
-@pytest.mark.parametrize("name, remark", [
-    ("TBW102", "The topic[TBW102] is conflict with system topic."),
-    ("SCHEDULE_TOPIC_XXXX", "The topic[SCHEDULE_TOPIC_XXXX] is conflict with system topic."),
-    ("rmq_sys_anything", "The topic[rmq_sys_anything] is conflict with system topic."),
-    ("bad topic!", "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
-])
+@pytest.mark.parametrize(
+    "name, remark",
+    [
+        ("TBW102", "The topic[TBW102] is conflict with system topic."),
+        ("SCHEDULE_TOPIC_XXXX", "The topic[SCHEDULE_TOPIC_XXXX] is conflict with system topic."),
+        ("rmq_sys_anything", "The topic[rmq_sys_anything] is conflict with system topic."),
+        ("bad topic!", "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
+    ],
+)
 async def test_delete_topic_215_refuses_system_and_bad_names(rocketmq_broker, admin, name, remark):
     with pytest.raises(AdminError) as err:
         await admin.delete_topic_in_broker(rocketmq_broker.broker_addr, name)
@@ -101,8 +142,10 @@ async def test_create_17_and_delete_215_share_upstreams_system_topic_set(rocketm
     for name in ("rmq_sys_anything", "RMQ_SYS_TRACE_TOPIC", "SCHEDULE_TOPIC_XXXX"):
         with pytest.raises(AdminError) as err:
             await admin.create_topic(addr, name, read_queues=1, write_queues=1, perm=6)
-        assert (err.value.code, err.value.remark) == (ResponseCode.SYSTEM_ERROR,
-                                                      f"The topic[{name}] is conflict with system topic.")
+        assert (err.value.code, err.value.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            f"The topic[{name}] is conflict with system topic.",
+        )
     reply = f"{rocketmq_broker.cluster_name}_REPLY_TOPIC"  # created at start, so a system topic of this broker
     with pytest.raises(AdminError) as err:
         await admin.delete_topic_in_broker(addr, reply)
@@ -165,17 +208,20 @@ async def test_update_broker_config_25_changes_a_live_key(rocketmq_broker, admin
     assert rocketmq_broker.controller.config.wait_time_mills_in_send_queue == 321
 
 
-@pytest.mark.parametrize("props, code, remark", [
-    ({"brokerConfigPath": "/etc/x"}, ResponseCode.NO_PERMISSION, "Can not update config in black list."),
-    ({"configBlackList": "x"}, ResponseCode.NO_PERMISSION, "Can not update config in black list."),
-    ({"noSuchKey": "1"}, ResponseCode.SYSTEM_ERROR, "unknown configuration key 'noSuchKey'"),
-    ({"listenPort": "1234"}, ResponseCode.SYSTEM_ERROR, "cannot change while the broker runs: listenPort"),
-    ({"logLevel": "LOUD"}, ResponseCode.SYSTEM_ERROR, "unknown log level 'LOUD'"),
-    # found by the fuzzer: a number above CRITICAL silenced the broker's log for good
-    ({"logLevel": "99999999999999999999"}, ResponseCode.SYSTEM_ERROR, "unknown log level '99999999999999999999'"),
-    ({"logLevel": "51"}, ResponseCode.SYSTEM_ERROR, "unknown log level '51'"),
-    ({"requestLogEnable": "1"}, ResponseCode.SYSTEM_ERROR, "requestLogEnable must be true or false"),
-])
+@pytest.mark.parametrize(
+    "props, code, remark",
+    [
+        ({"brokerConfigPath": "/etc/x"}, ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+        ({"configBlackList": "x"}, ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+        ({"noSuchKey": "1"}, ResponseCode.SYSTEM_ERROR, "unknown configuration key 'noSuchKey'"),
+        ({"listenPort": "1234"}, ResponseCode.SYSTEM_ERROR, "cannot change while the broker runs: listenPort"),
+        ({"logLevel": "LOUD"}, ResponseCode.SYSTEM_ERROR, "unknown log level 'LOUD'"),
+        # found by the fuzzer: a number above CRITICAL silenced the broker's log for good
+        ({"logLevel": "99999999999999999999"}, ResponseCode.SYSTEM_ERROR, "unknown log level '99999999999999999999'"),
+        ({"logLevel": "51"}, ResponseCode.SYSTEM_ERROR, "unknown log level '51'"),
+        ({"requestLogEnable": "1"}, ResponseCode.SYSTEM_ERROR, "requestLogEnable must be true or false"),
+    ],
+)
 async def test_update_broker_config_25_refusals(rocketmq_broker, admin, props, code, remark):
     with pytest.raises(AdminError) as err:
         await admin.update_broker_config(rocketmq_broker.broker_addr, props)
@@ -282,8 +328,10 @@ async def test_unknown_admin_code_answers_not_supported(rocketmq_broker, rclient
 
 
 def test_parse_fastjson_object_and_numeric_keys():
-    text = ('{"offsetTable":{{"topic":"t","queueId":1,"brokerName":"b"}:{"maxOffset":3},'
-            '{"brokerName":"b","queueId":0,"topic":"t"}:{"maxOffset":0}},"brokerAddrs":{0:"a:1", 1 : "b:2"}}')
+    text = (
+        '{"offsetTable":{{"topic":"t","queueId":1,"brokerName":"b"}:{"maxOffset":3},'
+        '{"brokerName":"b","queueId":0,"topic":"t"}:{"maxOffset":0}},"brokerAddrs":{0:"a:1", 1 : "b:2"}}'
+    )
     data = parse_fastjson(text)
     keys = sorted(MessageQueue.from_key(k) for k in data["offsetTable"])
     assert keys == [MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)]
@@ -292,7 +340,7 @@ def test_parse_fastjson_object_and_numeric_keys():
     assert parse_fastjson('{"a":[1,{"b":null}],"c":true}') == {"a": [1, {"b": None}], "c": True}
 
 
-@pytest.mark.parametrize("text", ['{"a":1', '{"a" 1}', '[1,2', '{"a":1} x', '{"a":tru}'])
+@pytest.mark.parametrize("text", ['{"a":1', '{"a" 1}', "[1,2", '{"a":1} x', '{"a":tru}'])
 def test_parse_fastjson_rejects_broken_text(text):
     with pytest.raises(ValueError):
         parse_fastjson(text)

@@ -25,8 +25,15 @@ def run_into_closed_pipe(args: list[str]) -> subprocess.CompletedProcess:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
-                              cwd=REPO, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
     finally:
         os.close(write_end)
 
@@ -50,8 +57,9 @@ def test_head_reads_a_few_lines_of_stats_all(rocketmq_broker):
     for i in range(3):
         rocketmq_broker.create_topic(f"headed{i}", 1)
     cmd = f"{sys.executable} -m broker.tools.mqadmin statsAll -n {rocketmq_broker.namesrv_addr} | head -1"
-    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.stdout.count("\n") == 1
     assert "Traceback" not in proc.stderr, proc.stderr
 
@@ -77,8 +85,9 @@ HIDE_MODULES = textwrap.dedent("""
 def run_without(hidden: set[str], module: str, argv: list[str]) -> subprocess.CompletedProcess:
     """Run a command as on an install that lacks ``hidden`` (an import hook hides them)."""
     code = HIDE_MODULES.format(hidden=sorted(hidden), argv=argv, module=module)
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def assert_one_line_advice(proc: subprocess.CompletedProcess, prog: str, module: str, extra: str) -> None:
@@ -89,8 +98,9 @@ def assert_one_line_advice(proc: subprocess.CompletedProcess, prog: str, module:
     assert line.endswith(f"-m pip install -e '{REPO}[{extra}]'"), line  # editable install of this clone
 
 
-@pytest.mark.parametrize("argv", [["mqbench", "scenarios"], ["mqbench", "validate", "smoke"],
-                                  ["mqbench", "run", "smoke"]])
+@pytest.mark.parametrize(
+    "argv", [["mqbench", "scenarios"], ["mqbench", "validate", "smoke"], ["mqbench", "run", "smoke"]]
+)
 def test_mqbench_without_yaml(argv):
     assert_one_line_advice(run_without({"yaml"}, "bench.cli", argv), "mqbench", "yaml", "bench")
 
@@ -102,9 +112,11 @@ def test_mqbench_run_without_pyarrow_says_so_before_starting_anything():
 
 
 def test_mqbroker_prom_metrics_without_prometheus_client():
-    proc = run_without({"prometheus_client"}, "broker.main",
-                       ["mqbroker", "--set", "metricsExporterType=PROM", "--set", "listenPort=1",
-                        "--set", "namesrvListenPort=-1"])
+    proc = run_without(
+        {"prometheus_client"},
+        "broker.main",
+        ["mqbroker", "--set", "metricsExporterType=PROM", "--set", "listenPort=1", "--set", "namesrvListenPort=-1"],
+    )
     assert_one_line_advice(proc, "mqbroker", "prometheus_client", "metrics")
 
 

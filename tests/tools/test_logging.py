@@ -26,13 +26,34 @@ class BrokerProcess:
     def __init__(self, tmp_path: Path, env: dict[str, str] | None = None) -> None:
         self.port, self.namesrv_port = free_port(), 0
         self.namesrv_port = free_port(avoid=[self.port])
-        args = [sys.executable, "-m", "broker.main", "--set", f"listenPort={self.port}",
-                "--set", f"namesrvListenPort={self.namesrv_port}", "--set", f"storePathRootDir={tmp_path / 'store'}",
-                "--set", "brokerIP1=127.0.0.1", "--set", "listenHost=127.0.0.1", "--set", "namesrvListenHost=127.0.0.1",
-                "--set", "mappedFileSizeCommitLog=1048576", "--set", "maxIndexNum=1000", "--set", "maxHashSlotNum=100",
-                "--set", "grpcServerPort=-1"]
-        self.proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(env or {})})
+        args = [
+            sys.executable,
+            "-m",
+            "broker.main",
+            "--set",
+            f"listenPort={self.port}",
+            "--set",
+            f"namesrvListenPort={self.namesrv_port}",
+            "--set",
+            f"storePathRootDir={tmp_path / 'store'}",
+            "--set",
+            "brokerIP1=127.0.0.1",
+            "--set",
+            "listenHost=127.0.0.1",
+            "--set",
+            "namesrvListenHost=127.0.0.1",
+            "--set",
+            "mappedFileSizeCommitLog=1048576",
+            "--set",
+            "maxIndexNum=1000",
+            "--set",
+            "maxHashSlotNum=100",
+            "--set",
+            "grpcServerPort=-1",
+        ]
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._drain, daemon=True).start()
         boot = self.proc.stdout.readline()  # type: ignore[union-attr]
@@ -148,9 +169,11 @@ for bad in ({"fmt": "xml"}, {"level": "LOUD"}):
     except ValueError as exc:
         print("refused:", exc)
 """
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["refused: unknown log format 'xml'; expected json or console",
-                                        ("refused: unknown log level 'LOUD'; expected one of DEBUG, INFO, WARNING, "
-                                        "ERROR, CRITICAL")]
+    assert proc.stdout.splitlines() == [
+        "refused: unknown log format 'xml'; expected json or console",
+        ("refused: unknown log level 'LOUD'; expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ]

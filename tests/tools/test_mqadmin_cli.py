@@ -30,14 +30,17 @@ def run_json(capsys, broker, *args: str):
 
 
 def commit_offset(broker, group: str, topic: str, queue_id: int, offset: int) -> None:
-    resp = broker.request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
-                                                               "queueId": queue_id, "commitOffset": offset})
+    resp = broker.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+    )
     assert resp.code == 0, resp.remark
 
 
 def query_offset(broker, group: str, topic: str, queue_id: int) -> int:
-    resp = broker.request(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
-                                                              "queueId": queue_id})
+    resp = broker.request(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id}
+    )
     assert resp.code == 0, resp.remark
     return int(resp.ext_fields["offset"])
 
@@ -63,9 +66,12 @@ def live_consumer(rocketmq_broker, bg_loop, topic):
     received = []
 
     async def make():
-        consumer = PushConsumer(rocketmq_broker.namesrv_addr, topic,
-                                ConsumerConfig(group="CG_live", commit_interval_s=0.2, rebalance_interval_s=1.0),
-                                lambda msg, mq: received.append(msg))
+        consumer = PushConsumer(
+            rocketmq_broker.namesrv_addr,
+            topic,
+            ConsumerConfig(group="CG_live", commit_interval_s=0.2, rebalance_interval_s=1.0),
+            lambda msg, mq: received.append(msg),
+        )
         await consumer.start()
         return consumer
 
@@ -84,8 +90,13 @@ def test_cluster_list(capsys, rocketmq_broker, topic):
     assert code == 0
     header, row = out.splitlines()
     assert header.split()[:4] == ["#Cluster", "Name", "#Broker", "Name"]
-    assert row.split()[:5] == [rocketmq_broker.cluster_name, rocketmq_broker.broker_name, "0",
-                               rocketmq_broker.broker_addr, "V4_9_8"]
+    assert row.split()[:5] == [
+        rocketmq_broker.cluster_name,
+        rocketmq_broker.broker_name,
+        "0",
+        rocketmq_broker.broker_addr,
+        "V4_9_8",
+    ]
     [item] = run_json(capsys, rocketmq_broker, "clusterList")
     assert item["addr"] == rocketmq_broker.broker_addr and item["brokerId"] == 0 and item["hours"] >= 0
     [more] = run_json(capsys, rocketmq_broker, "clusterList", "-m")
@@ -99,13 +110,23 @@ def test_broker_status_and_config(capsys, rocketmq_broker):
     assert code == 0 and "brokerVersionDesc" in out
     config = run_json(capsys, rocketmq_broker, "getBrokerConfig", "-b", rocketmq_broker.broker_addr)
     assert config["brokerName"] == rocketmq_broker.broker_name
-    code, out, _ = run_cli(capsys, rocketmq_broker, "updateBrokerConfig", "-c", rocketmq_broker.cluster_name,
-                           "-k", "waitTimeMillsInPullQueue", "-v", "4321")
+    code, out, _ = run_cli(
+        capsys,
+        rocketmq_broker,
+        "updateBrokerConfig",
+        "-c",
+        rocketmq_broker.cluster_name,
+        "-k",
+        "waitTimeMillsInPullQueue",
+        "-v",
+        "4321",
+    )
     assert (code, out.strip()) == (0, f"update broker config success, {rocketmq_broker.broker_addr}")
     config = run_json(capsys, rocketmq_broker, "getBrokerConfig", "-c", rocketmq_broker.cluster_name)
     assert config["waitTimeMillsInPullQueue"] == "4321"
-    code, _, err = run_cli(capsys, rocketmq_broker, "updateBrokerConfig", "-b", rocketmq_broker.broker_addr,
-                           "-k", "noSuchKey", "-v", "1")
+    code, _, err = run_cli(
+        capsys, rocketmq_broker, "updateBrokerConfig", "-b", rocketmq_broker.broker_addr, "-k", "noSuchKey", "-v", "1"
+    )
     assert code == 1 and "unknown configuration key 'noSuchKey'" in err
 
 
@@ -114,8 +135,17 @@ def test_set_log_level(capsys, rocketmq_broker):
 
     before = logging.getLogger().level
     try:
-        code, out, _ = run_cli(capsys, rocketmq_broker, "setLogLevel", "-b", rocketmq_broker.broker_addr,
-                               "-l", "WARNING", "--request-log", "true")
+        code, out, _ = run_cli(
+            capsys,
+            rocketmq_broker,
+            "setLogLevel",
+            "-b",
+            rocketmq_broker.broker_addr,
+            "-l",
+            "WARNING",
+            "--request-log",
+            "true",
+        )
         assert code == 0 and "logLevel=WARNING, requestLogEnable=true" in out
         config = run_json(capsys, rocketmq_broker, "getBrokerConfig", "-b", rocketmq_broker.broker_addr)
         assert (config["logLevel"], config["requestLogEnable"]) == ("WARNING", "true")
@@ -144,20 +174,36 @@ def test_topic_list_route_status(capsys, rocketmq_broker, topic):
 
 
 def test_update_and_delete_topic(capsys, rocketmq_broker):
-    code, out, _ = run_cli(capsys, rocketmq_broker, "updateTopic", "-c", rocketmq_broker.cluster_name, "-t",
-                           "T_cli_order", "-r", "2", "-w", "3", "-o", "true")
+    code, out, _ = run_cli(
+        capsys,
+        rocketmq_broker,
+        "updateTopic",
+        "-c",
+        rocketmq_broker.cluster_name,
+        "-t",
+        "T_cli_order",
+        "-r",
+        "2",
+        "-w",
+        "3",
+        "-o",
+        "true",
+    )
     assert code == 0 and f"create topic to {rocketmq_broker.broker_addr} success." in out
     route = run_json(capsys, rocketmq_broker, "topicRoute", "-t", "T_cli_order")
     assert (route["queueDatas"][0]["readQueueNums"], route["queueDatas"][0]["writeQueueNums"]) == (2, 3)
     # The ordered layout went to the name server's KV store, as upstream's updateTopic -o true does.
-    kv = rocketmq_broker.request(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T_cli_order"},
-                                 namesrv=True)
+    kv = rocketmq_broker.request(
+        RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T_cli_order"}, namesrv=True
+    )
     assert kv.ext_fields["value"] == f"{rocketmq_broker.broker_name}:3"
-    code, out, _ = run_cli(capsys, rocketmq_broker, "updateTopic", "-b", rocketmq_broker.broker_addr, "-t",
-                           "T_cli_b", "-p", "4")
+    code, out, _ = run_cli(
+        capsys, rocketmq_broker, "updateTopic", "-b", rocketmq_broker.broker_addr, "-t", "T_cli_b", "-p", "4"
+    )
     assert code == 0 and '"perm": 4' in out
-    code, out, _ = run_cli(capsys, rocketmq_broker, "deleteTopic", "-t", "T_cli_order", "-c",
-                           rocketmq_broker.cluster_name)
+    code, out, _ = run_cli(
+        capsys, rocketmq_broker, "deleteTopic", "-t", "T_cli_order", "-c", rocketmq_broker.cluster_name
+    )
     assert code == 0 and "delete topic [T_cli_order] from NameServer success." in out
     assert "T_cli_order" not in run_json(capsys, rocketmq_broker, "topicList")
     code, _, err = run_cli(capsys, rocketmq_broker, "updateTopic", "-t", "T_x")
@@ -205,8 +251,9 @@ def test_reset_offset_by_time_offline_group_falls_back(capsys, rocketmq_broker, 
     assert query_offset(rocketmq_broker, "CG_reset", topic, 0) == 0
     result = run_json(capsys, rocketmq_broker, "resetOffsetByTime", "-g", "CG_reset", "-t", topic, "-s", "now")
     assert query_offset(rocketmq_broker, "CG_reset", topic, 0) == 4
-    code, out, _ = run_cli(capsys, rocketmq_broker, "resetOffsetByTime", "-g", "CG_reset", "-t", topic, "-s",
-                           "2000-01-01#00:00:00:000")
+    code, out, _ = run_cli(
+        capsys, rocketmq_broker, "resetOffsetByTime", "-g", "CG_reset", "-t", topic, "-s", "2000-01-01#00:00:00:000"
+    )
     assert code == 0 and out.startswith("rollback consumer offset by specified group[CG_reset]")
     code, _, err = run_cli(capsys, rocketmq_broker, "resetOffsetByTime", "-g", "CG_reset", "-t", topic, "-s", "noon")
     assert code == 2 and "bad timestamp" in err
@@ -221,13 +268,16 @@ def test_online_consumer_connection_progress_and_reset(capsys, rocketmq_broker, 
     cc = run_json(capsys, rocketmq_broker, "consumerConnection", "-g", "CG_live")
     assert [c["clientId"] for c in cc["connectionSet"]] == [live_consumer.client_id]
     assert topic in cc["subscriptionTable"] and cc["messageModel"] == "CLUSTERING"
-    code, out, _ = run_cli(capsys, rocketmq_broker, "consumerConnection", "-g", "CG_live", "-b",
-                           rocketmq_broker.broker_addr)
+    code, out, _ = run_cli(
+        capsys, rocketmq_broker, "consumerConnection", "-g", "CG_live", "-b", rocketmq_broker.broker_addr
+    )
     assert code == 0 and "Below is subscription:" in out and live_consumer.client_id in out
     while time.monotonic() < deadline:  # the consumer commits every 0.2 s
         progress = run_json(capsys, rocketmq_broker, "consumerProgress", "-g", "CG_live")
-        if progress["diffTotal"] == 0 and sum(q["consumerOffset"] for q in progress["queues"]
-                                              if q["topic"] == topic) == 6:
+        if (
+            progress["diffTotal"] == 0
+            and sum(q["consumerOffset"] for q in progress["queues"] if q["topic"] == topic) == 6
+        ):
             break
         time.sleep(0.1)
     else:
@@ -245,8 +295,9 @@ def test_producer_connection(capsys, rocketmq_broker, topic):
         client = RemotingClient()
         try:
             await producer_heartbeat(client, rocketmq_broker, "PG_cli", "10.0.0.9@77")
-            code, out, err = await asyncio.to_thread(run_cli, capsys, rocketmq_broker, "producerConnection",
-                                                     "-g", "PG_cli", "-t", topic)
+            code, out, err = await asyncio.to_thread(
+                run_cli, capsys, rocketmq_broker, "producerConnection", "-g", "PG_cli", "-t", topic
+            )
             return code, out, err
         finally:
             await client.close()
@@ -270,15 +321,18 @@ def test_query_msg_by_key_and_id(capsys, rocketmq_broker, topic):
     assert code == 0 and len(out.splitlines()) == 2
     [msg] = run_json(capsys, rocketmq_broker, "queryMsgById", "-i", results[0].offset_msg_id)
     assert msg["offsetMsgId"] == results[0].offset_msg_id and msg["properties"]["KEYS"] == "K1 K2"
-    code, out, _ = run_cli(capsys, rocketmq_broker, "queryMsgById", "-i",
-                           f"{results[0].offset_msg_id},{results[1].offset_msg_id}")
+    code, out, _ = run_cli(
+        capsys, rocketmq_broker, "queryMsgById", "-i", f"{results[0].offset_msg_id},{results[1].offset_msg_id}"
+    )
     assert code == 0 and out.count("OffsetID:") == 2 and "Store Host:" in out
     # A client id (UNIQ_KEY) needs the topic; without it the tool says so.
     [by_uniq] = run_json(capsys, rocketmq_broker, "queryMsgById", "-i", results[1].msg_id, "-t", topic)
     assert by_uniq["offsetMsgId"] == results[1].offset_msg_id
     code, _, err = run_cli(capsys, rocketmq_broker, "queryMsgById", "-i", results[1].msg_id)
     assert code == 1 and "-t" in err
-    code, _, err = run_cli(capsys, rocketmq_broker, "queryMsgById", "-i", "FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", "-t", topic)
+    code, _, err = run_cli(
+        capsys, rocketmq_broker, "queryMsgById", "-i", "FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", "-t", topic
+    )
     assert code == 1 and "no message" in err
 
 
@@ -286,25 +340,49 @@ def test_query_msg_by_key_and_id(capsys, rocketmq_broker, topic):
 
 
 def test_inject_and_clear_faults(capsys, rocketmq_broker):
-    code, out, _ = run_cli(capsys, rocketmq_broker, "injectFault", "-b", rocketmq_broker.broker_addr, "-k",
-                           "stall_queue", "--target", "query", "-d", "60000")
+    code, out, _ = run_cli(
+        capsys,
+        rocketmq_broker,
+        "injectFault",
+        "-b",
+        rocketmq_broker.broker_addr,
+        "-k",
+        "stall_queue",
+        "--target",
+        "query",
+        "-d",
+        "60000",
+    )
     assert code == 0 and "stall_queue on query for 60000 ms armed" in out
     assert any(k.startswith("stall_queue") for k in rocketmq_broker.controller.fault_injector.active)
     code, out, _ = run_cli(capsys, rocketmq_broker, "clearFaults", "-c", rocketmq_broker.cluster_name)
     assert code == 0 and "faults cleared" in out
     assert rocketmq_broker.controller.fault_injector.active == {}
-    code, _, err = run_cli(capsys, rocketmq_broker, "injectFault", "-b", rocketmq_broker.broker_addr, "-k",
-                           "stall_append")
+    code, _, err = run_cli(
+        capsys, rocketmq_broker, "injectFault", "-b", rocketmq_broker.broker_addr, "-k", "stall_append"
+    )
     assert code == 2 and "-d" in err
-    code, _, err = run_cli(capsys, rocketmq_broker, "injectFault", "-b", rocketmq_broker.broker_addr, "-k",
-                           "stall_queue", "--target", "nosuch", "-d", "10")
+    code, _, err = run_cli(
+        capsys,
+        rocketmq_broker,
+        "injectFault",
+        "-b",
+        rocketmq_broker.broker_addr,
+        "-k",
+        "stall_queue",
+        "--target",
+        "nosuch",
+        "-d",
+        "10",
+    )
     assert code == 1 and "unknown queue 'nosuch'" in err
 
 
 @pytest.mark.rocketmq_broker_config(faultInjectionEnable=False)
 def test_inject_fault_refused_when_disabled(capsys, rocketmq_broker):
-    code, _, err = run_cli(capsys, rocketmq_broker, "injectFault", "-b", rocketmq_broker.broker_addr, "-k",
-                           "stall_append", "-d", "100")
+    code, _, err = run_cli(
+        capsys, rocketmq_broker, "injectFault", "-b", rocketmq_broker.broker_addr, "-k", "stall_append", "-d", "100"
+    )
     assert code == 1 and "fault injection is disabled" in err and "code 16" in err
 
 
@@ -321,12 +399,24 @@ def test_unreachable_name_server_is_a_clear_error(capsys):
 
 def test_console_script_in_a_subprocess(rocketmq_broker):
     env = {**os.environ, "NAMESRV_ADDR": rocketmq_broker.namesrv_addr}
-    proc = subprocess.run([sys.executable, "-m", "broker.tools.mqadmin", "clusterList", "--json"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker.tools.mqadmin", "clusterList", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["addr"] == rocketmq_broker.broker_addr
-    proc = subprocess.run([sys.executable, "-m", "broker.tools.mqadmin", "noSuchCommand"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker.tools.mqadmin", "noSuchCommand"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
 
 

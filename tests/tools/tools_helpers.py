@@ -9,8 +9,9 @@ from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 
 
-async def send_messages(broker, topic: str, n: int, *, keys: str | None = None, group: str = "PG_tools",
-                        queue_id: int | None = None) -> list:
+async def send_messages(
+    broker, topic: str, n: int, *, keys: str | None = None, group: str = "PG_tools", queue_id: int | None = None
+) -> list:
     """``n`` messages through mqclient's producer (SEND_MESSAGE_V2); returns the SendResults."""
     from mqclient.message import Message
     from mqclient.producer import Producer, ProducerConfig
@@ -27,17 +28,29 @@ async def send_messages(broker, topic: str, n: int, *, keys: str | None = None, 
 
 async def producer_heartbeat(client: RemotingClient, broker, group: str, client_id: str = "127.0.0.1@tools") -> None:
     body = json.dumps({"clientID": client_id, "consumerDataSet": [], "producerDataSet": [{"groupName": group}]})
-    resp = await client.invoke(broker.broker_addr, RemotingCommand.request(RequestCode.HEART_BEAT, {},
-                                                                           body.encode()), 5.0)
+    resp = await client.invoke(
+        broker.broker_addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body.encode()), 5.0
+    )
     assert resp.code == 0, resp.remark
 
 
-async def pull(client: RemotingClient, broker, topic: str, group: str, queue_id: int, offset: int = 0,
-               max_nums: int = 32) -> RemotingCommand:
+async def pull(
+    client: RemotingClient, broker, topic: str, group: str, queue_id: int, offset: int = 0, max_nums: int = 32
+) -> RemotingCommand:
     """One PULL_MESSAGE without suspend, committing nothing."""
-    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-           "maxMsgNums": str(max_nums), "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
-           "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+    ext = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": "4",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
     return await client.invoke(broker.broker_addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), 5.0)
 
 

@@ -69,8 +69,13 @@ def produce(endpoint, args):
                 msg.add_property(k, v)
             try:
                 receipt = producer.send(msg)
-                emit(event="sent", message_id=receipt.message_id, body=msg.body.decode(), at=time.time(),
-                     due=msg.delivery_timestamp)
+                emit(
+                    event="sent",
+                    message_id=receipt.message_id,
+                    body=msg.body.decode(),
+                    at=time.time(),
+                    due=msg.delivery_timestamp,
+                )
             except Exception as e:  # noqa: BLE001 - report it to the test
                 emit(event="send_failed", error=str(e))
     finally:
@@ -88,8 +93,9 @@ class Checker(TransactionChecker):
 
 def transaction(endpoint, args):
     resolution = {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK}
-    producer = Producer(config(endpoint), (args["topic"],), Checker(resolution[args.get("check", "commit")]),
-                        tls_enable=tls())
+    producer = Producer(
+        config(endpoint), (args["topic"],), Checker(resolution[args.get("check", "commit")]), tls_enable=tls()
+    )
     producer.startup()
     try:
         tx = producer.begin_transaction()
@@ -115,8 +121,13 @@ def consume(endpoint, args):
         expression = FilterExpression(args["sql"], FilterType.SQL)
     else:
         expression = FilterExpression(args.get("tag", "*"))
-    consumer = SimpleConsumer(config(endpoint), args["group"], {args["topic"]: expression},
-                              await_duration=args.get("await_s", 2), tls_enable=tls())
+    consumer = SimpleConsumer(
+        config(endpoint),
+        args["group"],
+        {args["topic"]: expression},
+        await_duration=args.get("await_s", 2),
+        tls_enable=tls(),
+    )
     try:
         consumer.startup()
     except Exception as e:  # noqa: BLE001 - e.g. refused by ACL
@@ -135,9 +146,17 @@ def consume(endpoint, args):
                 time.sleep(0.2)
                 continue
             for m in messages:
-                emit(event="received", message_id=m.message_id, body=m.body.decode(), attempt=m.delivery_attempt,
-                     tag=m.tag, keys=sorted(m.keys or []), group=m.message_group,
-                     properties=dict(m.properties or {}), at=time.time())
+                emit(
+                    event="received",
+                    message_id=m.message_id,
+                    body=m.body.decode(),
+                    attempt=m.delivery_attempt,
+                    tag=m.tag,
+                    keys=sorted(m.keys or []),
+                    group=m.message_group,
+                    properties=dict(m.properties or {}),
+                    at=time.time(),
+                )
                 if skip_ack > 0:
                     skip_ack -= 1
                     if change_s is not None:
@@ -163,8 +182,14 @@ class Listener(MessageListener):
 
     def consume(self, message):
         ok = message.delivery_attempt > self.fail_first
-        emit(event="received", message_id=message.message_id, body=message.body.decode(),
-             attempt=message.delivery_attempt, at=time.time(), ok=ok)
+        emit(
+            event="received",
+            message_id=message.message_id,
+            body=message.body.decode(),
+            attempt=message.delivery_attempt,
+            at=time.time(),
+            ok=ok,
+        )
         if not ok:
             return ConsumeResult.FAILURE
         with self.lock:
@@ -176,8 +201,9 @@ class Listener(MessageListener):
 
 def push(endpoint, args):
     listener = Listener(args.get("fail_first", 0), args.get("count", 1))
-    consumer = PushConsumer(config(endpoint), args["group"], listener, {args["topic"]: FilterExpression("*")},
-                            tls_enable=tls())
+    consumer = PushConsumer(
+        config(endpoint), args["group"], listener, {args["topic"]: FilterExpression("*")}, tls_enable=tls()
+    )
     consumer.startup()
     try:
         listener.done.wait(args.get("timeout_s", 20))
@@ -188,6 +214,8 @@ def push(endpoint, args):
 
 if __name__ == "__main__":
     endpoint, action, raw = sys.argv[1], sys.argv[2], sys.argv[3]
-    {"produce": produce, "consume": consume, "transaction": transaction, "push": push}[action](endpoint, json.loads(raw))
+    {"produce": produce, "consume": consume, "transaction": transaction, "push": push}[action](
+        endpoint, json.loads(raw)
+    )
     emit(event="done")
     os._exit(0)  # the client leaves non-daemon threads behind

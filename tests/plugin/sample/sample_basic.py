@@ -81,13 +81,23 @@ def cpp_failure_evidence(broker) -> str:
     import re
 
     info = broker.runtime_info()
-    busy = {k: v for k, v in info.items() if (k.startswith("busy") or k.endswith(("Rejected", "Expired")))
-            and v not in ("0", "false")}
+    busy = {
+        k: v
+        for k, v in info.items()
+        if (k.startswith("busy") or k.endswith(("Rejected", "Expired"))) and v not in ("0", "false")
+    }
     lines = []
     for path in glob.glob(os.path.expanduser(f"~/logs/rocketmq-cpp/{os.getpid()}_rocketmq-cpp.log*")):
         with open(path, errors="replace") as f:
-            lines += [ln.rstrip() for ln in f if re.search(r"processSendResponse|send failed|PublishInfo null|"
-                                                             r"timeout|can not connect|error", ln)]
+            lines += [
+                ln.rstrip()
+                for ln in f
+                if re.search(
+                    r"processSendResponse|send failed|PublishInfo null|"
+                    r"timeout|can not connect|error",
+                    ln,
+                )
+            ]
     return f"broker busy counters: {busy or 'none'}\nC++ client log:\n" + "\n".join(lines[-30:])
 
 

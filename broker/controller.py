@@ -2,8 +2,9 @@
 processor and executor, as upstream's BrokerController.
 
 The table itself (every code the broker and its name server serve, and which queue it waits in) is
-broker/request_table.py; ``_register_processors`` registers it. The controller also owns the periodic chores (offset persistence, channel expiry, name
-server registration) and the order of start-up and graceful shutdown.
+broker/request_table.py; ``_register_processors`` registers it. The controller also owns the periodic
+chores (offset persistence, channel expiry, name server registration) and the order of start-up and
+graceful shutdown. What the broker reports about itself (GET_BROKER_RUNTIME_INFO) is broker/runtime_info.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from broker.acl.validator import PlainAccessValidator
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.producer_manager import ProducerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
-from broker.config import BOOT_ONLY_KEYS, BrokerConfig, ConfigError, build_config
+from broker.config import BrokerConfig, ConfigError
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.data_version import DataVersion
 from broker.fast_failure import BrokerFastFailure, SweptQueue
@@ -38,6 +39,7 @@ from broker.pop_checkpoint import PopCheckpointFile
 from broker.processor.pull import PullMessageProcessor, wake_in_loop
 from broker.processor.send import SendMessageProcessor
 from broker.request_table import ADMIN, FAULT_INJECT, NotSupportedProcessor, broker_routes, namesrv_routes
+from broker.runtime_info import BrokerRuntimeInfo
 from broker.schedule import ScheduleMessageService
 from broker.stats import BrokerStats
 from broker.subscription_group_manager import SubscriptionGroupManager
@@ -67,7 +69,6 @@ log = structlog.get_logger(__name__)
 NAMESRV_AUTO_CREATE_QUEUE_NUMS = 4
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
 ACL_WATCH_INTERVAL_S = 5.0  # upstream's AclFileWatchService period
-BROKER_VERSION = 409
 
 
 def wall_ms() -> int:
@@ -142,6 +143,19 @@ class BrokerController:
         self.executors = self._build_executors()
         self.fault_executor = RequestExecutor("fault_inject", 1, 1000, now_ms=now_ms)
         self.metrics = BrokerMetrics(self)  # request timing, stats windows, Prometheus endpoint
+        self.runtime_info = BrokerRuntimeInfo(
+            config=config,
+            store=self.store,
+            stats=self.stats,
+            windows=self.metrics.windows,
+            executors=self.executors,
+            pull_hold_service=self.pull_hold_service,
+            schedule_service=self.schedule_service,
+            timer_service=self.timer_service,
+            transaction_check_service=self.transaction_check_service,
+            now_ms=now_ms,
+        )
+        self.fault_injector = FaultInjector(executors=lambda: self.executors, store=self.store, now_ms=now_ms)
         # ACL 1.0: checked in the worker before every broker processor (never on the name server's port).
         self.acl: PlainPermissionManager | None = None
         if config.acl_enable:
@@ -149,7 +163,6 @@ class BrokerController:
             self.server.set_request_hook(PlainAccessValidator(self.acl))
         self._register_processors()
 
-        self.fault_injector = FaultInjector(executors=lambda: self.executors, store=self.store, now_ms=now_ms)
         self.fast_failure = BrokerFastFailure(
             send_executor=self.executors["send"],
             queues=[
@@ -181,43 +194,22 @@ class BrokerController:
         self.client = RemotingClient()
         self._tasks: list[asyncio.Task[None]] = []
         self._register_pending: asyncio.Event | None = None
-        self.boot_ms = 0
 
     # -- the dispatch table -------------------------------------------------------------------
     def _build_executors(self) -> dict[str, RequestExecutor]:
-        c, now = self.config, self.now_ms
-        return {
-            "send": RequestExecutor(
-                "send", c.send_message_thread_pool_nums, c.send_thread_pool_queue_capacity, now_ms=now
-            ),
-            "pull": RequestExecutor(
-                "pull", c.pull_message_thread_pool_nums, c.pull_thread_pool_queue_capacity, now_ms=now
-            ),
-            "query": RequestExecutor(
-                "query", c.query_message_thread_pool_nums, c.query_thread_pool_queue_capacity, now_ms=now
-            ),
-            "client_manage": RequestExecutor(
-                "client_manage",
-                c.client_manage_thread_pool_nums,
-                c.client_manager_thread_pool_queue_capacity,
-                now_ms=now,
-            ),
-            "heartbeat": RequestExecutor(
-                "heartbeat", c.heartbeat_thread_pool_nums, c.heartbeat_thread_pool_queue_capacity, now_ms=now
-            ),
-            "consumer_manage": RequestExecutor(
-                "consumer_manage",
-                c.consumer_manage_thread_pool_nums,
-                c.consumer_manager_thread_pool_queue_capacity,
-                now_ms=now,
-            ),
-            "end_transaction": RequestExecutor(
-                "end_transaction", c.end_transaction_thread_pool_nums, c.end_transaction_pool_queue_capacity, now_ms=now
-            ),
-            "admin": RequestExecutor(
-                "admin", c.admin_broker_thread_pool_nums, c.admin_broker_thread_pool_queue_capacity, now_ms=now
-            ),
+        """One bounded queue per request family, sized by the config (request_table.py names them)."""
+        c = self.config
+        sizes = {
+            "send": (c.send_message_thread_pool_nums, c.send_thread_pool_queue_capacity),
+            "pull": (c.pull_message_thread_pool_nums, c.pull_thread_pool_queue_capacity),
+            "query": (c.query_message_thread_pool_nums, c.query_thread_pool_queue_capacity),
+            "client_manage": (c.client_manage_thread_pool_nums, c.client_manager_thread_pool_queue_capacity),
+            "heartbeat": (c.heartbeat_thread_pool_nums, c.heartbeat_thread_pool_queue_capacity),
+            "consumer_manage": (c.consumer_manage_thread_pool_nums, c.consumer_manager_thread_pool_queue_capacity),
+            "end_transaction": (c.end_transaction_thread_pool_nums, c.end_transaction_pool_queue_capacity),
+            "admin": (c.admin_broker_thread_pool_nums, c.admin_broker_thread_pool_queue_capacity),
         }
+        return {name: RequestExecutor(name, n, cap, now_ms=self.now_ms) for name, (n, cap) in sizes.items()}
 
     def _register_processors(self) -> None:
         """broker/request_table.py's routes, each on its queue and timed by the metrics."""
@@ -248,57 +240,6 @@ class BrokerController:
         if self.expression_compiler is None:
             raise ValueError(f"expression type {expression_type} is not supported by this broker")
         return self.expression_compiler(expression_type, expression)
-
-    def runtime_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "brokerVersionDesc": "V4_9_8",
-            "brokerVersion": BROKER_VERSION,
-            "bootTimestamp": self.boot_ms,
-            "runtime": _runtime(self.now_ms() - self.boot_ms),
-            "msgPutTotalTodayNow": self.stats.total_put,
-            "msgGetTotalTodayNow": self.stats.total_get,
-            "startAcceptSendRequestTimeStamp": self.config.start_accept_send_request_time_stamp,
-            "pullRequestHoldCount": self.pull_hold_service.parked_count,
-            "scheduleMessageDelivered": self.schedule_service.delivered,
-        }
-        for name, executor in self.executors.items():
-            upstream = _UPSTREAM_QUEUE_NAMES.get(name, name + "ThreadPoolQueue")
-            info[upstream + "Size"] = executor.size
-            info[upstream + "Capacity"] = executor.capacity
-            info[upstream + "Peak"] = executor.peak
-            info[upstream + "Rejected"] = executor.rejected
-            info[upstream + "Expired"] = executor.expired
-            info[upstream + "HeadWaitTimeMills"] = executor.head_wait_ms()
-        # upstream spells the end-transaction pair unlike every other queue
-        info["EndTransactionQueueSize"] = self.executors["end_transaction"].size
-        info["EndTransactionThreadPoolQueueCapacity"] = self.executors["end_transaction"].capacity
-        self.stats.observe_overload(self.executors)  # [OVERLOAD] is counted by the executors themselves
-        for kind, count in self.stats.busy.items():
-            info[f"busy{kind}"] = count
-        info.update(self.schedule_service.runtime_info())
-        info.update(self.timer_service.runtime_info())
-        checks = self.transaction_check_service.total
-        info["transactionCheckedTotal"] = checks.checked
-        info["transactionDiscardedTotal"] = checks.discarded
-        for key, value in self.store.runtime_info().items():
-            info.setdefault(key, value)
-        return info
-
-    def update_config(self, items: list[tuple[str, str]]) -> None:
-        """updateBrokerConfig: validate the whole result, then apply the keys that can change live."""
-        current = list(self.config.wire_items().items())
-        new_config, _ = build_config(current + items)
-        changed = {k for k, _ in items}
-        blocked = sorted(changed & BOOT_ONLY_KEYS)
-        if blocked:
-            raise ConfigError(
-                f"these keys cannot change while the broker runs: {', '.join(blocked)} "
-                "(set them in broker.conf or with --set, then restart)"
-            )
-        for name in vars(new_config):
-            setattr(self.config, name, getattr(new_config, name))
-        self.config_data_version.next_version(self.now_ms)
-        log.info("broker config updated", keys=sorted(changed))
 
     # -- events ------------------------------------------------------------------------------------
     def _on_message_arriving(
@@ -451,7 +392,7 @@ class BrokerController:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        self.boot_ms = self.now_ms()
+        self.runtime_info.mark_boot()
         if self.acl is not None:
             try:
                 self.acl.load()
@@ -562,18 +503,6 @@ class BrokerController:
         await self.store.shutdown()
 
 
-_UPSTREAM_QUEUE_NAMES = {
-    "send": "sendThreadPoolQueue",
-    "pull": "pullThreadPoolQueue",
-    "query": "queryThreadPoolQueue",
-    "heartbeat": "heartbeatThreadPoolQueue",
-    "end_transaction": "endTransactionThreadPoolQueue",
-    "client_manage": "clientManagerThreadPoolQueue",
-    "consumer_manage": "consumerManagerThreadPoolQueue",
-    "admin": "adminBrokerThreadPoolQueue",
-}
-
-
 async def cancel_until_done(tasks: list[asyncio.Task[None]], retry_s: float = 1.0) -> None:
     """Cancel ``tasks`` and wait for them, cancelling again whatever is still running after ``retry_s``.
 
@@ -588,14 +517,6 @@ async def cancel_until_done(tasks: list[asyncio.Task[None]], retry_s: float = 1.
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=retry_s)
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _runtime(ms: int) -> str:
-    seconds = max(ms, 0) // 1000
-    return (
-        f"[ {seconds // 86400} days, {seconds % 86400 // 3600} hours, {seconds % 3600 // 60} minutes, "
-        f"{seconds % 60} seconds ]"
-    )
 
 
 def _crc32(data: bytes) -> int:

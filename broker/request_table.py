@@ -30,6 +30,7 @@ from broker.processor.consumer_admin import ConsumerAdminProcessor
 from broker.processor.consumer_manage import ConsumerManageProcessor
 from broker.processor.end_transaction import EndTransactionProcessor
 from broker.processor.query import QueryMessageProcessor
+from broker.processor.runtime_admin import RuntimeAdminProcessor
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.server import not_supported
@@ -101,10 +102,43 @@ def broker_routes(c: BrokerController) -> list[Route]:
     """The broker port's table, in upstream's ``registerProcessor`` order."""
     send, pull = c.send_processor, c.pull_processor
     query = QueryMessageProcessor(c.store, c.config)
-    client_manage = ClientManageProcessor(c)
+    client_manage = ClientManageProcessor(
+        config=c.config,
+        consumer_manager=c.consumer_manager,
+        producer_manager=c.producer_manager,
+        subscription_group_manager=c.subscription_group_manager,
+        topic_config_manager=c.topic_config_manager,
+        compile_expression=c.compile_expression,
+        now_ms=c.now_ms,
+    )
     consumer_manage = ConsumerManageProcessor(c.store, c.consumer_manager, c.consumer_offset_manager)
     end_transaction = EndTransactionProcessor(c.store, c.config, c.transaction_service)
-    admin, consumer_admin, acl = AdminBrokerProcessor(c), ConsumerAdminProcessor(c), AclAdminProcessor(c.acl, c.config)
+    admin = AdminBrokerProcessor(
+        config=c.config,
+        store=c.store,
+        topic_config_manager=c.topic_config_manager,
+        consumer_offset_manager=c.consumer_offset_manager,
+        subscription_group_manager=c.subscription_group_manager,
+        producer_manager=c.producer_manager,
+        rebalance_lock_manager=c.rebalance_lock_manager,
+    )
+    runtime = RuntimeAdminProcessor(
+        config=c.config,
+        config_version=c.config_data_version,
+        runtime_table=c.runtime_info.table,
+        windows=c.metrics.windows,
+        fault_injector=c.fault_injector,
+        now_ms=c.now_ms,
+    )
+    consumer_admin = ConsumerAdminProcessor(
+        config=c.config,
+        store=c.store,
+        topic_config_manager=c.topic_config_manager,
+        consumer_manager=c.consumer_manager,
+        consumer_offset_manager=c.consumer_offset_manager,
+        stats=c.stats,
+    )
+    acl = AclAdminProcessor(c.acl, c.config)
     R = RequestCode
     routes = [
         Route(R.SEND_MESSAGE, send, SEND),
@@ -124,11 +158,10 @@ def broker_routes(c: BrokerController) -> list[Route]:
     ]
     routes += _routes(
         {
-            # topics, offsets, locks, config, stats (AdminBrokerProcessor)
+            # topics, offsets, locks, groups, producers (AdminBrokerProcessor)
             R.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             R.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
             R.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-            R.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             R.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             R.GET_MAX_OFFSET: admin.get_max_offset,
             R.GET_MIN_OFFSET: admin.get_min_offset,
@@ -136,13 +169,15 @@ def broker_routes(c: BrokerController) -> list[Route]:
             R.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
             R.LOCK_BATCH_MQ: admin.lock_batch_mq,
             R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
-            R.GET_BROKER_CONFIG: admin.get_broker_config,
-            R.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
             R.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
             R.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
             R.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
-            R.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
+            # the broker process itself: runtime info, config, stats (RuntimeAdminProcessor)
+            R.GET_BROKER_RUNTIME_INFO: runtime.get_broker_runtime_info,
+            R.GET_BROKER_CONFIG: runtime.get_broker_config,
+            R.UPDATE_BROKER_CONFIG: runtime.update_broker_config,
+            R.VIEW_BROKER_STATS_DATA: runtime.view_broker_stats_data,
             # consumer groups (ConsumerAdminProcessor)
             R.GET_CONSUME_STATS: consumer_admin.get_consume_stats,
             R.GET_CONSUMER_CONNECTION_LIST: consumer_admin.get_consumer_connection_list,
@@ -161,7 +196,7 @@ def broker_routes(c: BrokerController) -> list[Route]:
     )
     # Fault injection has a queue of its own, outside the ones the injector can stall, so that a stalled
     # admin queue can still be cleared.
-    routes += _routes({R.FAULT_INJECT: admin.fault_inject}, FAULT_INJECT)
+    routes += _routes({R.FAULT_INJECT: runtime.fault_inject}, FAULT_INJECT)
     return routes
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import structlog
 
 from broker.config_file import dumps, read_config, write_atomically
+from broker.inner_message import inner_from
 from broker.message_const import MessageConst
 from broker.topic import SCHEDULE_TOPIC
 from store.message import (
@@ -49,8 +50,6 @@ from store.message import (
     MessageExt,
     MessageExtBrokerInner,
     decode_record,
-    encode_properties,
-    tags_hash,
 )
 from store.results import GetMessageStatus, PutMessageStatus
 
@@ -552,22 +551,7 @@ class ScheduleMessageService:
             queue_id = int(props.get(MessageConst.REAL_QID, "0"))
         except ValueError:
             queue_id = 0
-        tags = props.get(MessageConst.TAGS)
-        return MessageExtBrokerInner(
-            topic=topic,
-            queue_id=queue_id,
-            flag=msg.flag,
-            body=msg.body,
-            properties=props,
-            properties_string=encode_properties(props),
-            tags_code=tags_hash(tags) if tags else 0,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-        )
+        return inner_from(msg, topic, queue_id, props, prepared_transaction_offset=msg.prepared_transaction_offset)
 
     def runtime_info(self) -> dict[str, str]:
         """Upstream's ``scheduleMessageOffset_<level>`` entries ("delivered,max") plus our lateness."""

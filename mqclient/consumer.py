@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,7 +25,7 @@ import orjson
 import structlog
 
 from mqclient.errors import MQBrokerError, MQClientError
-from mqclient.message import MessageDecodeError, MessageExt, decode_messages
+from mqclient.message import MessageDecodeError, MessageExt, decode_messages, new_client_id
 from mqclient.route import MessageQueue, RouteCache, TopicRoute, split_namesrv
 from remoting.channel import Channel
 from remoting.client import RemotingClient
@@ -124,15 +121,6 @@ class ProcessQueue:
         return len(self.msgs)
 
 
-def default_client_id() -> str:
-    try:
-        ip = socket.gethostbyname(socket.gethostname())
-    except OSError:
-        ip = "127.0.0.1"
-    # Unique per consumer object: several consumers of one group may live in one process here.
-    return f"{ip}@{os.getpid()}#{uuid.uuid4().hex[:12]}"
-
-
 class PushConsumer:
     def __init__(
         self,
@@ -154,7 +142,7 @@ class PushConsumer:
         self.routes = RouteCache(self.client, split_namesrv(namesrv), timeout_s=config.rpc_timeout_s)
         self.now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
         self.clock = clock
-        self.client_id = config.client_id or default_client_id()
+        self.client_id = config.client_id or new_client_id()
         self.sub_version = self.now_ms()
         self.pqs: dict[MessageQueue, ProcessQueue] = {}
         self.offsets: dict[MessageQueue, int] = {}  # next offset to consume = what to commit

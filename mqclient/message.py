@@ -216,11 +216,22 @@ def encode_batch(messages: Iterable[Message], uniq_keys: Iterable[str]) -> bytes
     return b"".join(parts)
 
 
-def _local_ip() -> bytes:
+def local_ip() -> str:
+    """This host's IPv4 address as a client names itself (client ids, UNIQ_KEY), 127.0.0.1 if unresolvable."""
     try:
-        return socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+        return socket.gethostbyname(socket.gethostname())
     except OSError:
-        return socket.inet_aton("127.0.0.1")
+        return "127.0.0.1"
+
+
+def new_client_id(tag: str = "") -> str:
+    """``ip@pid#<tag><12 hex>``: unique per client object, as several clients of one group may live in one
+    process here (J's ``ip@pid`` is per process)."""
+    return f"{local_ip()}@{os.getpid()}#{tag}{os.urandom(6).hex()}"
+
+
+def _local_ip() -> bytes:
+    return socket.inet_aton(local_ip())
 
 
 class UniqKeyGenerator:

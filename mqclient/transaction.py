@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
-import os
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -33,7 +31,7 @@ import orjson
 import structlog
 
 from mqclient.errors import MQClientError
-from mqclient.message import Message, MessageDecodeError, MessageExt, decode_messages
+from mqclient.message import Message, MessageDecodeError, MessageExt, decode_messages, new_client_id
 from mqclient.producer import Producer, ProducerConfig, SendResult
 from mqclient.route import MessageQueue
 from remoting.channel import Channel
@@ -117,14 +115,6 @@ class _PreparedSendProducer(Producer):
         return request
 
 
-def _default_client_id() -> str:
-    try:
-        ip = socket.gethostbyname(socket.gethostname())
-    except OSError:
-        ip = "127.0.0.1"
-    return f"{ip}@{os.getpid()}#tx{os.urandom(4).hex()}"
-
-
 class TransactionProducer:
     def __init__(
         self,
@@ -143,7 +133,7 @@ class TransactionProducer:
         self.client = client or RemotingClient(credentials=credentials)
         self._own_client = client is None
         self.producer = _PreparedSendProducer(namesrv, self.config, client=self.client, now_ms=now_ms)
-        self.client_id = client_id or _default_client_id()
+        self.client_id = client_id or new_client_id("tx")
         self.heartbeat_interval_s = heartbeat_interval_s
         self.brokers: set[str] = set()
         self.checks: list[CheckRecord] = []

@@ -10,13 +10,14 @@ PULL_OFFSET_MOVED). Above the warning level the store stops accepting puts (disk
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
+
+from store.periodic import Periodic
 
 if TYPE_CHECKING:
     from store.message_store import MessageStore
@@ -49,28 +50,13 @@ class CleanService:
         self.manual_delete_times = 0
         self.clean_immediately = False
         self._last_physical_min_offset = 0
-        self._task: asyncio.Task | None = None
+        self._chore = Periodic("clean-service", self.run_once, lambda: store.config.clean_resource_interval / 1000)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="clean-service")
+        self._chore.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.store.config.clean_resource_interval / 1000)
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("clean service failed")
+        await self._chore.stop()
 
     def execute_delete_files_manually(self) -> None:
         self.manual_delete_times = MAX_MANUAL_DELETE_FILE_TIMES

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Callable
+
+from store.periodic import Periodic
 
 
 class StoreStats:
@@ -20,7 +21,7 @@ class StoreStats:
         self.put_count = 0
         # (ms, puts, found, miss, transferred) samples, one a second, ten minutes
         self._samples: deque[tuple[int, int, int, int, int]] = deque(maxlen=601)
-        self._task: asyncio.Task | None = None
+        self._sampler = Periodic("store-stats", self.sample, lambda: 1.0)
 
     def put_done(self, elapsed_ms: int) -> None:
         self.put_count += 1
@@ -33,23 +34,12 @@ class StoreStats:
         self._samples.append((self.now_ms(), self.put_count, self.get_found, self.get_miss, self.get_transferred))
 
     def start(self) -> None:
-        if self._task is None:
-            self.sample()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="store-stats")
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(1)
-            self.sample()
+        if not self._sampler.running:
+            self.sample()  # the first sample: rates are measured from the start
+        self._sampler.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await self._sampler.stop()
 
     def _tps(self, field: int, window_s: int) -> float:
         if len(self._samples) < 2:

@@ -7,6 +7,8 @@ when a group's membership changes, as upstream's ClientManageProcessor does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
@@ -20,14 +22,27 @@ from remoting.command import RemotingCommand
 from remoting.headers import UnregisterClientRequestHeader, decode_header
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.client.consumer_manager import ConsumerManager
+    from broker.client.producer_manager import ProducerManager
+    from broker.config import BrokerConfig
+    from broker.subscription_group_manager import SubscriptionGroupManager
+    from broker.topic_config_manager import TopicConfigManager
+
+#: ``(expressionType, expression) -> predicate``; ValueError for an expression the broker cannot compile.
+CompileExpression = Callable[[str, str], Callable[[dict[str, str]], bool]]
 
 log = structlog.get_logger(__name__)
 
 
+@dataclass(kw_only=True, eq=False)
 class ClientManageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
+    config: BrokerConfig  # live: updateBrokerConfig changes it in place
+    consumer_manager: ConsumerManager
+    producer_manager: ProducerManager
+    subscription_group_manager: SubscriptionGroupManager
+    topic_config_manager: TopicConfigManager
+    compile_expression: CompileExpression
+    now_ms: Callable[[], int]
 
     def reject_request(self) -> bool:
         return False
@@ -49,36 +64,36 @@ class ClientManageProcessor:
         except (orjson.JSONDecodeError, HeartbeatError) as exc:
             log.warning("bad heartbeat refused", remote=channel.remote_addr, error=str(exc)[:300])
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
-        now = self.c.now_ms()
+        now = self.now_ms()
         channel.attrs["client_id"] = data.client_id
         channel.attrs["language"] = request.language
         channel.attrs["version"] = request.version
         for consumer in data.consumers:
-            sgc = self.c.subscription_group_manager.find_subscription_group_config(consumer.group_name)
+            sgc = self.subscription_group_manager.find_subscription_group_config(consumer.group_name)
             notify = True
             if sgc is not None:
                 notify = sgc.notify_consumer_ids_changed_enable
                 if sgc.retry_queue_nums > 0:
-                    self.c.topic_config_manager.create_topic_in_send_message_back_method(
+                    self.topic_config_manager.create_topic_in_send_message_back_method(
                         retry_topic(consumer.group_name), sgc.retry_queue_nums, PERM_WRITE | PERM_READ
                     )
             info = ClientChannelInfo(channel, data.client_id, request.language, request.version, now)
-            self.c.consumer_manager.register_consumer(
-                consumer, info, notify=notify and self.c.config.notify_consumer_ids_changed_enable
+            self.consumer_manager.register_consumer(
+                consumer, info, notify=notify and self.config.notify_consumer_ids_changed_enable
             )
         for group in data.producer_groups:
             info = ClientChannelInfo(channel, data.client_id, request.language, request.version, now)
-            self.c.producer_manager.register_producer(group, info)
+            self.producer_manager.register_producer(group, info)
         return request.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(UnregisterClientRequestHeader, request.ext_fields)
         if hdr.producer_group:
-            self.c.producer_manager.unregister_producer(hdr.producer_group, channel)
+            self.producer_manager.unregister_producer(hdr.producer_group, channel)
         if hdr.consumer_group:
-            sgc = self.c.subscription_group_manager.table.get(hdr.consumer_group)
+            sgc = self.subscription_group_manager.table.get(hdr.consumer_group)
             notify = sgc.notify_consumer_ids_changed_enable if sgc else True
-            self.c.consumer_manager.unregister_consumer(hdr.consumer_group, channel, notify=notify)
+            self.consumer_manager.unregister_consumer(hdr.consumer_group, channel, notify=notify)
         return request.response(ResponseCode.SUCCESS)
 
     def check_client_config(self, channel, request: RemotingCommand) -> RemotingCommand:
@@ -92,12 +107,12 @@ class ClientManageProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad check client config body: {exc}")
         expr_type = (sub.get("expressionType") or "TAG").upper()
         if expr_type != "TAG":
-            if not self.c.config.enable_property_filter:
+            if not self.config.enable_property_filter:
                 return request.response(
                     ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expr_type}"
                 )
             try:
-                self.c.compile_expression(expr_type, sub.get("subString") or "")
+                self.compile_expression(expr_type, sub.get("subString") or "")
             except ValueError as exc:
                 return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse expression failed: {exc}")
         return request.response(ResponseCode.SUCCESS)

@@ -17,6 +17,7 @@ itself, so consume stats show them at once and a consumer that reconnects starts
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -37,16 +38,26 @@ from remoting.headers import (
 )
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.client.consumer_manager import ConsumerManager
+    from broker.config import BrokerConfig
+    from broker.consumer_offset_manager import ConsumerOffsetManager
+    from broker.stats import BrokerStats
+    from broker.topic_config_manager import TopicConfigManager
+    from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
 CALL_CLIENT_TIMEOUT_S = 10.0  # upstream Broker2Client.callClient
 
 
+@dataclass(kw_only=True, eq=False)
 class ConsumerAdminProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
+    config: BrokerConfig  # live: updateBrokerConfig changes it in place
+    store: MessageStore
+    topic_config_manager: TopicConfigManager
+    consumer_manager: ConsumerManager
+    consumer_offset_manager: ConsumerOffsetManager
+    stats: BrokerStats
 
     def get_consume_stats(self, channel, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats: per queue the broker's max offset, the group's offset and the store time of the
@@ -54,17 +65,17 @@ class ConsumerAdminProcessor:
         longer subscribe (upstream's rule), plus its retry topic."""
         hdr = decode_header(GetConsumeStatsRequestHeader, request.ext_fields)
         group = hdr.consumer_group
-        offsets = self.c.consumer_offset_manager
+        offsets = self.consumer_offset_manager
         if hdr.topic:
             topics = [hdr.topic]
         else:
             topics = sorted(offsets.which_topic_by_consumer(group))
-        online = self.c.consumer_manager.get(group)
+        online = self.consumer_manager.get(group)
         entries: dict[str, Any] = {}
-        store = self.c.store
-        broker_name = self.c.config.broker_name
+        store = self.store
+        broker_name = self.config.broker_name
         for topic in topics:
-            tc = self.c.topic_config_manager.select_topic_config(topic)
+            tc = self.topic_config_manager.select_topic_config(topic)
             if tc is None:
                 continue
             if (
@@ -85,13 +96,13 @@ class ConsumerAdminProcessor:
                     "consumerOffset": consumer_offset,
                     "lastTimestamp": last,
                 }
-        tps = float(self.c.stats.consume_tps(group))
+        tps = float(self.stats.consume_tps(group))
         body = '{"consumeTps":' + orjson.dumps(tps).decode() + ',"offsetTable":' + fastjson_mq_map(entries) + "}"
         return request.response(ResponseCode.SUCCESS, body=body.encode())
 
     def get_consumer_connection_list(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(GetConsumerConnectionListRequestHeader, request.ext_fields)
-        info = self.c.consumer_manager.get(hdr.consumer_group)
+        info = self.consumer_manager.get(hdr.consumer_group)
         if info is None or not info.channels:
             return request.response(
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{hdr.consumer_group}] not online"
@@ -109,9 +120,7 @@ class ConsumerAdminProcessor:
         topic = request.ext_fields.get("topic")
         if not topic:
             return request.response(ResponseCode.SYSTEM_ERROR, "the header field 'topic' is missing")
-        groups = self.c.consumer_manager.groups_by_topic(topic) | self.c.consumer_offset_manager.which_group_by_topic(
-            topic
-        )
+        groups = self.consumer_manager.groups_by_topic(topic) | self.consumer_offset_manager.which_group_by_topic(topic)
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"groupList": sorted(groups)}))
 
     # -- reset offsets -------------------------------------------------------------------------
@@ -119,14 +128,14 @@ class ConsumerAdminProcessor:
         """INVOKE_BROKER_TO_RESET_OFFSET: offsets by time (-1 = the end) for every queue of the topic; a
         queue only moves back unless ``isForce``. Every live consumer of the group is told (220)."""
         hdr = decode_header(ResetOffsetRequestHeader, request.ext_fields)
-        tc = self.c.topic_config_manager.select_topic_config(hdr.topic)
+        tc = self.topic_config_manager.select_topic_config(hdr.topic)
         if tc is None:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"[reset-offset] reset offset failed, no topic in this broker. topic={hdr.topic}",
             )
-        offsets = self.c.consumer_offset_manager
-        store = self.c.store
+        offsets = self.consumer_offset_manager
+        store = self.store
         table: dict[int, int] = {}
         committed = {qid: offsets.query_offset(hdr.group, hdr.topic, qid) for qid in range(tc.write_queue_nums)}
         if all(offset == -1 for offset in committed.values()):
@@ -140,14 +149,14 @@ class ConsumerAdminProcessor:
             # A queue the group never committed (clients skip offset 0) takes the target; upstream
             # refuses the whole reset in that case, which makes resets of young groups fail.
             table[qid] = target if hdr.is_force or current == -1 or target < current else current
-        info = self.c.consumer_manager.get(hdr.group)
+        info = self.consumer_manager.get(hdr.group)
         if info is None or not info.channels:
             return request.response(
                 ResponseCode.CONSUMER_NOT_ONLINE,
                 f"Consumer not online, so can not reset offset, Group: {hdr.group} "
                 f"Topic: {hdr.topic} Timestamp: {hdr.timestamp}",
             )
-        broker_name = self.c.config.broker_name
+        broker_name = self.config.broker_name
         header = encode_header(
             ResetOffsetRequestHeader(topic=hdr.topic, group=hdr.group, timestamp=hdr.timestamp, is_force=hdr.is_force)
         )
@@ -196,7 +205,7 @@ class ConsumerAdminProcessor:
     async def call_consumer(self, channel, request: RemotingCommand) -> RemotingCommand:
         """Forward to the named client of the group and return its answer (upstream callConsumer)."""
         hdr = decode_header(GetConsumerRunningInfoRequestHeader, request.ext_fields)
-        info = self.c.consumer_manager.get(hdr.consumer_group)
+        info = self.consumer_manager.get(hdr.consumer_group)
         ci = info.find_channel(hdr.client_id) if info is not None else None
         if ci is None or not ci.channel.is_active:
             return request.response(
@@ -206,7 +215,7 @@ class ConsumerAdminProcessor:
         if request.code == RequestCode.CONSUME_MESSAGE_DIRECTLY and request.ext_fields.get("msgId"):
             # upstream sends the client the message itself, looked up by its offset message id
             try:
-                record = self.c.store.select_one_message_by_offset(int(request.ext_fields["msgId"][-16:], 16))
+                record = self.store.select_one_message_by_offset(int(request.ext_fields["msgId"][-16:], 16))
             except ValueError:
                 record = None
             if record is None:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from broker.inner_message import inner_from
 from broker.message_const import MessageConst
 from broker.topic import PERM_READ, PERM_WRITE, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from broker.transaction.service import REMOVE_TAG, TransactionalMessageService
@@ -36,10 +37,8 @@ from remoting.command import RemotingCommand
 from remoting.headers import CheckTransactionStateRequestHeader, encode_header
 from store.message import (
     MessageExt,
-    MessageExtBrokerInner,
     RecordError,
     decode_record,
-    encode_properties,
     encode_record,
     patch_record,
 )
@@ -353,30 +352,11 @@ class TransactionalMessageCheckService:
         props = half.properties
         topic = props.get(MessageConst.REAL_TOPIC, half.topic)
         queue_id = _int(props.get(MessageConst.REAL_QID), 0)
-        record = encode_record(_as_inner(half, topic, queue_id))
+        record = encode_record(inner_from(half, topic, queue_id, dict(props)))
         patch_record(record, 0, queue_offset, commit_log_offset, store_timestamp)
         return RemotingCommand.request(
             RequestCode.CHECK_TRANSACTION_STATE, encode_header(header), bytes(record), oneway=True
         )
-
-
-def _as_inner(half: MessageExt, topic: str, queue_id: int) -> MessageExtBrokerInner:
-    props = dict(half.properties)
-    return MessageExtBrokerInner(
-        topic=topic,
-        queue_id=queue_id,
-        flag=half.flag,
-        body=half.body,
-        properties=props,
-        properties_string=encode_properties(props),
-        tags_code=0,
-        sys_flag=half.sys_flag,
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        store_host=half.store_host,
-        reconsume_times=half.reconsume_times,
-        prepared_transaction_offset=0,
-    )
 
 
 def _settled_prefix(done: list[int], start: int) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import structlog
 
+from broker.inner_message import inner_from
 from broker.message_const import MessageConst
 from broker.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from store.message import TRANSACTION_ROLLBACK_TYPE, MessageExt, MessageExtBrokerInner, encode_properties, tags_hash
@@ -25,34 +26,6 @@ REMOVE_TAG = "d"
 
 def reset_transaction_value(sys_flag: int, tx_type: int) -> int:
     return (sys_flag & ~TRANSACTION_ROLLBACK_TYPE) | tx_type
-
-
-def _inner_from(
-    msg: MessageExt,
-    topic: str,
-    queue_id: int,
-    props: dict[str, str],
-    *,
-    sys_flag: int | None = None,
-    store_host: tuple[str, int] | None = None,
-    prepared_transaction_offset: int = 0,
-) -> MessageExtBrokerInner:
-    tags = props.get(MessageConst.TAGS)
-    return MessageExtBrokerInner(
-        topic=topic,
-        queue_id=queue_id,
-        flag=msg.flag,
-        body=msg.body,
-        properties=props,
-        properties_string=encode_properties(props),
-        tags_code=tags_hash(tags) if tags else 0,
-        sys_flag=msg.sys_flag if sys_flag is None else sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        store_host=store_host or msg.store_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=prepared_transaction_offset,
-    )
 
 
 class TransactionalMessageService:
@@ -80,7 +53,7 @@ class TransactionalMessageService:
         except ValueError:
             queue_id = 0
         props.pop(MessageConst.TRAN_MSG, None)
-        return _inner_from(
+        return inner_from(
             half,
             topic,
             queue_id,
@@ -93,11 +66,11 @@ class TransactionalMessageService:
     def renew_half_message(self, half: MessageExt) -> MessageExtBrokerInner:
         """A copy of a half message to put back at the end of the half queue (upstream
         renewHalfMessageInner): same born time, properties (with any updated check count) and body."""
-        return _inner_from(half, TRANS_HALF_TOPIC, half.queue_id, dict(half.properties), store_host=self.store_host)
+        return inner_from(half, TRANS_HALF_TOPIC, half.queue_id, dict(half.properties), store_host=self.store_host)
 
     def discarded_message(self, half: MessageExt) -> MessageExtBrokerInner:
         """A half message checked too often, as it is parked in TRANS_CHECK_MAX_TIME_TOPIC."""
-        return _inner_from(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties), store_host=self.store_host)
+        return inner_from(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties), store_host=self.store_host)
 
     async def delete_prepare_message(self, half: MessageExt) -> bool:
         """Write the op record that marks ``half`` as decided."""

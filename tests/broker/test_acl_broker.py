@@ -118,8 +118,11 @@ async def test_admin_codes_need_an_admin_account(acl_broker, request_):
 
 
 async def test_acl_enable_cannot_be_switched_at_run_time(acl_broker):
-    with pytest.raises(ConfigError, match="aclEnable"):
-        acl_broker.update_config([("aclEnable", "false")])
+    request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, b"aclEnable=false\n")
+    resp = await call(acl_broker, request, ADMIN)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "cannot change while the broker runs: aclEnable" in resp.remark
+    assert acl_broker.config.acl_enable
 
 
 async def test_admin_codes_50_to_54(acl_broker):

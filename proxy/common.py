@@ -31,6 +31,7 @@ DEFAULT_INVISIBLE_MS = 30_000
 MIN_INVISIBLE_MS = 1_000  # upstream's minInvisibleTimeMillsForRecv... 10 s; the clients' own checks allow less
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_BATCH = 32
+MAX_ASSIGNMENTS = 8  # queues a QueryAssignment hands out (proxy/route.py): receives a push consumer keeps in flight
 PRODUCER_BACKOFF = (0.01, 1.0, 2.0)  # initial s, max s, multiplier (upstream proxy's producer backoff)
 # The 5.x push consumer's redelivery backoff, upstream's customized one (the 4.x delay levels from 1s).
 CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)

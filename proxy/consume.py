@@ -84,10 +84,7 @@ class ConsumeCalls(ServiceBase):
             else self.config.grpc_proxy_long_polling_timeout_mills
         )
         poll_ms = max(0, min(poll_ms, self.config.grpc_proxy_long_polling_timeout_mills))
-        # The request names a queue of the route (clients pick one per receive), but this broker pops from
-        # all of the topic's queues, as upstream's proxy pops from the whole broker the queue belongs to.
-        queue_ids = list(range(tc.read_queue_nums))
-        random.shuffle(queue_ids)
+        queue_ids = receive_order(request.message_queue.id, tc.read_queue_nums)
         if state.group != group:
             state.group = group
         pop = PopRequest(
@@ -230,3 +227,16 @@ class ConsumeCalls(ServiceBase):
                 remark=response.remark,
             )
         return response.code == ResponseCode.SUCCESS
+
+
+def receive_order(queue_id: int, read_queue_nums: int) -> list[int]:
+    """The queues one receive pops from, in order. The request names a queue (of the route or of the
+    assignment); this broker pops from all of the topic's queues, as upstream's proxy pops from the whole
+    broker the queue belongs to, but the named queue first, so that the receives a push consumer keeps in
+    flight (one per assigned queue) do not all start on the same queues. Id -1 (or unknown): shuffled."""
+    others = list(range(read_queue_nums))
+    random.shuffle(others)
+    if 0 <= queue_id < read_queue_nums:
+        others.remove(queue_id)
+        return [queue_id, *others]
+    return others

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from broker.topic import is_readable, is_writeable
 from proxy.common import (
+    MAX_ASSIGNMENTS,
     OK,
     ServiceBase,
     status,
@@ -64,15 +65,25 @@ class RouteCalls(ServiceBase):
             return spb.QueryAssignmentResponse(
                 status=status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name} does not exist")
             )
-        # POP: the broker serves the whole topic; queue id -1 means "any queue of this broker".
+        # POP: every consumer of the group is given the same queues. A 5.x push consumer keeps one
+        # ReceiveMessage in flight per assigned queue, and each receive is a stream of one response per
+        # message that grpc.aio writes one event-loop turn at a time: a single assignment (upstream's one
+        # per broker, queue id -1) caps a consumer at one batch per ~34 loop turns, which a busy broker
+        # serves more slowly than its producers' sends (docs/design.md, "Speed: gRPC path"). So each
+        # readable queue, up to MAX_ASSIGNMENTS, is an assignment; a receive pops its own queue first.
         response = spb.QueryAssignmentResponse(status=OK)
-        response.assignments.add().message_queue.CopyFrom(
-            pb.MessageQueue(
-                topic=request.topic,
-                id=-1,
-                permission=pb.READ_WRITE,
-                broker=self._broker(request.endpoints),
-                accept_message_types=topic_message_types(tc),
+        broker = self._broker(request.endpoints)
+        kinds = topic_message_types(tc)
+        for qid in range(min(tc.read_queue_nums, MAX_ASSIGNMENTS)) if is_readable(tc.perm) else ():
+            response.assignments.add().message_queue.CopyFrom(
+                pb.MessageQueue(
+                    topic=request.topic, id=qid, permission=pb.READ_WRITE, broker=broker, accept_message_types=kinds
+                )
             )
-        )
+        if not response.assignments:  # nothing readable: one assignment of the whole broker, as before
+            response.assignments.add().message_queue.CopyFrom(
+                pb.MessageQueue(
+                    topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=broker, accept_message_types=kinds
+                )
+            )
         return response

@@ -111,7 +111,7 @@ async def produce(endpoint: str, topic: str, seconds: float, senders: int) -> di
     from proxy.protocol.service_pb2_grpc import MessagingServiceStub
 
     meta = (("x-mq-client-id", f"grpc-figures-producer-{os.getpid()}"), *META)
-    out = {"sent": 0, "failed": 0, "send_ms": []}
+    out: dict = {"sent": 0, "failed": 0, "send_ms": [], "errors": {}}
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = MessagingServiceStub(channel)
         end = time.monotonic() + seconds
@@ -126,11 +126,13 @@ async def produce(endpoint: str, topic: str, seconds: float, senders: int) -> di
                 msg.user_properties[SENT_AT] = str(began)
                 try:
                     response = await stub.SendMessage(spb.SendMessageRequest(messages=[msg]), metadata=meta, timeout=10)
-                    ok = response.status.code == pb.OK
-                except grpc.aio.AioRpcError:
-                    ok = False
+                    kind = "" if response.status.code == pb.OK else pb.Code.Name(response.status.code)
+                except grpc.aio.AioRpcError as exc:
+                    kind = exc.code().name
                 out["send_ms"].append((time.time_ns() - began) / 1e6)
-                out["sent" if ok else "failed"] += 1
+                out["failed" if kind else "sent"] += 1
+                if kind:
+                    out["errors"][kind] = out["errors"].get(kind, 0) + 1
 
         await asyncio.gather(*(sender() for _ in range(senders)))
     return out
@@ -190,11 +192,12 @@ async def consume(endpoint: str, topic: str, group: str, seconds: float, ack_mod
             mine.message_queue.id = queue_id
             while not done():
                 batch = []
-                began, got = time.perf_counter_ns(), out["received"]
+                began, got = time.perf_counter_ns(), 0
                 async for response in stub.ReceiveMessage(mine, metadata=meta, timeout=10):
                     if not response.HasField("message"):
                         continue
                     m = response.message
+                    got += 1
                     out["received"] += 1
                     out["e2e_ms"].append((time.time_ns() - int(m.user_properties[SENT_AT])) / 1e6)
                     entry = spb.AckMessageEntry(
@@ -209,7 +212,7 @@ async def consume(endpoint: str, topic: str, group: str, seconds: float, ack_mod
                     else:
                         batch.append(entry)
                 out["receive_ms"].append((time.perf_counter_ns() - began) / 1e6)
-                out["batch"].append(out["received"] - got)
+                out["batch"].append(got)
                 if batch:
                     await ack(batch)
 
@@ -253,6 +256,8 @@ def load(endpoint: str, args: argparse.Namespace) -> Figures:
             check=True,
         )
         sent = json.loads(producer.stdout)
+        if sent["errors"]:
+            print(f"  failed sends by kind: {sent['errors']}", flush=True)
         Path(expect.name).write_text(str(sent["sent"]))
         got = json.loads(consumer.communicate(timeout=120)[0])
     return Figures(

@@ -1,6 +1,7 @@
 """The 5.x gRPC path under load, printed as figures; this tree against a baseline revision, interleaved in one run.
 
     python -m bench.grpc_figures [--seconds 15] [--senders 16] [--rounds 2] [--baseline-rev main] [--ack batch|each]
+                                 [--client stubs|official]
 
 Per round and per tree (this one, then ``--baseline-rev`` extracted with ``git archive``), a fresh broker
 (bench/broker_proc.py of that tree, so it runs that tree's code) on free loopback ports, plaintext gRPC, and
@@ -10,6 +11,9 @@ in this process, over one grpc.aio channel as the official clients use:
 - one consumer as the 5.x PushConsumer works: one ReceiveMessage (batch 32, long polling) in flight at a time,
   and each message acknowledged by its own AckMessage (``--ack each``, at most 20 in flight, the push
   consumer's consumption threads) or one AckMessage per batch (``--ack batch``, as SimpleConsumer users may).
+
+``--client official`` drives the same load with the official 5.x Python client instead (its Producer from
+``--senders`` threads, its PushConsumer; bench/grpc_official_load.py, run in ``.venv-grpc-client``).
 
 Printed per tree: send TPS, send latency p50/p99, receive TPS, end-to-end (send call to receipt) p50/p99, the
 backlog (sent - received) at the end of the load, and the broker's CPU seconds per 1000 messages (less noisy
@@ -82,6 +86,8 @@ class Figures:
     batch_sizes: list[int] = field(default_factory=list)
     seconds: float = 0.0
     broker_cpu_s: float = 0.0
+    producer_cpu_s: float = 0.0
+    consumer_cpu_s: float = 0.0
 
     def row(self) -> dict[str, float]:
         return {
@@ -95,6 +101,8 @@ class Figures:
             "e2e p99 ms": pct(self.e2e_ms, 0.99),
             "backlog": float(self.backlog),
             "CPU s/1k msg": 1000 * self.broker_cpu_s / max(1, self.sent + self.received),
+            "producer CPU %": 100 * self.producer_cpu_s / self.seconds,
+            "consumer CPU %": 100 * self.consumer_cpu_s / self.seconds,
             "failed": float(self.failed),
         }
 
@@ -234,6 +242,7 @@ def role_main(args: argparse.Namespace) -> int:
         out = asyncio.run(produce(args.endpoint, args.topic, args.seconds, args.senders))
     else:
         out = asyncio.run(consume(args.endpoint, args.topic, args.group, args.seconds, args.ack, args.expect_file))
+    out["cpu_s"] = time.process_time()
     print(json.dumps(out))
     return 0
 
@@ -242,19 +251,31 @@ def load(endpoint: str, args: argparse.Namespace) -> Figures:
     """Producer and consumer in processes of their own (as in production), started together."""
     topic, group = f"grpcfig-{uuid.uuid4().hex[:6]}", f"grpcfig-g-{uuid.uuid4().hex[:6]}"
     with tempfile.NamedTemporaryFile(prefix="grpcfig-expect-") as expect:
-        common = [sys.executable, "-m", "bench.grpc_figures", "--endpoint", endpoint, "--topic", topic]
-        common += ["--seconds", str(args.seconds)]
-        consumer = subprocess.Popen(
-            [*common, "--role", "consumer", "--group", group, "--ack", args.ack, "--expect-file", expect.name],
-            stdout=subprocess.PIPE,
-            cwd=REPO,
-        )
-        producer = subprocess.run(
-            [*common, "--role", "producer", "--senders", str(args.senders)],
-            stdout=subprocess.PIPE,
-            cwd=REPO,
-            check=True,
-        )
+        if args.client == "official":  # the 5.x Python client's Producer and PushConsumer, in its own venv
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            script = [str(official_python()), str(REPO / "bench" / "grpc_official_load.py")]
+            at = [endpoint, topic, str(args.seconds)]
+            consumer = subprocess.Popen(
+                [*script, "consumer", *at, group, expect.name], stdout=subprocess.PIPE, env=env, cwd="/"
+            )
+            time.sleep(3)  # its route, assignment and first receives
+            producer = subprocess.run(
+                [*script, "producer", *at, str(args.senders)], stdout=subprocess.PIPE, env=env, cwd="/", check=True
+            )
+        else:
+            common = [sys.executable, "-m", "bench.grpc_figures", "--endpoint", endpoint, "--topic", topic]
+            common += ["--seconds", str(args.seconds)]
+            consumer = subprocess.Popen(
+                [*common, "--role", "consumer", "--group", group, "--ack", args.ack, "--expect-file", expect.name],
+                stdout=subprocess.PIPE,
+                cwd=REPO,
+            )
+            producer = subprocess.run(
+                [*common, "--role", "producer", "--senders", str(args.senders)],
+                stdout=subprocess.PIPE,
+                cwd=REPO,
+                check=True,
+            )
         sent = json.loads(producer.stdout)
         if sent["errors"]:
             print(f"  failed sends by kind: {sent['errors']}", flush=True)
@@ -267,11 +288,24 @@ def load(endpoint: str, args: argparse.Namespace) -> Figures:
         received_in_load=got["received_in_load"],
         send_ms=sent["send_ms"],
         e2e_ms=got["e2e_ms"],
-        receive_ms=got["receive_ms"],
-        batch_sizes=got["batch"],
+        receive_ms=got.get("receive_ms", []),
+        batch_sizes=got.get("batch", []),
         backlog=sent["sent"] - got["received_in_load"],
         seconds=args.seconds,
+        producer_cpu_s=sent["cpu_s"],
+        consumer_cpu_s=got["cpu_s"],
     )
+
+
+def official_python() -> Path:
+    """The 5.x client's venv (built by the gRPC compatibility tests: tests/compat/grpc_support.py)."""
+    venv = Path(os.environ.get("GRPC_CLIENT_VENV", REPO / ".venv-grpc-client"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(
+            f"--client official needs the 5.x client venv at {venv}: run tests/compat/test_grpc_client.py once"
+        )
+    return python
 
 
 def run_one(root: Path, args: argparse.Namespace) -> Figures:
@@ -297,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--senders", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ack", choices=("each", "batch"), default="each")
+    parser.add_argument(
+        "--client", choices=("stubs", "official"), default="stubs", help="our stubs, or the official 5.x client"
+    )
     parser.add_argument("--baseline-rev", default="main", help="'' to measure this tree only")
     parser.add_argument("--profile-pid-file", default="", help=argparse.SUPPRESS)
     for hidden in ("--role", "--endpoint", "--topic", "--group", "--expect-file"):  # the load processes

@@ -1,6 +1,6 @@
 """The 5.x gRPC path under load, printed as figures; this tree against a baseline revision, interleaved in one run.
 
-    python -m bench.grpc_figures [--seconds 15] [--senders 16] [--rounds 2] [--baseline-rev main] [--ack batch|each]
+    python -m bench.grpc_figures [--seconds 15] [--senders 16] [--rate 0] [--rounds 2] [--baseline-rev main] [--ack batch|each]
                                  [--client stubs|official]
 
 Per round and per tree (this one, then ``--baseline-rev`` extracted with ``git archive``), a fresh broker
@@ -110,8 +110,9 @@ class Figures:
 META = (("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
 
 
-async def produce(endpoint: str, topic: str, seconds: float, senders: int) -> dict:
-    """``senders`` tasks over one channel, each sending 1 KiB messages synchronously for ``seconds``."""
+async def produce(endpoint: str, topic: str, seconds: float, senders: int, rate: float = 0) -> dict:
+    """``senders`` tasks over one channel, each sending 1 KiB messages synchronously for ``seconds``; at most
+    ``rate`` messages a second in all when ``rate`` is set."""
     import grpc
 
     from proxy.protocol import definition_pb2 as pb
@@ -125,7 +126,13 @@ async def produce(endpoint: str, topic: str, seconds: float, senders: int) -> di
         end = time.monotonic() + seconds
 
         async def sender() -> None:
+            start, sent = time.monotonic(), 0
             while time.monotonic() < end:
+                if rate:
+                    ahead = start + sent * senders / rate - time.monotonic()
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
+                    sent += 1
                 msg = pb.Message(topic=pb.Resource(name=topic), body=BODY)
                 msg.system_properties.message_id = uuid.uuid4().hex.upper()
                 msg.system_properties.message_type = pb.NORMAL
@@ -239,7 +246,7 @@ async def consume(endpoint: str, topic: str, group: str, seconds: float, ack_mod
 def role_main(args: argparse.Namespace) -> int:
     """A producer or consumer process: its figures as one JSON line on stdout."""
     if args.role == "producer":
-        out = asyncio.run(produce(args.endpoint, args.topic, args.seconds, args.senders))
+        out = asyncio.run(produce(args.endpoint, args.topic, args.seconds, args.senders, args.rate))
     else:
         out = asyncio.run(consume(args.endpoint, args.topic, args.group, args.seconds, args.ack, args.expect_file))
     out["cpu_s"] = time.process_time()
@@ -271,7 +278,7 @@ def load(endpoint: str, args: argparse.Namespace) -> Figures:
                 cwd=REPO,
             )
             producer = subprocess.run(
-                [*common, "--role", "producer", "--senders", str(args.senders)],
+                [*common, "--role", "producer", "--senders", str(args.senders), "--rate", str(args.rate)],
                 stdout=subprocess.PIPE,
                 cwd=REPO,
                 check=True,
@@ -330,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--senders", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=0, help="msg/s over all senders (0: as fast as they go)")
     parser.add_argument("--ack", choices=("each", "batch"), default="each")
     parser.add_argument(
         "--client", choices=("stubs", "official"), default="stubs", help="our stubs, or the official 5.x client"

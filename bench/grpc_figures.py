@@ -120,7 +120,7 @@ async def produce(endpoint: str, topic: str, seconds: float, senders: int, rate:
     from proxy.protocol.service_pb2_grpc import MessagingServiceStub
 
     meta = (("x-mq-client-id", f"grpc-figures-producer-{os.getpid()}"), *META)
-    out: dict = {"sent": 0, "failed": 0, "send_ms": [], "errors": {}}
+    out: dict = {"sent": 0, "failed": 0, "send_ms": [], "errors": {}, "remarks": {}}
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = MessagingServiceStub(channel)
         end = time.monotonic() + seconds
@@ -142,12 +142,14 @@ async def produce(endpoint: str, topic: str, seconds: float, senders: int, rate:
                 try:
                     response = await stub.SendMessage(spb.SendMessageRequest(messages=[msg]), metadata=meta, timeout=10)
                     kind = "" if response.status.code == pb.OK else pb.Code.Name(response.status.code)
+                    remark = response.status.message
                 except grpc.aio.AioRpcError as exc:
-                    kind = exc.code().name
+                    kind, remark = exc.code().name, exc.details() or ""
                 out["send_ms"].append((time.time_ns() - began) / 1e6)
                 out["failed" if kind else "sent"] += 1
                 if kind:
                     out["errors"][kind] = out["errors"].get(kind, 0) + 1
+                    out["remarks"].setdefault(kind, remark[:200])
 
         await asyncio.gather(*(sender() for _ in range(senders)))
     return out
@@ -285,7 +287,7 @@ def load(endpoint: str, args: argparse.Namespace) -> Figures:
             )
         sent = json.loads(producer.stdout)
         if sent["errors"]:
-            print(f"  failed sends by kind: {sent['errors']}", flush=True)
+            print(f"  failed sends by kind: {sent['errors']} {sent.get('remarks', '')}", flush=True)
         Path(expect.name).write_text(str(sent["sent"]))
         got = json.loads(consumer.communicate(timeout=120)[0])
     return Figures(

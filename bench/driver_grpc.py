@@ -2,7 +2,8 @@
 
 Same scenario, same outcome table, the other wire: producers call SendMessage (sync, or an async
 window of ``client.max_in_flight`` calls; 5.x has no oneway and no batch send), consumers long-poll
-ReceiveMessage and acknowledge each batch with AckMessage, as the 5.x SimpleConsumer does. It speaks
+ReceiveMessage, one call in flight per queue QueryAssignment hands out (as the 5.x push consumer does),
+and acknowledge each batch with AckMessage while the next receive runs. It speaks
 through the generated stubs of ``proxy/protocol`` on one grpc.aio channel per task, plaintext; a
 consumer counts as caught up when its group's committed offsets (the POP commits) reached every
 queue's end.
@@ -22,6 +23,9 @@ from bench.outcomes import STATUS_FAILED
 
 if TYPE_CHECKING:
     from bench.worker import ConsumerSpec, ProducerSpec, _Load
+
+
+ACKS_IN_FLIGHT = 8  # AckMessage calls one consumer has under way at once
 
 
 def now_ms() -> int:
@@ -152,9 +156,29 @@ class _GrpcConsumer:
         self.ep = _endpoint(load)
         self._task: asyncio.Task[None] | None = None
         self.delay = load.scen.client.consume_delay_ms / 1000.0
+        self._acks = asyncio.Semaphore(ACKS_IN_FLIGHT)
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop())
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        """One receive loop per assigned queue, as the 5.x push consumer keeps one receive per assignment."""
+        from proxy.protocol import definition_pb2 as pb
+        from proxy.protocol import service_pb2 as spb
+
+        queue_ids = [-1]
+        try:
+            response = await self.ep.stub.QueryAssignment(
+                spb.QueryAssignmentRequest(topic=pb.Resource(name=self.topic), group=pb.Resource(name=self.group)),
+                metadata=self.ep.meta,
+                timeout=10,
+            )
+            queue_ids = [a.message_queue.id for a in response.assignments] or queue_ids
+        except Exception as exc:  # an older broker, a busy one: one loop over the whole broker
+            code = getattr(exc, "code", None)
+            self.load.stats.errors[f"ASSIGNMENT_{code().name if callable(code) else type(exc).__name__}"] += 1
+        await asyncio.gather(*(self._loop(q) for q in queue_ids))
 
     async def heartbeat(self) -> None:
         from proxy.protocol import definition_pb2 as pb
@@ -168,7 +192,7 @@ class _GrpcConsumer:
     async def rebalance(self) -> None:
         """POP needs none: every consumer of the group pops from every queue."""
 
-    async def _loop(self) -> None:
+    async def _loop(self, queue_id: int) -> None:
         from google.protobuf.duration_pb2 import Duration
 
         from proxy.protocol import definition_pb2 as pb
@@ -177,7 +201,7 @@ class _GrpcConsumer:
         c = self.load.scen.client
         request = spb.ReceiveMessageRequest(
             group=pb.Resource(name=self.group),
-            message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=-1),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=queue_id),
             filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
             batch_size=min(32, max(1, c.pull_batch_size)),
             invisible_duration=Duration(seconds=30),
@@ -209,19 +233,36 @@ class _GrpcConsumer:
                     )
                     handles.append(spb.AckMessageEntry(message_id=sp.message_id, receipt_handle=sp.receipt_handle))
                 if handles:
-                    await self.ep.stub.AckMessage(
-                        spb.AckMessageRequest(
-                            group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic), entries=handles
-                        ),
-                        metadata=self.ep.meta,
-                        timeout=10,
-                    )
+                    # acknowledged while the next receive runs (the push consumer acks from its consumption
+                    # threads): waiting for it here would add a round trip to every batch
+                    await self._acks.acquire()
+                    ack = asyncio.ensure_future(self._ack(handles))
+                    self._pending.add(ack)
+                    ack.add_done_callback(self._pending.discard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a busy or restarting broker: count it, go on
                 code = getattr(exc, "code", None)
                 self.load.stats.errors[f"RECEIVE_{code().name if callable(code) else type(exc).__name__}"] += 1
                 await asyncio.sleep(0.2)
+
+    async def _ack(self, handles: list[Any]) -> None:
+        from proxy.protocol import definition_pb2 as pb
+        from proxy.protocol import service_pb2 as spb
+
+        try:
+            await self.ep.stub.AckMessage(
+                spb.AckMessageRequest(
+                    group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic), entries=handles
+                ),
+                metadata=self.ep.meta,
+                timeout=10,
+            )
+        except Exception as exc:  # the messages come back after their invisible time: counted, not fatal
+            code = getattr(exc, "code", None)
+            self.load.stats.errors[f"ACK_{code().name if callable(code) else type(exc).__name__}"] += 1
+        finally:
+            self._acks.release()
 
     async def caught_up(self) -> bool:
         from mqclient import AdminClient
@@ -239,6 +280,8 @@ class _GrpcConsumer:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
         await self.ep.channel.close()
 
 

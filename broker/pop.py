@@ -22,8 +22,10 @@ Upstream persists its checkpoints in the CommitLog instead (CK/ACK messages and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -126,7 +128,8 @@ class PopService:
         self.now_ms = now_ms
         self._queues: dict[tuple[str, str, int], PopQueue] = {}
         self._tokens = itertools.count(1)
-        self._arrival: dict[str, asyncio.Event] = {}
+        # long-polling receives by topic, then group, oldest first (see ``wait``)
+        self._waiters: dict[str, dict[str, deque[asyncio.Future[None]]]] = {}
         self.revived = 0
         self.dead_lettered = 0
         self.dirty = False  # changed since the last export_state
@@ -307,9 +310,21 @@ class PopService:
 
     # -- long polling -----------------------------------------------------------------------------
     def notify_arrival(self, topic: str) -> None:
-        event = self._arrival.pop(topic, None)
-        if event is not None:
-            event.set()
+        """A message arrived on ``topic``: wake the oldest waiting receive of each group (upstream's
+        PopLongPollingService wakes one request per arrival too). Waking all of them made every receive a
+        push consumer keeps in flight pop at once and most of them return with one or two messages."""
+        groups = self._waiters.get(topic)
+        if groups:
+            for waiters in groups.values():
+                self._wake_one(waiters)
+
+    @staticmethod
+    def _wake_one(waiters: deque[asyncio.Future[None]]) -> None:
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def next_revive_ms(self, group: str, topic: str) -> int | None:
         deadlines = [
@@ -325,10 +340,24 @@ class PopService:
         revive = self.next_revive_ms(group, topic)
         if revive is not None:
             timeout_ms = max(0, min(timeout_ms, revive - self.now_ms() + 1))
-        event = self._arrival.get(topic)
-        if event is None:
-            event = self._arrival[topic] = asyncio.Event()
+        waiters = self._waiters.setdefault(topic, {}).setdefault(group, deque())
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
         try:
-            await asyncio.wait_for(event.wait(), timeout_ms / 1000)
+            await asyncio.wait_for(waiter, timeout_ms / 1000)
         except TimeoutError:
             pass
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_one(waiters)  # woken, then cancelled (the call ended): the wake goes to the next
+            raise
+        finally:
+            if not waiter.done() or waiter.cancelled():
+                with contextlib.suppress(ValueError):
+                    waiters.remove(waiter)
+            if not waiters:
+                groups = self._waiters.get(topic)
+                if groups is not None and groups.get(group) is waiters:
+                    del groups[group]
+                    if not groups:
+                        del self._waiters[topic]

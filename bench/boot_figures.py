@@ -26,7 +26,7 @@ import time
 from io import BytesIO
 from pathlib import Path
 
-from broker.tools.embedded import free_port
+from broker.testing.embedded import free_port
 
 MiB = 1024 * 1024
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.tools.embedded import free_port  # noqa: F401 - re-exported: bench scripts take it from here
+from broker.testing.embedded import free_port  # noqa: F401 - re-exported: bench scripts take it from here
 
 # For tests and CI: the default commit-log file is preallocated at 1 GiB; 64 MiB keeps disks alive.
 SMALL_STORE = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}

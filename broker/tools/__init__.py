@@ -1,1 +1,1 @@
-"""Operator tools: the ``mqadmin`` CLI, its admin client, and an embedded broker for tests."""
+"""Operator tools: the ``mqadmin`` CLI."""

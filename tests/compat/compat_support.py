@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.tools.embedded import free_port
+from broker.testing.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPAT_DIR = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.tools.embedded import free_port
+from broker.testing.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "docker" / "healthcheck.py"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.tools.embedded import free_port
+from broker.testing.embedded import free_port
 from broker.tools.mqadmin import main as mqadmin
 
 REPO = Path(__file__).resolve().parents[2]

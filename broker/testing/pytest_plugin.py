@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from broker.tools.embedded import EmbeddedBroker
+    from broker.testing.embedded import EmbeddedBroker
 
 SCOPES = ("function", "class", "module", "package", "session")
 MARKER = "rocketmq_broker_config"
@@ -120,7 +120,7 @@ def _route_structlog_to_logging() -> None:
 def _start(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Any]
 ) -> EmbeddedBroker:
-    from broker.tools.embedded import EmbeddedBroker
+    from broker.testing.embedded import EmbeddedBroker
 
     _route_structlog_to_logging()
 

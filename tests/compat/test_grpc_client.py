@@ -18,11 +18,12 @@ from compat_support import (
     BrokerProcess,
     cpp_producer,
     cpp_pull_all,
-    free_port,
     make_message,
     unique,
 )
 from grpc_support import ClientVenvError, ensure_client_venv, run_client
+
+from broker.testing.ports import free_port
 
 pytestmark = [pytest.mark.compat]
 
@@ -70,11 +71,8 @@ def create_topic(broker: BrokerProcess, topic: str, message_type: str, queues: i
 
 
 def start_grpc_broker(factory: BrokerFactory, *extra: str, tls: bool = False) -> tuple[BrokerProcess, str]:
-    port = free_port()
-    broker = factory.start(
-        f"grpcServerPort={port}", "grpcListenHost=127.0.0.1", f"grpcTlsEnable={str(tls).lower()}", *extra
-    )
-    return broker, f"127.0.0.1:{port}"
+    broker = factory.start(*extra, grpc_port=0, grpc_tls=tls)
+    return broker, broker.grpc_endpoint
 
 
 @pytest.fixture(scope="module")

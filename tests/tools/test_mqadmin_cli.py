@@ -390,7 +390,7 @@ def test_inject_fault_refused_when_disabled(capsys, rocketmq_broker):
 
 
 def test_unreachable_name_server_is_a_clear_error(capsys):
-    from broker.testing.embedded import free_port
+    from broker.testing.ports import free_port
 
     code = main(["clusterList", "-n", f"127.0.0.1:{free_port()}", "--timeout", "1"])
     err = capsys.readouterr().err

@@ -69,7 +69,7 @@ def create_topic_as_admin(broker, topic: str) -> None:
         [
             sys.executable,
             "-m",
-            "broker.tools.mqadmin",
+            "mqclient.mqadmin",
             "updateTopic",
             "--ak",
             ADMIN_AK,

@@ -46,7 +46,7 @@ def create_topic(broker: BrokerProcess, topic: str, message_type: str, queues: i
         [
             sys.executable,
             "-m",
-            "broker.tools.mqadmin",
+            "mqclient.mqadmin",
             "updateTopic",
             "-n",
             broker.namesrv_addr,

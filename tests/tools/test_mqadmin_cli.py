@@ -12,7 +12,7 @@ import time
 import pytest
 from tools_helpers import producer_heartbeat, pull, send_messages
 
-from broker.tools.mqadmin import main, parse_timestamp, table
+from mqclient.mqadmin.cli import main, parse_timestamp, table
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 
@@ -400,7 +400,7 @@ def test_unreachable_name_server_is_a_clear_error(capsys):
 def test_console_script_in_a_subprocess(rocketmq_broker):
     env = {**os.environ, "NAMESRV_ADDR": rocketmq_broker.namesrv_addr}
     proc = subprocess.run(
-        [sys.executable, "-m", "broker.tools.mqadmin", "clusterList", "--json"],
+        [sys.executable, "-m", "mqclient.mqadmin", "clusterList", "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -410,7 +410,7 @@ def test_console_script_in_a_subprocess(rocketmq_broker):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["addr"] == rocketmq_broker.broker_addr
     proc = subprocess.run(
-        [sys.executable, "-m", "broker.tools.mqadmin", "noSuchCommand"],
+        [sys.executable, "-m", "mqclient.mqadmin", "noSuchCommand"],
         env=env,
         capture_output=True,
         text=True,

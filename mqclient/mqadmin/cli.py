@@ -1145,7 +1145,7 @@ def _quiet_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from broker.tools.cli_support import run_cli
+    from mqclient.cli_support import run_cli
 
     return run_cli("mqadmin", lambda: _main(argv))
 

@@ -1,1 +1,1 @@
-"""Operator tools: the ``mqadmin`` CLI."""
+"""Old addresses only: ``mqadmin`` moved to ``mqclient.mqadmin``, the test brokers to ``broker.testing``."""

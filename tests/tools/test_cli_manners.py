@@ -142,3 +142,11 @@ def test_outside_a_clone_the_advice_names_the_extras_own_requirements(monkeypatc
     cmd = cli_support.install_command("bench")
     assert cmd.startswith(f"{sys.executable} -m pip install ")
     assert "pyyaml" in cmd.lower() and "pyspark" in cmd.lower() and "mini-rocketmq" not in cmd
+
+
+def test_the_console_script_address_of_an_older_install_still_runs_mqadmin():
+    # An install made before mqadmin moved keeps a console script importing broker.tools.mqadmin:main.
+    from broker.tools.mqadmin import main as old
+    from mqclient.mqadmin import main
+
+    assert old is main

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.testing.process import BOOT_LINE, BrokerProcess
-from mqclient.mqadmin.cli import main as mqadmin
+from mqclient.mqadmin import main as mqadmin
 
 REPO = Path(__file__).resolve().parents[2]
 

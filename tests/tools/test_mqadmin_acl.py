@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from mqclient.mqadmin.cli import main
+from mqclient.mqadmin import main
 
 ADMIN = ["--ak", "admin_0001", "--sk", "secret_0002"]
 

@@ -12,7 +12,8 @@ import time
 import pytest
 from tools_helpers import producer_heartbeat, pull, send_messages
 
-from mqclient.mqadmin.cli import main, parse_timestamp, table
+from mqclient.mqadmin import main
+from mqclient.mqadmin.common import parse_timestamp, table
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 

@@ -159,7 +159,9 @@ class ChildProcess:
             if line_seen and not ports:
                 return
             if self.proc.poll() is not None:
-                self._end_follower()
+                self._end_follower()  # the follower reads to the end: the ready line may be there after all
+                if self._ready.is_set() and not ports:
+                    return
                 raise ChildProcessError(
                     f"{self.what()} exited with code {self.proc.returncode} before it was ready\n{self.tail()}"
                 )

@@ -68,6 +68,30 @@ def stop_brokers(brokers: Iterable[process.ChildProcess]) -> None:
         raise AssertionError("\n\n".join(errors))
 
 
+def create_topic(
+    broker: process.BrokerProcess,
+    topic: str,
+    message_type: str,
+    queues: int = 4,
+    *,
+    credentials: tuple[str, str] | None = None,
+) -> None:
+    """``mqadmin updateTopic`` (a child process, as an operator runs it) with 5.x's message.type attribute;
+    ``credentials`` (access key, secret key) sign it for a broker with ACL."""
+    signed = ["--ak", credentials[0], "--sk", credentials[1]] if credentials else []
+    run = subprocess.run(
+        [sys.executable, "-m", "mqclient.mqadmin", "updateTopic", *signed, "-n", broker.namesrv_addr]
+        + ["-b", broker.broker_addr, "-t", topic, "-r", str(queues), "-w", str(queues)]
+        + ["-a", f"+message.type={message_type}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=30,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def read_consumer_offsets(store_dir: Path) -> dict[str, dict[int, int]]:
     """`<store>/config/consumerOffset.json` as {"topic@group": {queue_id: offset}}.
 
@@ -383,6 +407,40 @@ class CppClientLog:
 PULL_CHILD = COMPAT_DIR / "cpp_pull_child.py"
 
 
+# ------------------------------------------------------------------------------- client drivers
+
+
+def run_events(
+    argv: list[str],
+    *,
+    what: str,
+    timeout_s: float,
+    cwd: Path,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """Run a client driver that prints one JSON object a line (C++ pull child, ali-ons, the 5.x client) and parse
+    them; a line that is not JSON becomes ``{"event": "garbage", "line": ...}``. A driver still running after
+    ``timeout_s`` fails the test with what it printed so far."""
+    try:
+        run = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        out, err = _text(e.stdout), _text(e.stderr)
+        raise AssertionError(
+            f"{what} did not finish within {timeout_s:.0f} s; partial output:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        ) from None
+    events = []
+    for line in run.stdout.splitlines():
+        try:
+            event = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            event = None
+        events.append(event if isinstance(event, dict) else {"event": "garbage", "line": line})
+    return run, events
+
+
 def cpp_pull_all(namesrv: str, group: str, topic: str, expression: str = "*", timeout_s: float = 20.0) -> dict:
     """Drain `topic` with the wheel's `PullConsumer.pull` generator in a child process; returns its JSON events.
 
@@ -390,22 +448,12 @@ def cpp_pull_all(namesrv: str, group: str, topic: str, expression: str = "*", ti
     BROKER_TIMEOUT), and only a process can be killed.
     """
     args = json.dumps({"namesrv": namesrv, "group": group, "topic": topic, "expression": expression})
-    try:
-        run = subprocess.run(
-            [sys.executable, str(PULL_CHILD), args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=REPO_ROOT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(
-            f"PullConsumer.pull did not finish within {timeout_s:.0f} s (the wheel spins while pulls fail); "
-            f"partial output:\n{out[-3000:]}"
-        ) from None
-    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    run, events = run_events(
+        [sys.executable, str(PULL_CHILD), args],
+        what="PullConsumer.pull (the wheel spins while pulls fail)",
+        timeout_s=timeout_s,
+        cwd=REPO_ROOT,
+    )
     done = [e for e in events if e.get("event") == "done"]
     assert run.returncode == 0 and done, (
         f"pull child failed rc={run.returncode}\nstdout:\n{run.stdout[-3000:]}\nstderr:\n{run.stderr[-3000:]}"
@@ -459,25 +507,9 @@ def ensure_node_modules() -> None:
 
 def run_ons(args: dict, timeout_s: float = 40.0) -> OnsRun:
     """Run ons_driver.js with `args` (JSON on stdin) and parse its JSON-lines events."""
-    try:
-        run = subprocess.run(
-            ["node", "ons_driver.js", "-"],
-            input=json.dumps(args),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=NODE_DIR,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(f"ons_driver.js did not exit within {timeout_s:.0f} s; output:\n{out[-3000:]}") from None
-    events = []
-    for line in run.stdout.splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            events.append({"event": "garbage", "line": line})
+    run, events = run_events(
+        ["node", "ons_driver.js", "-"], what="ons_driver.js", timeout_s=timeout_s, cwd=NODE_DIR, input=json.dumps(args)
+    )
     return OnsRun(run.returncode, events, run.stderr)
 
 

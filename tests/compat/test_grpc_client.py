@@ -7,17 +7,15 @@ subprocess whose gRPC endpoint listens on a free loopback port.
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 import time
 
 import pytest
 from compat_support import (
-    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     cpp_producer,
     cpp_pull_all,
+    create_topic,
     make_message,
     unique,
 )
@@ -38,36 +36,6 @@ def grpc_client() -> None:
 
 def _body(pulled: dict) -> str:
     return base64.b64decode(pulled["body_b64"]).decode()
-
-
-def create_topic(broker: BrokerProcess, topic: str, message_type: str, queues: int = 4) -> None:
-    """mqadmin updateTopic with 5.x's message.type attribute."""
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mqclient.mqadmin",
-            "updateTopic",
-            "-n",
-            broker.namesrv_addr,
-            "-b",
-            broker.broker_addr,
-            "-t",
-            topic,
-            "-r",
-            str(queues),
-            "-w",
-            str(queues),
-            "-a",
-            f"+message.type={message_type}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=30,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def start_grpc_broker(factory: BrokerFactory, *extra: str, tls: bool = False) -> tuple[BrokerProcess, str]:

@@ -208,6 +208,17 @@ class RawConnection:
             pass
 
 
+async def settle(client: RemotingClient, addr: str) -> None:
+    """End every fault and wait until no send is queued or running, so the next test starts clean."""
+    assert (await fault(client, addr, "clear")).code == 0
+    for _ in range(100):
+        info = await runtime_info(client, addr)
+        if info["sendThreadPoolQueueSize"] == "0" and info["pageCacheLockTimeMills"] == "0":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"broker {addr} did not settle: {info}")
+
+
 async def fault(
     client: RemotingClient,
     addr: str,

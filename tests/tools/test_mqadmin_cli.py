@@ -10,24 +10,12 @@ import sys
 import time
 
 import pytest
-from tools_helpers import producer_heartbeat, pull, send_messages
+from tools_helpers import producer_heartbeat, pull, run_cli, run_json, send_messages
 
 from mqclient.mqadmin import main
 from mqclient.mqadmin.common import parse_timestamp, table
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
-
-
-def run_cli(capsys, broker, *args: str) -> tuple[int, str, str]:
-    code = main([*args, "-n", broker.namesrv_addr])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def run_json(capsys, broker, *args: str):
-    code, out, err = run_cli(capsys, broker, *args, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def commit_offset(broker, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -14,13 +14,13 @@ from typing import Self
 
 from broker.testing import process
 from broker.testing.ports import free_port  # noqa: F401 - re-exported: bench scripts take it from here
-from broker.testing.process import ChildProcessError
+from broker.testing.process import ChildError
 
 # For tests and CI: the default commit-log file is preallocated at 1 GiB; 64 MiB keeps disks alive.
 SMALL_STORE = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
 
 #: What ``start`` raises when the broker does not boot; the message quotes the end of its log.
-BrokerStartError = ChildProcessError
+BrokerStartError = ChildError
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -77,7 +77,7 @@ class BrokerProcess(process.BrokerProcess):
         self._sampler_stop.set()
         try:
             return super().stop(timeout_s, check=check)
-        except ChildProcessError:
+        except ChildError:
             if check:
                 raise
             return self.exit_codes[-1] if self.exit_codes else None

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench.fuzz_driver import FuzzStats, probe, run_fuzz
 from bench.fuzz_frames import CORPUS_DIR, ILLEGAL_NAMES, load_corpus
-from broker.testing.process import BrokerProcess, ChildProcessError, set_args
+from broker.testing.process import BrokerProcess, ChildError, set_args
 
 # The C++ wheel helpers are shared with the compat tests (as bench.send_pull_cpp does).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
@@ -250,7 +250,7 @@ def run_campaign(
         stop_error = ""
         try:
             exit_code = broker.stop(check=False) if broker.running else None
-        except ChildProcessError as exc:  # still running after SIGTERM: killed; the report says so
+        except ChildError as exc:  # still running after SIGTERM: killed; the report says so
             exit_code, stop_error = None, str(exc).splitlines()[0]
         broker.kill()
     return CampaignResult(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.testing.ports import free_port
-from broker.testing.process import ChildProcess, ChildProcessError
+from broker.testing.process import ChildError, ChildProcess
 
 
 def spark_home() -> Path:
@@ -79,7 +79,7 @@ class LocalStandaloneCluster:
         for daemon in reversed(self.procs):
             try:
                 daemon.stop()
-            except ChildProcessError:
+            except ChildError:
                 pass  # still running after SIGTERM: it was killed
         self.procs.clear()
 

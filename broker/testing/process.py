@@ -38,7 +38,7 @@ BOOT_LINE = re.compile(r"^\s*The broker\[(?P<name>[^,\]]*), (?P<addr>[^\]]+)\] b
 LineTap = Callable[[str], None]  # one line of the child's output (stdout and stderr), without its newline
 
 
-class ChildProcessError(RuntimeError):  # noqa: A001 - ours, not the builtin (which is an OSError)
+class ChildError(RuntimeError):
     """The child misbehaved at its boundary: exited before it was ready, never got ready, hung on SIGTERM, or
     (``stop(check=True)``) exited with a code other than 0. The text ends with the tail of its log."""
 
@@ -107,7 +107,7 @@ class ChildProcess:
     def start(self, timeout_s: float | None = None) -> Self:
         """Start the child and wait until it is ready; on failure it is not left running."""
         if self.running:
-            raise ChildProcessError(f"{self.what()} already running")
+            raise ChildError(f"{self.what()} already running")
         argv = self.command()
         self._ready.clear()
         self._exited.clear()
@@ -162,11 +162,11 @@ class ChildProcess:
                 self._end_follower()  # the follower reads to the end: the ready line may be there after all
                 if self._ready.is_set() and not ports:
                     return
-                raise ChildProcessError(
+                raise ChildError(
                     f"{self.what()} exited with code {self.proc.returncode} before it was ready\n{self.tail()}"
                 )
             if time.perf_counter() - began > timeout_s:
-                raise ChildProcessError(
+                raise ChildError(
                     f"{self.what()} was not ready within {timeout_s:g} s "
                     f"(waiting for {'its ready line' if not line_seen else f'ports {sorted(ports)}'}; "
                     f"command: {shlex.join(self.command())})\n{self.tail()}"
@@ -201,7 +201,7 @@ class ChildProcess:
         self._end_follower()
         try:
             if problem:
-                raise ChildProcessError(f"{self.what()} {problem}\n{self.tail()}")
+                raise ChildError(f"{self.what()} {problem}\n{self.tail()}")
         finally:
             self._forget_temp_log()
         return rc

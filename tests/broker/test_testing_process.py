@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from broker.testing.ports import accepting, free_port
-from broker.testing.process import BOOT_LINE, BrokerProcess, ChildProcess, ChildProcessError, set_args
+from broker.testing.process import BOOT_LINE, BrokerProcess, ChildError, ChildProcess, set_args
 
 # prints on both streams, says READY, then waits for SIGTERM and exits with the code given
 CHILD = """
@@ -47,7 +47,7 @@ def test_ready_line_tap_log_and_exit_code(tmp_path):
 
 def test_check_exit_refuses_a_non_zero_exit_after_sigterm(tmp_path):
     proc = child(tmp_path, 3).start()
-    with pytest.raises(ChildProcessError, match="exited with code 3 after SIGTERM"):
+    with pytest.raises(ChildError, match="exited with code 3 after SIGTERM"):
         proc.stop(check=True)
     assert proc.exit_codes == [3]
     assert child(tmp_path, 3).start().stop() == 3  # without check the code is returned
@@ -56,7 +56,7 @@ def test_check_exit_refuses_a_non_zero_exit_after_sigterm(tmp_path):
 def test_a_child_deaf_to_sigterm_is_killed_and_reported(tmp_path):
     proc = child(tmp_path, -1, stop_timeout_s=0.5).start()
     pid = proc.pid
-    with pytest.raises(ChildProcessError, match="still running 0.5 s after SIGTERM; killed"):
+    with pytest.raises(ChildError, match="still running 0.5 s after SIGTERM; killed"):
         proc.stop()
     assert proc.exit_codes == [-9] and not Path(f"/proc/{pid}").exists()
 
@@ -67,10 +67,10 @@ def test_exit_before_ready_and_never_ready_are_errors_with_the_log(tmp_path):
         log_path=tmp_path / "early.log",
         ready_line=re.compile("READY"),
     )
-    with pytest.raises(ChildProcessError, match=r"exited with code 2 before it was ready(.|\n)*bad config"):
+    with pytest.raises(ChildError, match=r"exited with code 2 before it was ready(.|\n)*bad config"):
         early.start()
     never = child(tmp_path, ready_line=re.compile("^NEVER$"))
-    with pytest.raises(ChildProcessError, match="was not ready within 0.5 s"):
+    with pytest.raises(ChildError, match="was not ready within 0.5 s"):
         never.start(timeout_s=0.5)
     assert not never.running and never.proc is None  # not left behind
 

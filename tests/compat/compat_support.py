@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.testing import process
-from broker.testing.process import ChildProcessError, set_args
+from broker.testing.process import ChildError, set_args
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPAT_DIR = Path(__file__).resolve().parent
@@ -60,7 +60,7 @@ def stop_brokers(brokers: Iterable[process.ChildProcess]) -> None:
     for broker in brokers:
         try:
             broker.stop(check=True)
-        except ChildProcessError as e:
+        except ChildError as e:
             errors.append(str(e))
         finally:
             broker.kill()

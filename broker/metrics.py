@@ -656,7 +656,7 @@ class BrokerMetrics:
         try:
             self.registry = self.build_registry()
         except ImportError as exc:
-            from broker.tools.cli_support import MissingDependency
+            from mqclient.cli_support import MissingDependency
 
             raise MissingDependency("prometheus_client", "metrics") from exc
         cfg = self.c.config

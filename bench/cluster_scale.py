@@ -7,8 +7,8 @@ the CPU each process used (utime+stime from /proc, as a share of one core) is pr
 the figures say where the cycles went: into the brokers or into the Java client that shares the cores.
 
 The N-broker layout is N ``mqbroker`` processes (broker-a, broker-b, ...) that all register with the first
-one's embedded name server, as ``mqbroker --brokers N`` would start them; the topic is created on every
-master before the phases, 8 queues each, so real clients spread their sends over all of them.
+one's embedded name server (the recipe in docs/design.md, "Speed: one process or many"); the topic is created
+on every master before the phases, 8 queues each, so real clients spread their sends over all of them.
 
     python -m bench.cluster_scale [--brokers 2] [--rounds 2] [--send-s 30] [--drain-s 20] [--mixed-s 20]
 
@@ -51,7 +51,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 class CpuMeter:
-    """CPU used by named processes between ``start`` and ``stop``, as a share of one core."""
+    """CPU used by named processes from construction to ``stop``, as a share of one core."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
@@ -78,8 +78,8 @@ class Phase:
     per_broker: dict[str, int] = field(default_factory=dict)  # messages each broker stored in this phase
 
     def cpu_us_per_message(self, who: str) -> float | None:
-        """CPU microseconds the processes named ``who...`` ("broker", "java") spent per message: the figure that survives a
-        busy machine, where a share of the cores depends on how many others want them."""
+        """CPU microseconds the processes whose names start with ``who`` ("broker", "java") spent per message:
+        the figure that survives a busy machine, where a share of the cores depends on who else wants them."""
         if not self.messages:
             return None
         share = sum(v for k, v in self.cpu.items() if k.startswith(who))
@@ -108,16 +108,20 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         namesrv_port = free_port()
-        for i in range(self.size):
-            name = f"broker-{chr(ord('a') + i)}"
-            sets = {"brokerName": name}
-            if i:
-                sets |= {"namesrvListenPort": "-1", "namesrvAddr": f"127.0.0.1:{namesrv_port}"}
-            broker = BrokerProcess(
-                store_dir=self.root / name, config=sets, fault_injection=False, namesrv_port=namesrv_port
-            )
-            self.brokers.append(broker)
-            broker.start()
+        try:
+            for i in range(self.size):
+                name = f"broker-{chr(ord('a') + i)}"
+                sets = {"brokerName": name}
+                if i:
+                    sets |= {"namesrvListenPort": "-1", "namesrvAddr": f"127.0.0.1:{namesrv_port}"}
+                broker = BrokerProcess(
+                    store_dir=self.root / name, config=sets, fault_injection=False, namesrv_port=namesrv_port
+                )
+                self.brokers.append(broker)
+                broker.start()
+        except BaseException:
+            self.stop()  # the ones that did boot
+            raise
         return self
 
     def pids(self) -> dict[str, int]:
@@ -149,6 +153,11 @@ async def _stored(namesrv: str, topic: str) -> dict[str, int]:
         return out
 
 
+def _stored_total(namesrv: str, topic: str) -> Callable[[], int]:
+    """A counter for ``_metered``: messages stored for ``topic`` over all brokers."""
+    return lambda: sum(asyncio.run(_stored(namesrv, topic)).values())
+
+
 async def _consumed(namesrv: str, group: str, topic: str) -> int:
     """Messages ``group`` committed on ``topic`` over all brokers."""
     async with AdminClient(namesrv) as admin:
@@ -161,7 +170,7 @@ async def _consumed(namesrv: str, group: str, topic: str) -> int:
 
 def _metered(
     tool: JavaTool, pids: dict[str, int], seconds: float, warm_s: float, count: Callable[[], int], phase: Phase
-):
+) -> list[str]:
     """Let the tool warm up, then meter CPU and messages (``count`` before and after) for the rest of
     ``seconds``; returns the tool's output lines."""
     try:
@@ -186,13 +195,9 @@ def run_round(rmqjava: Path, layout: str, start: Callable[[], LocalCluster], arg
         ns = cluster.namesrv
         asyncio.run(_prepare(ns, [send_topic, mix_topic], cluster.size))
         pids = cluster.pids()
-
-        def stored(topic: str) -> Callable[[], int]:
-            return lambda: sum(asyncio.run(_stored(ns, topic)).values())
-
         warm = min(10.0, args.send_s / 3)  # the client's JIT and rebalance settle before anything is counted
         producer = JavaTool(rmqjava, "Producer", ["-n", ns, "-t", send_topic, "-w", "16", "-s", "1024"])
-        lines = _metered(producer, pids, args.send_s, warm, stored(send_topic), result.send)
+        lines = _metered(producer, pids, args.send_s, warm, _stored_total(ns, send_topic), result.send)
         rows = [m for m in map(SEND_LINE.search, lines) if m]
         # the metered window's own rate: short rounds print too few 10-second lines for a median
         result.send.tps = result.send.messages / result.send.seconds if result.send.seconds else None
@@ -231,8 +236,8 @@ def _mixed(
     consumer = JavaTool(rmqjava, "Consumer", ["-n", ns, "-t", topic, "-g", group])
     try:
         producer = JavaTool(rmqjava, "Producer", ["-n", ns, "-t", topic, "-w", "16", "-s", "1024"])
-        stored = lambda: sum(asyncio.run(_stored(ns, topic)).values())  # noqa: E731
-        _metered(producer, pids | {"java-consumer": consumer.proc.pid}, args.mixed_s, warm, stored, phase)
+        counted = pids | {"java-consumer": consumer.proc.pid}
+        _metered(producer, counted, args.mixed_s, warm, _stored_total(ns, topic), phase)
     finally:
         rows = [m for m in map(CONSUME_LINE.search, consumer.stop()) if m]
     phase.tps = _median_after_first([float(m.group(1)) for m in rows])

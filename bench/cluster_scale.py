@@ -111,11 +111,13 @@ class LocalCluster:
         try:
             for i in range(self.size):
                 name = f"broker-{chr(ord('a') + i)}"
-                sets = {"brokerName": name}
-                if i:
-                    sets |= {"namesrvListenPort": "-1", "namesrvAddr": f"127.0.0.1:{namesrv_port}"}
+                sets = {"namesrvListenPort": "-1", "namesrvAddr": f"127.0.0.1:{namesrv_port}"} if i else {}
                 broker = BrokerProcess(
-                    store_dir=self.root / name, config=sets, fault_injection=False, namesrv_port=namesrv_port
+                    store_dir=self.root / name,
+                    broker_name=name,
+                    config=sets,
+                    fault_injection=False,
+                    namesrv_port=namesrv_port,
                 )
                 self.brokers.append(broker)
                 broker.start()

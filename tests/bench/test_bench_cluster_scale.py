@@ -30,7 +30,7 @@ def test_local_cluster_serves_one_route_over_every_broker(tmp_path) -> None:
         assert set(cluster.pids()) == {"broker-a", "broker-b"}
     finally:
         cluster.stop()
-    assert all(b.proc is not None and b.proc.returncode == 0 for b in cluster.brokers)
+    assert all(b.exit_codes[-1:] == [0] for b in cluster.brokers)
 
 
 def test_cpu_cost_per_message_and_the_quiet_machine_model() -> None:

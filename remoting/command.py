@@ -54,6 +54,21 @@ def _ext_value_to_str(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
+_KEY_BYTES: dict[object, bytes] = {}
+_KEY_BYTES_MAX = 1024  # keys come from header declarations; a peer cannot make this grow (only we encode)
+_NO_REMARK = b"\0\0\0\0"
+_pack_i32 = _I32.pack
+
+
+def _key_bytes(key: object) -> bytes:
+    """An extFields key as the ROCKETMQ header writes it: int16 length + UTF-8 bytes (cached)."""
+    kb = (key if isinstance(key, str) else str(key)).encode()
+    prefixed = _I16.pack(len(kb)) + kb
+    if len(_KEY_BYTES) < _KEY_BYTES_MAX:
+        _KEY_BYTES[key] = prefixed
+    return prefixed
+
+
 def _normalise_ext(ext: dict[str, Any]) -> dict[str, str]:
     for value in ext.values():
         if type(value) is not str:
@@ -193,24 +208,36 @@ class RemotingCommand:
             raise RemotingCommandError(f"cannot encode JSON header: {exc}") from exc
 
     def _encode_binary_header(self) -> bytes:
-        remark = self.remark.encode() if self.remark is not None else b""
+        # One pass over extFields; each key's length-prefixed bytes come from a small cache (a broker answers
+        # with a few dozen distinct keys: the SEND_OK ones are encoded once, not per response).
         parts: list[bytes] = []
-        for key, value in _outbound_ext(self.ext_fields).items():
-            kb = key.encode()
+        key_bytes = _KEY_BYTES
+        for key, value in self.ext_fields.items():
+            prefixed = key_bytes.get(key)
+            if prefixed is None:
+                prefixed = _key_bytes(key)
+            if type(value) is not str:
+                value = _ext_value_to_str(value)
+                if value is None:
+                    continue
             vb = value.encode()
-            parts += (_I16.pack(len(kb)), kb, _I32.pack(len(vb)), vb)
+            parts += (prefixed, _pack_i32(len(vb)), vb)
         ext = b"".join(parts)
         try:
             fixed = _BIN_FIXED.pack(
-                int(self.code),
+                self.code,
                 _LANG_NUMBER.get(self.language, LanguageCode.OTHER),
-                int(self.version),
-                int(self.opaque),
-                int(self.flag),
+                self.version,
+                self.opaque,
+                self.flag,
             )
         except struct.error as exc:
             raise RemotingCommandError(f"cannot encode ROCKETMQ header: {exc}") from exc
-        return b"".join((fixed, _I32.pack(len(remark)), remark, _I32.pack(len(ext)), ext))
+        remark = self.remark
+        if remark is None:
+            return b"".join((fixed, _NO_REMARK, _pack_i32(len(ext)), ext))
+        rb = remark.encode()
+        return b"".join((fixed, _pack_i32(len(rb)), rb, _pack_i32(len(ext)), ext))
 
     # ---- decode -------------------------------------------------------------------------
     @classmethod

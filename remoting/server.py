@@ -227,7 +227,8 @@ class RemotingServer:
                 channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
             return
         executor = route.executor
-        task = RequestTask(channel, request, executor.now_ms(), processor=route.processor, hook=self._hook)
+        # positional: a slotted dataclass builds about twice as fast that way (one per request)
+        task = RequestTask(channel, request, executor.now_ms(), False, route.processor, False, self._hook)
         if executor.can_run_now():  # nothing queued, a worker idle: run it here, no hop through the queue
             channel.request_started()
             executor.run_now(task)

@@ -387,7 +387,7 @@ class SendMessageProcessor:
             except TimerPropertyError as exc:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
-        stall_ms = await self._fault_sleep(props)
+        stall_ms = await self._fault_sleep(props) if self.config.fault_injection_enable else 0
         result = await self.store.put_message(msg, stall_append_ms=stall_ms)
         return self._put_result_to_response(request, result, msg, queue_id)
 

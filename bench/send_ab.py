@@ -31,9 +31,11 @@ from bench.vs_java import Figures, find_reference_bin, run_send
 from mqclient.admin import AdminClient
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, all threads (``/proc/PID/stat`` fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
+    """User + system CPU time of a process, all threads (``/proc/PID/stat`` fields 14 and 15), or of its main
+    thread only (the event loop: the part that bounds a Python broker's throughput)."""
+    path = f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"
+    with open(path, encoding="ascii") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -48,15 +50,18 @@ def messages_put(namesrv: str, broker_addr: str) -> int:
     return asyncio.run(ask())
 
 
-def one_round(rmqjava: Path, root: Path, work: Path, seconds: float, profile: Path | None) -> tuple[Figures, float]:
-    """One broker, one send phase: the Producer's figures and the broker's CPU microseconds per stored message
-    (a steadier figure than TPS on a shared machine: it does not move when another process takes the core)."""
+def one_round(
+    rmqjava: Path, root: Path, work: Path, seconds: float, profile: Path | None
+) -> tuple[Figures, float, float]:
+    """One broker, one send phase: the Producer's figures and the broker's CPU microseconds per stored message,
+    whole process and event-loop thread (steadier figures than TPS on a shared machine)."""
     fig = Figures(str(root))
     broker = BrokerProcess(store_dir=work, fault_injection=False, repo_root=root)
     broker.start()
     spy = None
     assert broker.proc is not None
     cpu0 = cpu_seconds(broker.proc.pid)
+    loop0 = cpu_seconds(broker.proc.pid, main_thread=True)
     try:
         time.sleep(1)
         if profile is not None:
@@ -79,12 +84,13 @@ def one_round(rmqjava: Path, root: Path, work: Path, seconds: float, profile: Pa
             )
         run_send(rmqjava, broker.namesrv, f"AbT{int(time.time())}", seconds, fig)
         cpu = cpu_seconds(broker.proc.pid) - cpu0
+        loop_cpu = cpu_seconds(broker.proc.pid, main_thread=True) - loop0
         stored = messages_put(broker.namesrv, broker.broker_addr)
     finally:
         if spy is not None:
             spy.wait(60)
         broker.stop()
-    return fig, (cpu * 1e6 / stored if stored else 0.0)
+    return fig, (cpu * 1e6 / stored if stored else 0.0), (loop_cpu * 1e6 / stored if stored else 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"A": args.a.resolve(), "B": args.b.resolve()}
     tps: dict[str, list[float]] = {"A": [], "B": []}
     cpu_us: dict[str, list[float]] = {"A": [], "B": []}
+    loop_us: dict[str, list[float]] = {"A": [], "B": []}
     with tempfile.TemporaryDirectory(prefix="send-ab-") as tmp:
         for i in range(args.rounds):
             order = ("A", "B") if i % 2 == 0 else ("B", "A")
@@ -112,21 +119,31 @@ def main(argv: list[str] | None = None) -> int:
                 if args.profile is not None and side == "B":
                     args.profile.mkdir(parents=True, exist_ok=True)
                     profile = args.profile / f"round{i}.txt"
-                fig, us = one_round(bin_dir / "rmqjava", sides[side], Path(tmp) / f"{side}{i}", args.send_s, profile)
+                fig, us, lus = one_round(
+                    bin_dir / "rmqjava", sides[side], Path(tmp) / f"{side}{i}", args.send_s, profile
+                )
                 print(
                     f"round {i} {side}: send TPS {fig.send_tps or 0:,.0f}  avg RT {fig.send_avg_rt_ms or 0:.3f} ms"
-                    f"  broker CPU {us:.1f} us/msg  failed {fig.send_failed}",
+                    f"  broker CPU {us:.1f} us/msg (event loop {lus:.1f})  failed {fig.send_failed}",
                     flush=True,
                 )
                 if fig.send_tps:
                     tps[side].append(fig.send_tps)
                     cpu_us[side].append(us)
+                    loop_us[side].append(lus)
     med = {side: statistics.median(v) if v else 0.0 for side, v in tps.items()}
     cpu = {side: statistics.median(v) if v else 0.0 for side, v in cpu_us.items()}
+    lcpu = {side: statistics.median(v) if v else 0.0 for side, v in loop_us.items()}
     for side in ("A", "B"):
-        print(f"{side} {sides[side]}: median send TPS {med[side]:,.0f}, broker CPU {cpu[side]:.1f} us/msg")
-    if med["A"] and cpu["B"]:
-        print(f"B/A: send TPS {med['B'] / med['A']:.2f}x, CPU per message {cpu['B'] / cpu['A']:.2f}x")
+        print(
+            f"{side} {sides[side]}: median send TPS {med[side]:,.0f}, broker CPU {cpu[side]:.1f} us/msg,"
+            f" event loop {lcpu[side]:.1f} us/msg"
+        )
+    if med["A"] and cpu["A"] and lcpu["A"]:
+        print(
+            f"B/A: send TPS {med['B'] / med['A']:.2f}x, CPU per message {cpu['B'] / cpu['A']:.2f}x,"
+            f" event-loop CPU per message {lcpu['B'] / lcpu['A']:.2f}x"
+        )
     return 0
 
 

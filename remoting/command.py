@@ -324,21 +324,30 @@ class RemotingCommand:
                 raise RemotingCommandError(f"ROCKETMQ header: extFields length {elen} out of bounds")
             end = pos + elen
             ext: dict[str, str] = {}
+            # Keys and values are sliced from one latin-1 view of the header (one decode, not two per field);
+            # a slice that is not pure ASCII is decoded again from its bytes as UTF-8, the wire's encoding.
+            text = header.decode("latin-1")
+            unpack_i16 = _I16.unpack_from
+            unpack_i32 = _I32.unpack_from
             while pos < end:
                 if pos + 2 > end:
                     raise RemotingCommandError("ROCKETMQ header: truncated extFields key length")
-                (klen,) = _I16.unpack_from(header, pos)
-                pos += 2
-                if klen < 0 or pos + klen + 4 > end:
+                (klen,) = unpack_i16(header, pos)
+                kstart = pos + 2
+                kend = kstart + klen
+                if klen < 0 or kend + 4 > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
-                key = header[pos : pos + klen].decode()
-                pos += klen
-                (vlen,) = _I32.unpack_from(header, pos)
-                pos += 4
-                if vlen < 0 or pos + vlen > end:
+                (vlen,) = unpack_i32(header, kend)
+                vstart = kend + 4
+                pos = vstart + vlen
+                if vlen < 0 or pos > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
-                ext[key] = header[pos : pos + vlen].decode()
-                pos += vlen
+                key = text[kstart:kend]
+                value = text[vstart:pos]
+                if not (key.isascii() and value.isascii()):
+                    key = header[kstart:kend].decode()
+                    value = header[vstart:pos].decode()
+                ext[key] = value
         except UnicodeDecodeError as exc:
             raise RemotingCommandError(
                 f"ROCKETMQ header: invalid UTF-8: {exc}", opaque=opaque, flag=flag, serialize_type=_ROCKETMQ

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker.message_const import MessageConst
-from broker.timer import TimerPropertyError, park
+from broker.timer import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TimerPropertyError, park
 from broker.topic import (
     PERM_READ,
     PERM_WRITE,
@@ -381,11 +381,13 @@ class SendMessageProcessor:
         else:
             # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
             check_delay_level(props)
-            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic
-            try:
-                topic, queue_id = park(props, topic, queue_id, self.now_ms())
-            except TimerPropertyError as exc:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
+            # without any of them park() has nothing to do (most sends: no clock read, no call)
+            if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:
+                try:
+                    topic, queue_id = park(props, topic, queue_id, self.now_ms())
+                except TimerPropertyError as exc:
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
         stall_ms = await self._fault_sleep(props) if self.config.fault_injection_enable else 0
         result = await self.store.put_message(msg, stall_append_ms=stall_ms)

@@ -211,17 +211,34 @@ class RequestExecutor:
         except BaseException:
             self._run_now_done(waiter)
             raise
-        resumed = asyncio.get_running_loop().create_task(self._resume(coro, yielded, waiter))
+        pending = [coro, waiter]  # emptied by _resume once it owns the clean-up
+        resumed = asyncio.get_running_loop().create_task(self._resume(coro, yielded, waiter, pending))
         self._eager.add(resumed)
-        resumed.add_done_callback(self._eager.discard)
+        resumed.add_done_callback(lambda t: self._resumed_done(t, pending))
 
-    async def _resume(self, coro: Any, yielded: Any, waiter: asyncio.Future[None]) -> None:
+    def _resumed_done(self, resumed: asyncio.Task[None], pending: list[Any]) -> None:
+        self._eager.discard(resumed)
+        if pending:  # cancelled before its first step: _resume never ran, so finish the request here
+            coro, waiter = pending
+            pending.clear()
+            try:
+                coro.throw(asyncio.CancelledError())  # task.run answers nothing and releases the channel
+            except BaseException:  # noqa: BLE001, S110 - CancelledError (or StopIteration) is the expected end
+                pass
+            self._run_now_done(waiter)
+
+    async def _resume(self, coro: Any, yielded: Any, waiter: asyncio.Future[None], pending: list[Any]) -> None:
         """Drive a request's coroutine from its first wait on: await what it awaited, hand it back, repeat
         (what an asyncio task does; ``task.run`` never raises but for cancellation)."""
+        pending.clear()
         try:
             while True:
                 if yielded is None:  # a bare yield (asyncio.sleep(0)): give the loop one turn
-                    await asyncio.sleep(0)
+                    try:
+                        await asyncio.sleep(0)
+                    except asyncio.CancelledError:
+                        yielded = coro.throw(asyncio.CancelledError())
+                        continue
                 else:
                     yielded._asyncio_future_blocking = False
                     try:

@@ -127,3 +127,30 @@ async def test_nothing_runs_now_while_paused_stopping_or_queued() -> None:
     ex.queue.clear()
     await ex.stop()
     assert not ex.can_run_now()
+
+
+async def test_a_waiting_request_cancelled_at_any_point_still_releases_its_channel_and_worker() -> None:
+    loop = asyncio.get_running_loop()
+
+    async def waits(channel, request):
+        await loop.create_future()
+
+    async def yields(channel, request):
+        while True:
+            await asyncio.sleep(0)  # a bare yield each time
+
+    ex = await started(3)
+    ch = FakeChannel()
+    ex.run_now(task(ch, 1, FnProcessor(waits)))
+    for resumed in list(ex._eager):  # cancelled before its first step
+        resumed.cancel()
+    ex.run_now(task(ch, 2, FnProcessor(waits)))
+    ex.run_now(task(ch, 3, FnProcessor(yields)))
+    await asyncio.sleep(0.01)
+    assert ex.active == 2
+    for resumed in list(ex._eager):  # cancelled while waiting on a future, and between bare yields
+        resumed.cancel()
+    await asyncio.sleep(0.01)
+    assert ch.finished == 3 and ch.sent == [] and ex.active == 0 and not ex._eager
+    assert ex.can_run_now() and len(ex._idle) == 3
+    await ex.stop()

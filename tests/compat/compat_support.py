@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cpp_lifecycle import shutdown_client, start_client
 from broker.tools.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -417,12 +418,12 @@ def cpp_producer(
     producer.set_namesrv_addr(namesrv)
     if credentials is not None:
         producer.set_session_credentials(credentials[0], credentials[1], "")
-    producer.start()
+    start_client(producer)  # one start/shutdown at a time per process: see bench/cpp_lifecycle.py
     try:
         _connect(producer)
         yield producer
     finally:
-        _call_within(producer.shutdown, 15, "Producer.shutdown()")
+        _call_within(lambda: shutdown_client(producer), 15, "Producer.shutdown()")
 
 
 #: Topic of the producers' first (connecting) message; no test consumes it.
@@ -485,11 +486,11 @@ def cpp_push_consumer(
     callback = collector.callback(name)
     for topic, expression in subscriptions.items():
         consumer.subscribe(topic, callback, expression)
-    consumer.start()
+    start_client(consumer)
     try:
         yield consumer
     finally:
-        _call_within(consumer.shutdown, 20, "PushConsumer.shutdown()")
+        _call_within(lambda: shutdown_client(consumer), 20, "PushConsumer.shutdown()")
 
 
 class CppClientLog:

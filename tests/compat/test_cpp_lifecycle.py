@@ -1,0 +1,93 @@
+"""Wheel clients start and shut down one at a time per process (bench/cpp_lifecycle.py says why).
+
+No broker is needed: a start only registers the client in librocketmq's factory table and starts its
+timers; the name server address points at a closed loopback port.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from compat_support import unique
+from cpp_lifecycle_probe import LifecycleProbe
+
+from bench.cpp_lifecycle import LifecycleBusy, shutdown_client, start_client
+from broker.tools.embedded import free_port
+
+pytestmark = pytest.mark.compat
+
+rocketmq = pytest.importorskip("rocketmq.client", reason="the rocketmq==0.4.4 wheel is part of the test extra")
+
+
+def new_producer(namesrv: str):
+    from rocketmq.client import Producer
+    from rocketmq.ffi import dll
+
+    producer = Producer(unique("PG_life"))
+    dll.SetProducerInstanceName(producer._handle, unique("p").encode())
+    producer.set_namesrv_addr(namesrv)
+    return producer
+
+
+def new_consumer(namesrv: str):
+    from rocketmq.client import PushConsumer
+
+    consumer = PushConsumer(unique("CG_life"))
+    consumer.set_instance_name(unique("c"))
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe("T_life", lambda msg: None)
+    return consumer
+
+
+def test_starts_and_shutdowns_from_many_threads_never_overlap(monkeypatch):
+    probe = LifecycleProbe(stretch_s=0.1).install(monkeypatch)
+    namesrv = f"127.0.0.1:{free_port()}"
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+    clients: list = []  # alive until the end: the wheel's __del__ calls shutdown() once more, harmlessly
+
+    def cycle(make) -> None:
+        try:
+            client = make(namesrv)
+            clients.append(client)
+            barrier.wait(10)  # line the starts up, as the bench driver's tasks do
+            start_client(client)
+            barrier.wait(10)
+            shutdown_client(client)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=cycle, args=(new_producer if i % 2 else new_consumer,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(probe.calls) == sorted(
+        ["StartProducer", "ShutdownProducer", "StartPushConsumer", "ShutdownPushConsumer"] * 2
+    )
+    assert probe.max_active == 1
+
+
+def test_a_start_beside_a_hung_shutdown_fails_clearly_instead_of_racing_it(monkeypatch):
+    probe = LifecycleProbe(stretch_s=0.0).install(monkeypatch)
+    namesrv = f"127.0.0.1:{free_port()}"
+    first, second = new_producer(namesrv), new_producer(namesrv)
+    start_client(first)
+    probe.hold_shutdown.set()
+    hung = threading.Thread(target=shutdown_client, args=(first,), daemon=True)
+    hung.start()
+    try:
+        while "ShutdownProducer" not in probe.calls:
+            hung.join(0.01)
+        with pytest.raises(LifecycleBusy, match="has held the wheel"):
+            start_client(second, wait_s=0.5)
+        assert probe.calls.count("StartProducer") == 1  # the second start never reached librocketmq
+    finally:
+        probe.release_shutdown.set()
+        hung.join(20)
+    start_client(second)  # the wheel is free again once the shutdown returned
+    shutdown_client(second)
+    assert probe.max_active == 1
+    assert probe.calls == ["StartProducer", "ShutdownProducer", "StartProducer", "ShutdownProducer"]

@@ -12,11 +12,19 @@ and several compat tests start producers from threads, so both meet that race.
 Every start and shutdown of a wheel client therefore goes through `start_client` / `shutdown_client`,
 which hold one process-wide lock (process-wide because the table it guards is). Sends, pulls and
 callbacks are not serialized: they do not touch the table.
+
+A start also reads the table first (`read_factory_table`) and refuses with `FactoryTableCorrupted` when it
+is already broken (by a start or shutdown that bypassed this module): the test that starts then fails with
+that message instead of the whole process dying. The known crash: a lost insert leaves the map's size one
+above its tree; once the tree is empty, the next insert compares the new key with the "key" of the map's
+header node, which is the size field read as a string pointer, and faults.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 #: Guards the wheel's process-wide client factory table (see the module docstring). Module-level on purpose:
@@ -39,21 +47,96 @@ class LifecycleBusy(RuntimeError):
     """Another wheel client's start or shutdown in this process did not finish in time."""
 
 
-def _locked(call: Any, what: str, wait_s: float) -> None:
+class FactoryTableCorrupted(RuntimeError):
+    """librocketmq's client factory table is inconsistent: the next start in this process would crash it."""
+
+
+@dataclass(frozen=True)
+class FactoryTable:
+    """What MQClientManager's std::map<string, MQClientFactory*> holds, read from the process's memory."""
+
+    size: int  #: the map's own element count
+    nodes: int  #: nodes reachable in its red-black tree
+    ends_ok: bool  #: the header's leftmost/rightmost links point at the tree's ends (at itself when empty)
+
+    def problem(self) -> str | None:
+        if self.size == self.nodes and self.ends_ok:
+            return None
+        return (
+            f"librocketmq's client factory table is corrupted (the map says {self.size} factories, its tree holds "
+            f"{self.nodes}, end links {'ok' if self.ends_ok else 'wrong'}): the next C++ client start in this "
+            "process would die with SIGSEGV. An earlier start or shutdown ran beside another one without "
+            "bench.cpp_lifecycle.start_client/shutdown_client."
+        )
+
+
+# Layout of the 0.4.4 wheel's librocketmq (GCC, libstdc++): MQClientManager is {vptr; std::map}; the map is
+# {less<>; header node {int color; parent; left; right}; size_t count}; a tree node starts with the same base.
+_MAP_HEADER, _MAP_COUNT = 0x10, 0x30
+_NODE_PARENT, _NODE_LEFT, _NODE_RIGHT = 0x08, 0x10, 0x18
+_MAX_NODES = 100_000
+
+
+def _word(address: int) -> int:
+    return ctypes.c_size_t.from_address(address).value
+
+
+def read_factory_table() -> FactoryTable | None:
+    """The table's state, or None when the loaded librocketmq is not the build whose layout is known here."""
+    try:
+        from rocketmq.ffi import dll
+
+        get_instance = dll._ZN8rocketmq15MQClientManager11getInstanceEv
+        vtable = ctypes.addressof(ctypes.c_char.in_dll(dll, "_ZTVN8rocketmq15MQClientManagerE"))
+    except (ImportError, AttributeError, ValueError):
+        return None
+    get_instance.restype, get_instance.argtypes = ctypes.c_void_p, []
+    manager = get_instance()
+    if not manager or _word(manager) != vtable + 0x10:  # not an MQClientManager laid out as expected
+        return None
+    header = manager + _MAP_HEADER
+    root, leftmost, rightmost = _word(header + _NODE_PARENT), _word(header + _NODE_LEFT), _word(header + _NODE_RIGHT)
+    size = _word(manager + _MAP_COUNT)
+    if not root:
+        return FactoryTable(size=size, nodes=0, ends_ok=leftmost == header and rightmost == header)
+    nodes, stack, ok = 0, [(root, header)], True
+    lowest = highest = root
+    while stack and nodes <= _MAX_NODES:
+        node, parent = stack.pop()
+        if node % 8 or _word(node + _NODE_PARENT) != parent:
+            ok = False
+            break
+        nodes += 1
+        for child in (_word(node + _NODE_LEFT), _word(node + _NODE_RIGHT)):
+            if child:
+                stack.append((child, node))
+    while ok and _word(lowest + _NODE_LEFT):
+        lowest = _word(lowest + _NODE_LEFT)
+    while ok and _word(highest + _NODE_RIGHT):
+        highest = _word(highest + _NODE_RIGHT)
+    return FactoryTable(size=size, nodes=nodes, ends_ok=ok and leftmost == lowest and rightmost == highest)
+
+
+def _locked(call: Any, what: str, wait_s: float, *, check_table: bool = False) -> None:
     if not _LIFECYCLE_LOCK.acquire(timeout=wait_s):
         raise LifecycleBusy(
             f"{what}: another C++ client's start or shutdown in this process has held the wheel for {wait_s:.0f} s "
             "(a hung shutdown?); not starting a second one beside it, which corrupts librocketmq's factory table"
         )
     try:
+        table = read_factory_table() if check_table else None
+        problem = table.problem() if table is not None else None
+        if problem:
+            raise FactoryTableCorrupted(f"{what} refused: {problem}")
         call()
     finally:
         _LIFECYCLE_LOCK.release()
 
 
 def start_client(client: WheelClient, wait_s: float = DEFAULT_WAIT_S) -> None:
-    """``client.start()`` while no other wheel client of this process starts or shuts down."""
-    _locked(client.start, f"{type(client).__name__}.start()", wait_s)
+    """``client.start()`` while no other wheel client of this process starts or shuts down; refused with
+    `FactoryTableCorrupted` when librocketmq's factory table is already broken (the start would crash)."""
+    _locked(client.start, f"{type(client).__name__}.start()", wait_s, check_table=True)
 
 
 def shutdown_client(client: WheelClient, wait_s: float = DEFAULT_WAIT_S) -> None:

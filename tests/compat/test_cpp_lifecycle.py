@@ -6,10 +6,16 @@ timers; the name server address points at a closed loopback port.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
-from compat_support import unique
+from compat_support import REPO_ROOT, unique
 from cpp_lifecycle_probe import LifecycleProbe
 
 from bench.cpp_lifecycle import LifecycleBusy, shutdown_client, start_client
@@ -91,3 +97,34 @@ def test_a_start_beside_a_hung_shutdown_fails_clearly_instead_of_racing_it(monke
     shutdown_client(second)
     assert probe.max_active == 1
     assert probe.calls == ["StartProducer", "ShutdownProducer", "StartProducer", "ShutdownProducer"]
+
+
+TABLE_CHILD = Path(__file__).with_name("cpp_table_child.py")
+
+
+def run_table_child(mode: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(TABLE_CHILD), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONFAULTHANDLER": ""},
+        check=False,
+    )
+
+
+def test_a_start_into_a_table_that_lost_an_insert_kills_the_process():
+    """The crash itself, as the lead's run met it (the state is made by hand, not by a race)."""
+    run = run_table_child("raw")
+    assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stdout, run.stderr[-2000:])
+    assert "started" not in run.stdout
+
+
+def test_start_client_refuses_a_corrupted_table_instead_of_crashing():
+    run = run_table_child("guarded")
+    assert run.returncode == 0, (run.returncode, run.stdout, run.stderr[-2000:])
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert "the map says 1 factories, its tree holds 0" in events[0]["refused"], events
+    assert "would die with SIGSEGV" in events[0]["refused"]
+    assert events[-1] == {"started_after_repair": True}

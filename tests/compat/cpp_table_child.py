@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import resource
 import sys
 import uuid
 
@@ -37,6 +38,7 @@ def table_size() -> ctypes.c_size_t:
 
 
 def main() -> int:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the raw case crashes on purpose: leave no core file
     from bench.cpp_lifecycle import FactoryTableCorrupted, read_factory_table, shutdown_client, start_client
 
     first = new_producer()

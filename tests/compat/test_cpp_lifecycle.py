@@ -102,27 +102,27 @@ def test_a_start_beside_a_hung_shutdown_fails_clearly_instead_of_racing_it(monke
 TABLE_CHILD = Path(__file__).with_name("cpp_table_child.py")
 
 
-def run_table_child(mode: str) -> subprocess.CompletedProcess:
+def run_table_child(mode: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(TABLE_CHILD), mode],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=REPO_ROOT,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONFAULTHANDLER": ""},
         check=False,
     )
 
 
-def test_a_start_into_a_table_that_lost_an_insert_kills_the_process():
+def test_a_start_into_a_table_that_lost_an_insert_kills_the_process(tmp_path):
     """The crash itself, as the lead's run met it (the state is made by hand, not by a race)."""
-    run = run_table_child("raw")
+    run = run_table_child("raw", tmp_path)
     assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stdout, run.stderr[-2000:])
     assert "started" not in run.stdout
 
 
-def test_start_client_refuses_a_corrupted_table_instead_of_crashing():
-    run = run_table_child("guarded")
+def test_start_client_refuses_a_corrupted_table_instead_of_crashing(tmp_path):
+    run = run_table_child("guarded", tmp_path)
     assert run.returncode == 0, (run.returncode, run.stdout, run.stderr[-2000:])
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert "the map says 1 factories, its tree holds 0" in events[0]["refused"], events

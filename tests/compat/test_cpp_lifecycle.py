@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,12 @@ def test_a_start_beside_a_hung_shutdown_fails_clearly_instead_of_racing_it(monke
     try:
         while "ShutdownProducer" not in probe.calls:
             hung.join(0.01)
-        with pytest.raises(LifecycleBusy, match="has held the wheel"):
+        with pytest.raises(LifecycleBusy, match=r"Producer.shutdown\(\) in this process has held the wheel"):
             start_client(second, wait_s=0.5)
+        t0 = time.monotonic()
+        with pytest.raises(LifecycleBusy):  # hung for longer than wait_s already: no second wait
+            start_client(second, wait_s=0.5)
+        assert time.monotonic() - t0 < 0.25
         assert probe.calls.count("StartProducer") == 1  # the second start never reached librocketmq
     finally:
         probe.release_shutdown.set()

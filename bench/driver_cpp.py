@@ -21,6 +21,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from bench.cpp_lifecycle import shutdown_client, start_client
 from bench.outcomes import STATUS_FAILED, STATUS_ONEWAY
 
 if TYPE_CHECKING:
@@ -62,13 +63,13 @@ class _CppProducer:
         self.producer.set_namesrv_addr(load.spec.namesrv)
         if load.spec.access_key:
             self.producer.set_session_credentials(load.spec.access_key, load.spec.secret_key or "", "")
-        self.producer.start()
+        start_client(self.producer)  # never beside another client's start/shutdown: see bench.cpp_lifecycle
         rnd = random.Random(f"{load.spec.run_id}/{spec.id}")
         self.payload = "".join(rnd.choices(string.ascii_letters + string.digits, k=load.scen.message_size)).encode()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"cpp-{spec.id}")
 
     async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, _call_within, self.producer.shutdown, 20)
+        await asyncio.get_running_loop().run_in_executor(None, _call_within, lambda: shutdown_client(self.producer), 20)
         self._pool.shutdown(wait=False)
 
     def _send_loop(self, loop: asyncio.AbstractEventLoop, t0: int, end: int) -> None:
@@ -179,7 +180,7 @@ class _CppConsumer:
             c.set_session_credentials(self.load.spec.access_key, self.load.spec.secret_key or "", "")
         c.set_thread_count(max(1, self.load.scen.client.consume_threads))
         c.subscribe(self.topic, self._on_message)
-        await self.loop.run_in_executor(None, c.start)
+        await self.loop.run_in_executor(None, start_client, c)
         self.consumer = c
 
     async def heartbeat(self) -> None:
@@ -202,7 +203,9 @@ class _CppConsumer:
 
     async def close(self) -> None:
         if self.consumer is not None:
-            await asyncio.get_running_loop().run_in_executor(None, _call_within, self.consumer.shutdown, 20)
+            await asyncio.get_running_loop().run_in_executor(
+                None, _call_within, lambda: shutdown_client(self.consumer), 20
+            )
 
 
 class CppDriver:

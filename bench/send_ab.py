@@ -56,7 +56,7 @@ def one_round(
     """One broker, one send phase: the Producer's figures and the broker's CPU microseconds per stored message,
     whole process and event-loop thread (steadier figures than TPS on a shared machine)."""
     fig = Figures(str(root))
-    broker = BrokerProcess(store_dir=work, fault_injection=False, repo_root=root)
+    broker = BrokerProcess(store_dir=work, fault_injection=False, root=root)
     broker.start()
     spy = None
     assert broker.proc is not None

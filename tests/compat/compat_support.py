@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cpp_lifecycle import shutdown_client, start_client
 from broker.testing import process
 from broker.testing.process import ChildError, set_args
 
@@ -303,12 +304,12 @@ def cpp_producer(
     producer.set_namesrv_addr(namesrv)
     if credentials is not None:
         producer.set_session_credentials(credentials[0], credentials[1], "")
-    producer.start()
+    start_client(producer)  # one start/shutdown at a time per process: see bench/cpp_lifecycle.py
     try:
         _connect(producer)
         yield producer
     finally:
-        _call_within(producer.shutdown, 15, "Producer.shutdown()")
+        _call_within(lambda: shutdown_client(producer), 15, "Producer.shutdown()")
 
 
 #: Topic of the producers' first (connecting) message; no test consumes it.
@@ -371,11 +372,11 @@ def cpp_push_consumer(
     callback = collector.callback(name)
     for topic, expression in subscriptions.items():
         consumer.subscribe(topic, callback, expression)
-    consumer.start()
+    start_client(consumer)
     try:
         yield consumer
     finally:
-        _call_within(consumer.shutdown, 20, "PushConsumer.shutdown()")
+        _call_within(lambda: shutdown_client(consumer), 20, "PushConsumer.shutdown()")
 
 
 class CppClientLog:

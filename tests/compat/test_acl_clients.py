@@ -24,6 +24,8 @@ from compat_support import (
     describe_missing,
     make_message,
     run_ons,
+    shutdown_client,
+    start_client,
     unique,
 )
 
@@ -91,7 +93,7 @@ def raw_cpp_producer(namesrv: str, credentials: tuple[str, str] | None):
     producer.set_namesrv_addr(namesrv)
     if credentials is not None:
         producer.set_session_credentials(credentials[0], credentials[1], "")
-    producer.start()
+    start_client(producer)
     return producer
 
 
@@ -120,7 +122,7 @@ def test_cpp_producer_without_the_right_secret_is_refused(acl_broker, credential
         with pytest.raises(ProducerSendSyncFailed):
             producer.send_sync(make_message(TOPIC_CPP, b"must not be stored"))
     finally:
-        producer.shutdown()
+        shutdown_client(producer)
     log = wait_for_log(acl_broker, "request refused by acl", mark)
     assert reason in log
     assert "Traceback" not in log

@@ -201,7 +201,7 @@ def scenario(sem) -> Scenario:
     with cpp_producer(ns) as producer:
         for t in topics.values():
             producer.send_sync(make_message(t, b"warm", key="warm", tags="warm"))
-        from compat_support import _call_within
+        from compat_support import _call_within, shutdown_client, start_client
         from rocketmq.client import PushConsumer  # the harness's consumer, with our failing callback
 
         consumer = PushConsumer(group)
@@ -210,7 +210,7 @@ def scenario(sem) -> Scenario:
         consumer.subscribe(topics["main"], on_message, "*")
         consumer.subscribe(topics["tags"], on_message, COLLIDING[0])
         consumer.subscribe(topics["tx"], on_message, "*")
-        consumer.start()
+        start_client(consumer)
         try:
             for key, level in (("good", None), ("bad", None), ("d1", 1), ("d2", 2)):
                 sent_at[key] = time.monotonic()
@@ -246,7 +246,7 @@ def scenario(sem) -> Scenario:
             collector.wait_until(lambda items: sum(i.key in ("a1", "a2") for i in items) >= 4, 10)
             collector.settle(1.0)
         finally:
-            _call_within(consumer.shutdown, 20, "PushConsumer.shutdown()")
+            _call_within(lambda: shutdown_client(consumer), 20, "PushConsumer.shutdown()")
     return Scenario(
         collector.items(), topics, dlq, tx_results, tx_listener, tx_wait, sent_at, running, reset, client_ids
     )

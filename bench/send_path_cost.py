@@ -26,7 +26,7 @@ from pathlib import Path
 async def measure(messages: int, window: int, store_dir: Path) -> float:
     from broker.config import build_config
     from broker.controller import BrokerController
-    from broker.tools.embedded import free_port
+    from broker.testing.ports import free_port
     from remoting.command import RemotingCommand
     from remoting.headers import SendMessageRequestHeader, encode_header
 

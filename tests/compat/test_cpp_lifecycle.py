@@ -20,7 +20,7 @@ from compat_support import REPO_ROOT, unique
 from cpp_lifecycle_probe import LifecycleProbe
 
 from bench.cpp_lifecycle import LifecycleBusy, shutdown_client, start_client
-from broker.tools.embedded import free_port
+from broker.testing.ports import free_port
 
 pytestmark = pytest.mark.compat
 

@@ -19,7 +19,7 @@ import asyncio
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -73,6 +73,7 @@ from store.transient_store_pool import TransientStorePool
 log = structlog.get_logger(__name__)
 
 _INT_MAX = 0x7FFFFFFF
+_ACCEPTING: tuple[PutMessageStatus, str | None] = (PutMessageStatus.PUT_OK, None)
 
 
 def _default_now_ms() -> int:
@@ -455,6 +456,8 @@ class MessageStore:
     # ----------------------------------------------------------------------------------- busy signals
     def is_os_page_cache_busy(self) -> bool:
         begin = self.commit_log.begin_time_in_lock
+        if begin <= 0:
+            return False  # no append section open (the common case: no clock read)
         diff = self.now_ms() - begin
         return diff < 10_000_000 and diff > self.config.os_page_cache_busy_timeout_mills
 
@@ -471,6 +474,13 @@ class MessageStore:
 
     # -------------------------------------------------------------------------------------------- put
     def _check_store_status(self) -> tuple[PutMessageStatus, str | None]:
+        if self._shutdown or self._disk_full or self.commit_log.begin_time_in_lock:
+            return self._store_status_refusal()
+        if self.config.broker_role == BrokerRole.SLAVE:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, "broker role is slave, so putMessage is forbidden"
+        return _ACCEPTING
+
+    def _store_status_refusal(self) -> tuple[PutMessageStatus, str | None]:
         if self._shutdown:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store has shutdown"
         if self.config.broker_role == BrokerRole.SLAVE:
@@ -479,47 +489,54 @@ class MessageStore:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is not writable: the disk is full"
         if self.is_os_page_cache_busy():
             return PutMessageStatus.OS_PAGECACHE_BUSY, "os page cache busy"
-        return PutMessageStatus.PUT_OK, None
+        return _ACCEPTING
 
-    async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
-        """Append one message; with SYNC_FLUSH wait until an fsync covers it (MessagePutter.put_message)."""
-        return await self.putter.put_message(msg, stall_append_ms=stall_append_ms)
+    def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> Awaitable[PutMessageResult]:
+        """Append one message; with SYNC_FLUSH wait until an fsync covers it (MessagePutter.put_message).
+        (A plain method handing back the putter's coroutine: one coroutine per put, not two.)"""
+        return self.putter.put_message(msg, stall_append_ms=stall_append_ms)
 
-    async def put_messages(self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0) -> PutMessageResult:
+    def put_messages(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> Awaitable[PutMessageResult]:
         """Append a batch of one topic and queue (MessagePutter.put_messages)."""
-        return await self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
+        return self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
 
-    async def _after_put(
+    def _after_put(
         self, result: AppendMessageResult, msg: MessageExtBrokerInner | None, topic: str
-    ) -> PutMessageStatus:
-        """After an append: wait for the group commit (SYNC_FLUSH, unless the message says WAIT=false) or
-        wake the flush or commit service; FLUSH_DISK_TIMEOUT when the fsync did not come in time."""
-        status = PutMessageStatus.PUT_OK
+    ) -> Awaitable[PutMessageStatus] | None:
+        """After an append: wake the flush or commit service (None: the put is done), or, with SYNC_FLUSH
+        (unless the message says WAIT=false), the wait for the group commit to answer."""
         cfg = self.config
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             wait = msg is None or msg.properties.get(MessageConst.WAIT, "true").lower() != "false"
             service = self._flush_service
             if wait and isinstance(service, GroupCommitService):
-                fut_flush = service.put_request(result.wrote_offset + result.wrote_bytes)
-                try:
-                    ok = await asyncio.wait_for(asyncio.shield(fut_flush), cfg.sync_flush_timeout / 1000)
-                except TimeoutError:
-                    ok = False
-                if not ok:
-                    log.error(
-                        "do groupcommit, wait for flush failed",
-                        topic=topic,
-                        offset=result.wrote_offset,
-                        timeout_ms=cfg.sync_flush_timeout,
-                    )
-                    status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-            elif service is not None:
+                return self._wait_group_commit(service, result, topic)
+            if service is not None:
                 service.wakeup()
         elif self._commit_service is not None:
             self._commit_service.wakeup()
         elif self._flush_service is not None and not cfg.flush_commit_log_timed:
             self._flush_service.wakeup()
-        return status
+        return None
+
+    async def _wait_group_commit(
+        self, service: GroupCommitService, result: AppendMessageResult, topic: str
+    ) -> PutMessageStatus:
+        """FLUSH_DISK_TIMEOUT when the fsync covering the put did not come within syncFlushTimeout."""
+        timeout_ms = self.config.sync_flush_timeout
+        fut_flush = service.put_request(result.wrote_offset + result.wrote_bytes)
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(fut_flush), timeout_ms / 1000)
+        except TimeoutError:
+            ok = False
+        if ok:
+            return PutMessageStatus.PUT_OK
+        log.error(
+            "do groupcommit, wait for flush failed", topic=topic, offset=result.wrote_offset, timeout_ms=timeout_ms
+        )
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

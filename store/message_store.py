@@ -1,10 +1,10 @@
 """MessageStore: the store's public API (upstream DefaultMessageStore), wiring every part together.
 
-Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown), the flush after a
-put (wait for the group commit with SYNC_FLUSH, else wake the flush or commit service), the busy
+Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown), the busy
 signals and the runtime info. The other jobs have rooms of their own, which this class builds and wires
-once: the put path (store/put_message.py), the writer (store/commit_log.py), the dispatch to consume
-queues and index (store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads
+once: the put path (store/put_message.py), what a put does about durability once appended (AfterPut in
+store/flush.py), the writer (store/commit_log.py), the dispatch to consume queues and index
+(store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads
 (store/message_reader.py), recovery (store/recovery.py) and record parsing (store/record_parser.py).
 Blocking work (file creation, fsync, commit into files, recovery scans) runs in the store's own worker
 threads.
@@ -38,6 +38,7 @@ from store.consume_queue import ConsumeQueue
 from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.fault import StoreFault
 from store.flush import (
+    AfterPut,
     CommitLogFlusher,
     CommitRealTimeService,
     FlushConsumeQueueService,
@@ -48,7 +49,6 @@ from store.flush import (
 from store.index_service import IndexService
 from store.mapped_file import MappedFile
 from store.message import (
-    MessageConst,
     MessageExt,
     MessageExtBrokerInner,
 )
@@ -60,7 +60,6 @@ from store.queue_manifest import QueueManifest
 from store.recovery import RecoveryReport, StoreRecovery
 from store.reput import ReputMessageService
 from store.results import (
-    AppendMessageResult,
     GetMessageResult,
     MessageFilter,
     PutMessageResult,
@@ -127,6 +126,7 @@ class MessageStore:
         self.reput = ReputMessageService(self.commit_log, self.dispatcher, self._run_blocking)
         self.reput.with_keys = config.message_index_enable
         self.dispatcher.bind_reput(self.reput)
+        self._after_put = AfterPut(config)  # bound to the flush or commit service at start
         self.putter = MessagePutter(
             config,
             self.commit_log,
@@ -307,6 +307,7 @@ class MessageStore:
             self._commit_service = CommitRealTimeService(
                 cfg, self.commit_log.mapped_file_queue, self._run_blocking, self.now_ms, self._on_committed
             )
+        self._after_put.bind(self._flush_service, self._commit_service)
         self._flush_cq_service = FlushConsumeQueueService(
             cfg,
             self.dispatcher.consume_queue_files,
@@ -501,42 +502,6 @@ class MessageStore:
     ) -> Awaitable[PutMessageResult]:
         """Append a batch of one topic and queue (MessagePutter.put_messages)."""
         return self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
-
-    def _after_put(
-        self, result: AppendMessageResult, msg: MessageExtBrokerInner | None, topic: str
-    ) -> Awaitable[PutMessageStatus] | None:
-        """After an append: wake the flush or commit service (None: the put is done), or, with SYNC_FLUSH
-        (unless the message says WAIT=false), the wait for the group commit to answer."""
-        cfg = self.config
-        if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            wait = msg is None or msg.properties.get(MessageConst.WAIT, "true").lower() != "false"
-            service = self._flush_service
-            if wait and isinstance(service, GroupCommitService):
-                return self._wait_group_commit(service, result, topic)
-            if service is not None:
-                service.wakeup()
-        elif self._commit_service is not None:
-            self._commit_service.wakeup()
-        elif self._flush_service is not None and not cfg.flush_commit_log_timed:
-            self._flush_service.wakeup()
-        return None
-
-    async def _wait_group_commit(
-        self, service: GroupCommitService, result: AppendMessageResult, topic: str
-    ) -> PutMessageStatus:
-        """FLUSH_DISK_TIMEOUT when the fsync covering the put did not come within syncFlushTimeout."""
-        timeout_ms = self.config.sync_flush_timeout
-        fut_flush = service.put_request(result.wrote_offset + result.wrote_bytes)
-        try:
-            ok = await asyncio.wait_for(asyncio.shield(fut_flush), timeout_ms / 1000)
-        except TimeoutError:
-            ok = False
-        if ok:
-            return PutMessageStatus.PUT_OK
-        log.error(
-            "do groupcommit, wait for flush failed", topic=topic, offset=result.wrote_offset, timeout_ms=timeout_ms
-        )
-        return PutMessageStatus.FLUSH_DISK_TIMEOUT
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

@@ -503,6 +503,12 @@ class MessageStore:
         """Append a batch of one topic and queue (MessagePutter.put_messages)."""
         return self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
 
+    def put_message_group(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> Awaitable[list[PutMessageResult]]:
+        """Put each message as `put_message` would, in one pass (MessagePutter.put_message_group)."""
+        return self.putter.put_message_group(msgs, stall_append_ms=stall_append_ms)
+
     def _on_committed(self) -> None:
         self.reput.wakeup()
         if self._flush_service is not None:

@@ -10,8 +10,8 @@ The SEND path calls `put_message` once per message, so its fixed cost is the sto
 send: the topic checks run once per topic (a bounded set of topics that passed), the clock is read
 twice (begin, which is also the store timestamp of an inline append, and end), and nothing awaits
 unless something must be waited for (a SYNC_FLUSH fsync, a reput round, the writer).
-`put_message_group` appends messages of any topics and queues, each a put of its own, in one pass with
-one flush wake-up (group commit) for callers that hold several sends at once.
+`put_message_group` (group commit) puts messages of any topics and queues, each a put of its own, in
+one pass, for a caller that holds several sends at once: the fixed cost is paid once per group.
 """
 
 from __future__ import annotations
@@ -240,6 +240,68 @@ class MessagePutter:
             True,
         )
         return await self._submit(req, None, begin)
+
+    async def put_message_group(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> list[PutMessageResult]:
+        """Put each message as `put_message` would (any topics and queues; one refused, or one that fails,
+        costs only its own result), in one pass: the store's status and the clock are read once, the
+        records go in one after the other while the writer is idle (else queued to it, in order), the
+        dispatch wait comes once for the group and, with SYNC_FLUSH, the group commit covers them all
+        with one fsync. For a caller that holds several sends at once (all the
+        SEND requests decoded from one read). Results in the order of `msgs`."""
+        status, remark = self._store_status()
+        if status is not _PUT_OK:
+            return [PutMessageResult(status, None, remark) for _ in msgs]
+        begin = self.now_ms()
+        cl = self.commit_log
+        results: list[PutMessageResult | AppendMessageResult | AppendFailure | None] = []
+        queued: list[tuple[int, AppendRequest]] = []
+        inline_end = -1
+        for i, msg in enumerate(msgs):
+            req = self._request(msg, stall_append_ms)
+            if req.__class__ is PutMessageResult:
+                results.append(req)
+                continue
+            appended = cl.append_now(req, begin) if stall_append_ms <= 0 else None
+            if appended is None:
+                # the writer holds the rest (a new file, a stall): queued behind it keeps the order
+                req.future = asyncio.get_running_loop().create_future()
+                cl.submit(req)
+                queued.append((i, req))
+            elif appended.__class__ is AppendMessageResult:
+                inline_end = appended.wrote_offset + appended.wrote_bytes
+            results.append(appended)
+        if inline_end >= 0:
+            if not (self._pooled and cl.dispatch_queue) and self.dispatcher.after_inline_put():
+                await self.reput.wait_dispatched(inline_end)
+            self._inline_appends += len(msgs) - len(queued)
+            if self._inline_appends >= _YIELD_EVERY_INLINE:
+                self._inline_appends = 0
+                await asyncio.sleep(0)
+        for i, req in queued:
+            results[i] = await req.future
+        waits: list[tuple[int, Awaitable[PutMessageStatus]]] = []
+        for i, result in enumerate(results):
+            if result.__class__ is AppendFailure:
+                self.stats.put_failed += 1
+                results[i] = PutMessageResult(result.status, None, result.remark)
+            elif result.__class__ is AppendMessageResult:
+                msg = msgs[i]
+                msg.store_timestamp = result.store_timestamp
+                waiting = self._after_put(result, msg, msg.topic)
+                if waiting is not None:
+                    waits.append((i, waiting))
+                results[i] = PutMessageResult(_PUT_OK, result)
+        if waits:  # (all registered with the group commit at once: one fsync covers them)
+            statuses = await asyncio.gather(*(waiting for _, waiting in waits))
+            for (i, _), status in zip(waits, statuses):
+                results[i].status = status
+        end = self.now_ms()
+        for result in results:
+            if result.append_result is not None:
+                self.stats.put_done(end - begin)
+        return results
 
     @staticmethod
     def _batch_rule_broken(m: MessageExtBrokerInner, topic: str, queue_id: int) -> PutMessageResult | None:

@@ -5,7 +5,7 @@ inline append stamps the put's clock reading."""
 from __future__ import annotations
 
 import pytest
-from store_helpers import make_msg
+from store_helpers import make_msg, small_config
 
 from store import MessageStoreConfig, PutMessageStatus
 from store.flush import AfterPut, GroupCommitService
@@ -114,3 +114,80 @@ def test_plan_many_reports_the_batch_size_of_records_with_too_long_properties_fi
         enc.plan_many([small, big], wire - 1)
     with pytest.raises(RecordError, match="PROPERTIES_SIZE_EXCEEDED"):
         enc.plan_many([small, big], wire)
+
+
+def _group():
+    """Sends of three queues of two topics, one refused in the middle."""
+    msgs = [make_msg("GA", b"a0", queue_id=0, uniq="U0"), make_msg("GB", b"b0", queue_id=1, keys="k1 k2")]
+    msgs += [make_msg("bad/topic", b"x"), make_msg("GA", b"a1", queue_id=0), make_msg("GA", b"a2", queue_id=2)]
+    msgs += [make_msg("GB", b"b1", queue_id=1, tags="T")]
+    return msgs
+
+
+async def test_a_group_puts_each_message_as_put_message_would(config_factory, store_factory, tmp_path):
+    grouped = await store_factory(config_factory())
+    alone = await store_factory(small_config_at(tmp_path / "alone"))
+    results = await grouped.put_message_group(_group())
+    expected = [await alone.put_message(m) for m in _group()]
+    assert [r.status for r in results] == [r.status for r in expected]
+    assert results[2].status == PutMessageStatus.MESSAGE_ILLEGAL and results[2].append_result is None
+    assert grouped.stats.put_failed == alone.stats.put_failed == 1
+    for got, want in zip(results, expected):
+        if want.append_result is None:
+            continue
+        g, w = got.append_result, want.append_result
+        assert (g.wrote_offset, g.wrote_bytes, g.logics_offset) == (w.wrote_offset, w.wrote_bytes, w.logics_offset)
+    for s in (grouped, alone):
+        assert s.get_max_offset_in_queue("GA", 0) == 2
+        assert s.get_max_offset_in_queue("GB", 1) == 2
+        assert s.get_max_offset_in_queue("GA", 2) == 1
+        found = s.get_message("g", "GB", 1, 0, 10)
+        assert found.message_count == 2
+    await grouped.shutdown()
+    # what a group appended is found again after a restart (recovery reads the same records)
+    again = await store_factory(config_factory())
+    assert again.get_max_offset_in_queue("GA", 0) == 2
+    assert again.look_message_by_offset(results[5].append_result.wrote_offset).body == b"b1"
+
+
+async def test_a_group_keeps_its_order_when_the_writer_takes_over(store_factory):
+    s = await store_factory()
+    stalled = await s.put_message_group([make_msg("S", bytes([i]), queue_id=0) for i in range(5)], stall_append_ms=30)
+    assert [r.append_result.logics_offset for r in stalled] == [0, 1, 2, 3, 4]
+    offsets = [r.append_result.wrote_offset for r in stalled]
+    assert offsets == sorted(offsets)
+    # a group that fills the CommitLog file: the rest go to the writer (next file), still in order
+    big = [make_msg("S", b"z" * 9000, queue_id=0) for _ in range(12)]  # > one 64 KiB file
+    results = await s.put_message_group(big)
+    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+    assert [r.append_result.logics_offset for r in results] == list(range(5, 17))
+    assert len(s.commit_log.mapped_file_queue.mapped_files) >= 2
+
+
+async def test_a_group_shares_one_fsync_with_sync_flush(config_factory, store_factory):
+    s = await store_factory(config_factory(flush_disk_type="SYNC_FLUSH"))
+    flushes = []
+    real = s._flusher.flush
+
+    async def counting(least_pages):
+        flushes.append(least_pages)
+        return await real(least_pages)
+
+    s._flusher.flush = counting
+    results = await s.put_message_group([make_msg("F", b"x", queue_id=i % 2) for i in range(8)])
+    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+    assert len(flushes) == 1
+    assert s.commit_log.mapped_file_queue.flushed_where >= max(
+        r.append_result.wrote_offset + r.append_result.wrote_bytes for r in results
+    )
+
+
+async def test_a_group_refused_by_the_store_refuses_every_message(store_factory):
+    s = await store_factory()
+    await s.shutdown()
+    results = await s.put_message_group([make_msg(), make_msg()])
+    assert [r.status for r in results] == [PutMessageStatus.SERVICE_NOT_AVAILABLE] * 2
+
+
+def small_config_at(root):
+    return small_config(root)

@@ -38,7 +38,6 @@ from store.message import (
     RecordEncoder,
     join_offset_msg_ids,
     offset_msg_id_prefix,
-    transaction_value,
 )
 from store.record_parser import DispatchRequest, RecordParser
 from store.recovery import CommitLogRecovery
@@ -226,14 +225,17 @@ class CommitLog:
         self._pending.append(req)
         self._wake.set()
 
-    def append_now(self, req: AppendRequest) -> AppendMessageResult | None:
+    def append_now(self, req: AppendRequest, now: int | None = None) -> AppendMessageResult | AppendFailure | None:
         """The whole append section on the caller's stack (no future, no hop to the writer task) when
         the writer is idle: nothing queued, no section open, no stall, the file has room. None → queue
-        the request (`submit`). Order is kept: anything queued before goes first."""
+        the request (`submit`). Order is kept: anything queued before goes first. `now`: the caller's
+        clock reading (ms) taken just before, in the same synchronous stretch, used as the store
+        timestamp and the section's begin (nothing else can append in between)."""
         if self._pending or self._in_section or self._closed or self._writer_task is None:
             return None
         try:
-            return self._append_fast(req)  # None after writing a BLANK: the next file may need an await
+            # None after writing a BLANK: the next file may need an await
+            return self._append_fast(req, self.now_ms() if now is None else now)
         finally:
             self.begin_time_in_lock = 0
 
@@ -250,7 +252,7 @@ class CommitLog:
             try:
                 while self._pending and len(done) < MAX_DRAIN:
                     req = self._pending.popleft()
-                    result = self._append_fast(req)
+                    result = self._append_fast(req, self.now_ms())
                     if result is None:
                         try:
                             result = await self._append_slow(req)
@@ -270,14 +272,13 @@ class CommitLog:
                 if req.future is not None and not req.future.done():
                     req.future.set_result(result)
 
-    def _append_fast(self, req: AppendRequest) -> AppendMessageResult | AppendFailure | None:
+    def _append_fast(self, req: AppendRequest, now: int) -> AppendMessageResult | AppendFailure | None:
         """The whole append when no await is needed; None → take the slow path."""
         if req.stall_ms > 0 or self.fault.stall_append_until_ms:
             return None
         mf = self.mapped_file_queue.last_mapped_file()
         if mf is None or mf.is_full():
             return None
-        now = self.now_ms()
         self.begin_time_in_lock = now
         result = self._do_append(mf, req, now)
         if result is None:  # END_OF_FILE: the blank is written, the next file may need an await
@@ -333,15 +334,11 @@ class CommitLog:
             return None
         key = (req.topic, req.queue_id)
         table = self.topic_queue_table
-        queue_offset = table.get(key, 0)
-        tran = transaction_value(req.sys_flag)
+        # prepared and rolled-back transaction records take no queue offset (they get 0)
+        tran = req.sys_flag & TRANSACTION_ROLLBACK_TYPE
         counts = tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE
-        if not counts:
-            queue_offset = 0
+        queue_offset = table.get(key, 0) if counts else 0
         wrote_offset = mf.file_from_offset + pos
-        prefix = self._id_prefix.get(req.store_host)
-        if prefix is None:
-            prefix = self._id_prefix[req.store_host] = offset_msg_id_prefix(*req.store_host)
         msgs = req.msgs
         n = len(msgs)
         # Where the mapping is not populated yet, a copy into it faults on every page, and the fault
@@ -350,11 +347,23 @@ class CommitLog:
         # reused staging buffer and written with one syscall (the mapping sees them: one page cache).
         staged = mf.write_buffer is None and total >= OS_PAGE_SIZE and pos + total > mf.prefaulted_position
         target, at = (self._staging(total), 0) if staged else (view, pos)
-        phys = self.encoder.write_many(
-            target, at, msgs, req.tails, req.crcs, req.sizes, queue_offset, 1 if counts else 0, wrote_offset, store_ts
-        )
-        if n > 1:
-            req.phys = phys  # the batch dispatch (one pass) reads them
+        if n == 1:  # (the SEND path: one record, without write_many's lists)
+            self.encoder.write(
+                target, at, msgs[0], req.tails[0], req.crcs[0], total, queue_offset, wrote_offset, store_ts
+            )
+        else:
+            req.phys = self.encoder.write_many(
+                target,
+                at,
+                msgs,
+                req.tails,
+                req.crcs,
+                req.sizes,
+                queue_offset,
+                1 if counts else 0,
+                wrote_offset,
+                store_ts,
+            )  # the batch dispatch (one pass) and the message ids read them
         if staged:
             try:
                 mf.write_at(target[:total], pos)
@@ -363,14 +372,13 @@ class CommitLog:
                 log.error("write to the CommitLog failed", error=str(exc), file=mf.file_name, position=pos)
                 req.phys = None
                 return AppendFailure(PutMessageStatus.UNKNOWN_ERROR, f"write to the CommitLog failed: {exc}")
-        qo = queue_offset + n
         mf.wrote_position = pos + total
         mf.store_timestamp = store_ts
         pf = self.prefault
         if pf is not None and wrote_offset + total >= pf.wake_offset:
             pf.wakeup()
         if counts:
-            table[key] = qo
+            table[key] = queue_offset + n
         self.put_message_times_total += n
         self.put_message_size_total += total
         # the consume queue entries, index keys and arrival notices: inline when the reput is caught up
@@ -385,13 +393,16 @@ class CommitLog:
             else:
                 described = self.parser.describe(req, done, wrote_offset, queue_offset, store_ts, counts)
                 self.dispatch_queue.extend(described)
+        prefix = self._id_prefix.get(req.store_host)
+        if prefix is None:
+            prefix = self._id_prefix[req.store_host] = offset_msg_id_prefix(*req.store_host)
         return AppendMessageResult(
-            wrote_offset=wrote_offset,
-            wrote_bytes=total,
-            msg_id=join_offset_msg_ids(prefix, phys),
-            store_timestamp=store_ts,
-            logics_offset=queue_offset,
-            msg_num=n,
+            wrote_offset,
+            total,
+            f"{prefix}{wrote_offset:016X}" if n == 1 else join_offset_msg_ids(prefix, req.phys),
+            store_ts,
+            queue_offset,
+            n,
         )
 
     # ------------------------------------------------------------------------------------- lifecycle

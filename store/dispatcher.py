@@ -56,6 +56,10 @@ MessageArrivingListener = Callable[[str, int, int, int, int, dict | None], None]
 # Upstream's reput indexes behind the writer too; a QUERY_MESSAGE builds what is waiting first.
 INDEX_BUILD_DELAY_S = 0.005
 INDEX_BUILD_BATCH = 4096
+_TAGS = MessageConst.TAGS
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
+_KEY_SEPARATOR = MessageConst.KEY_SEPARATOR
 
 
 class CommitLogDispatcher:
@@ -86,6 +90,8 @@ class CommitLogDispatcher:
         self._dispatch_failures: set[tuple[str, int]] = set()  # queues already reported by failed()
         self._unwritable_queues: set[tuple[str, int]] = set()  # whose next file could not be created
         self._index_enabled = config.message_index_enable
+        # a slave announces no arrivals (its role is fixed for the store's life)
+        self._listening = config.broker_role != BrokerRole.SLAVE
         # index keys dispatched but not yet written: built in one vectorised pass per dispatch round
         self._index_keys: list[str] = []
         self._index_phys: list[int] = []
@@ -216,7 +222,7 @@ class CommitLogDispatcher:
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             self._queue_index_keys(req.topic, req.uniq_key, req.keys, req.commit_log_offset, req.store_timestamp)
         listener = self.message_arriving_listener
-        if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
+        if listener is not None and self._listening:
             try:
                 listener(
                     req.topic,
@@ -230,50 +236,49 @@ class CommitLogDispatcher:
                 log.exception("message arriving listener failed", topic=req.topic)
 
     def dispatch_appended(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
-        """`_dispatch_appended_inline`, and 0 (the reput dispatches these records, replaying what was done)
-        if it failed: the writer must go on whatever one record does."""
+        """The writer's inline dispatch (same effects as `dispatch` per record, without building
+        DispatchRequests): only while the reput is caught up to this request and every file the records
+        need exists. Returns how many records were dispatched; the reput takes the rest (all of them,
+        replaying what was done, if the dispatch failed: the writer must go on whatever one record does)."""
+        reput = self.reput
+        if reput.reput_from_offset != phy or reput.running or self.commit_log.dispatch_queue:
+            return 0
+        if self._index_enabled and self.index_service.needs_file():
+            return 0
         try:
-            return self._dispatch_appended_inline(req, phy, queue_offset, store_ts)
+            if req.phys is not None and self._dispatch_batch(req, queue_offset, store_ts):
+                return len(req.msgs)
+            return self._dispatch_records(req, phy, queue_offset, store_ts)
         except Exception as exc:  # noqa: BLE001
             self.failed("inline", req.topic, req.queue_id, exc)
             return 0
 
-    def _dispatch_appended_inline(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
-        """The writer's inline dispatch (same effects as `dispatch` per record, without building
-        DispatchRequests): only while the reput is caught up to this request and every file the records
-        need exists. Returns how many records were dispatched; the reput takes the rest."""
-        reput = self.reput
-        if reput.reput_from_offset != phy or reput.running or self.commit_log.dispatch_queue:
-            return 0
-        index = self._index_enabled
-        if index and self.index_service.needs_file():
-            return 0
-        if req.phys is not None and self._dispatch_batch(req, queue_offset, store_ts):
-            return len(req.msgs)
+    def _dispatch_records(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
+        """`dispatch_appended` record by record (a single put, or a batch `_dispatch_batch` does not
+        take): stops where a consume queue needs its next file, which the reput creates."""
         topic = req.topic
         queue_id = req.queue_id
-        tran = transaction_value(req.sys_flag)
+        tran = req.sys_flag & TRANSACTION_ROLLBACK_TYPE
         counts = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
-        cq = self._queue_for_dispatch(topic, queue_id) if counts else None
-        index = index and tran != TRANSACTION_ROLLBACK_TYPE
-        listener = self.message_arriving_listener
-        if self.config.broker_role == BrokerRole.SLAVE:
-            listener = None
-        cl = self.commit_log
+        cq = None
+        if counts:
+            queues = self.consume_queue_table.get(topic)
+            if queues is None or (cq := queues.get(queue_id)) is None:
+                cq = self._queue_for_dispatch(topic, queue_id)
+        index = self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE
+        listener = self.message_arriving_listener if self._listening else None
+        parser = self.commit_log.parser
         scheduled = topic == RMQ_SYS_SCHEDULE_TOPIC
-        tags_codes = cl.parser.tags_cache  # TAGS → hash (the common case, inlined)
-        index_keys_, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
+        tags_codes = parser.tags_cache  # TAGS → hash (the common case, inlined)
         checkpoint = self.checkpoint
         sizes = req.sizes
         qo = queue_offset
         done = 0
-        sep = MessageConst.KEY_SEPARATOR
         for m in req.msgs:
             size = sizes[done]
             props = m.properties
-            tags = props.get(MessageConst.TAGS)
-            if scheduled or (tags_code := tags_codes.get(tags)) is None:
-                tags_code = cl.parser.dispatch_tags_code(topic, props, store_ts)
+            if scheduled or (tags_code := tags_codes.get(props.get(_TAGS))) is None:
+                tags_code = parser.dispatch_tags_code(topic, props, store_ts)
             if cq is not None:
                 if not cq.try_append(phy, size, tags_code, qo):
                     if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
@@ -283,19 +288,18 @@ class CommitLogDispatcher:
                 if checkpoint is not None:
                     checkpoint.logics_msg_timestamp = store_ts
             if index:
-                uniq = props.get(MessageConst.UNIQ_KEY)
-                keys = props.get(MessageConst.KEYS)
-                if keys and sep in keys:
-                    self._queue_index_keys(topic, uniq, keys, phy, store_ts)
+                keys = props.get(_KEYS)
+                if keys and _KEY_SEPARATOR in keys:
+                    self._queue_index_keys(topic, props.get(_UNIQ_KEY), keys, phy, store_ts)
                 else:  # (index_keys inlined for at most one key each)
-                    if uniq:
-                        index_keys_.append(f"{topic}#{uniq}")
-                        index_phys.append(phy)
-                        index_times.append(store_ts)
+                    if uniq := props.get(_UNIQ_KEY):
+                        self._index_keys.append(f"{topic}#{uniq}")
+                        self._index_phys.append(phy)
+                        self._index_times.append(store_ts)
                     if keys:
-                        index_keys_.append(f"{topic}#{keys}")
-                        index_phys.append(phy)
-                        index_times.append(store_ts)
+                        self._index_keys.append(f"{topic}#{keys}")
+                        self._index_phys.append(phy)
+                        self._index_times.append(store_ts)
             if listener is not None:
                 try:
                     listener(topic, queue_id, qo + 1, tags_code, store_ts, props)
@@ -305,6 +309,7 @@ class CommitLogDispatcher:
             if counts:
                 qo += 1
             done += 1
+        reput = self.reput
         reput.reput_from_offset = phy
         reput.dispatched_total += done
         return done
@@ -324,12 +329,12 @@ class CommitLogDispatcher:
         phys = req.phys
         if topic == RMQ_SYS_SCHEDULE_TOPIC or req.sys_flag & TRANSACTION_ROLLBACK_TYPE or phys is None:
             return False
-        cl = self.commit_log
+        parser = self.commit_log.parser
         props = [m.properties for m in req.msgs]
-        tags = MessageConst.TAGS
-        codes = [cl.parser.tags_cache.get(p.get(tags)) for p in props]
+        cache = parser.tags_cache
+        codes = [cache.get(p.get(_TAGS)) for p in props]
         if None in codes:
-            codes = [cl.parser.tags_code_of(p.get(tags)) for p in props]
+            codes = [parser.tags_code_of(p.get(_TAGS)) for p in props]
         cq = self._queue_for_dispatch(topic, req.queue_id)
         if cq is None or not cq.try_append_many(phys, req.sizes, codes, queue_offset):
             return False
@@ -337,18 +342,18 @@ class CommitLogDispatcher:
             self.checkpoint.logics_msg_timestamp = store_ts
         n = len(phys)
         if self._index_enabled:
-            uniq = MessageConst.UNIQ_KEY
-            uniqs = [p.get(uniq) for p in props]
-            if all(uniqs) and not any(MessageConst.KEYS in p for p in props):
+            # the common batch: a UNIQ_KEY each and no KEYS (None marks a record that has KEYS)
+            uniqs = [None if _KEYS in p else p.get(_UNIQ_KEY) for p in props]
+            if all(uniqs):
                 prefix = topic + "#"
                 self._index_keys.extend([prefix + u for u in uniqs])
                 self._index_phys.extend(phys)
                 self._index_times.extend([store_ts] * n)
             else:
                 for p, phy in zip(props, phys):
-                    self._queue_index_keys(topic, p.get(uniq), p.get(MessageConst.KEYS), phy, store_ts)
+                    self._queue_index_keys(topic, p.get(_UNIQ_KEY), p.get(_KEYS), phy, store_ts)
         listener = self.message_arriving_listener
-        if listener is not None and self.config.broker_role != BrokerRole.SLAVE:
+        if listener is not None and self._listening:
             queue_id = req.queue_id
             for i in range(n):
                 try:
@@ -397,7 +402,7 @@ class CommitLogDispatcher:
             rec = recs.key_record[keep]
             self.index_service.build_hashed(recs.key_hash[keep], recs.phy[rec], recs.store_ts[rec])
         listener = self.message_arriving_listener
-        if listener is not None and self.running and self.config.broker_role != BrokerRole.SLAVE:
+        if listener is not None and self.running and self._listening:
             props = recs.props or [b""] * len(recs)
             for i in range(len(recs)):
                 topic = recs.topics[int(recs.topic_id[i])]

@@ -12,22 +12,26 @@
   flush and the reput (readers only see committed bytes).
 - `FlushConsumeQueueService`: consume queues, index files and the checkpoint, every
   `flushIntervalConsumeQueue` ms.
+- `AfterPut`: what a put does once appended (upstream handleDiskFlush): wait for the group commit, or
+  wake the commit or flush service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
 from store.checkpoint import StoreCheckpoint
-from store.config import OS_PAGE_SIZE, MessageStoreConfig
+from store.config import OS_PAGE_SIZE, FlushDiskType, MessageStoreConfig
 from store.fault import StoreFault
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, RunBlocking
+from store.message import MessageConst, MessageExtBrokerInner
 from store.prefault import Madvise, PrefaultUnsupported
+from store.results import AppendMessageResult, PutMessageStatus
 
 log = structlog.get_logger(__name__)
 
@@ -397,3 +401,58 @@ class FlushConsumeQueueService(_Service):
                 break
             await self.do_flush()
         await self.do_flush(thorough=True)
+
+
+class AfterPut:
+    """Called by the put path after each append (upstream handleDiskFlush). With SYNC_FLUSH (unless the
+    message says WAIT=false) it returns the wait for the group commit covering the put; otherwise it
+    wakes the commit service (transient pool) or, unless flushes are timed, the flush service, and
+    returns None: the put is done without awaiting anything (no coroutine per put)."""
+
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        self._flush_service: FlushRealTimeService | GroupCommitService | None = None
+        self._commit_service: CommitRealTimeService | None = None
+
+    def bind(
+        self,
+        flush_service: FlushRealTimeService | GroupCommitService | None,
+        commit_service: CommitRealTimeService | None,
+    ) -> None:
+        """The services of the running store (set at start)."""
+        self._flush_service = flush_service
+        self._commit_service = commit_service
+
+    def __call__(
+        self, result: AppendMessageResult, msg: MessageExtBrokerInner | None, topic: str
+    ) -> Awaitable[PutMessageStatus] | None:
+        cfg = self.config
+        if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            wait = msg is None or msg.properties.get(MessageConst.WAIT, "true").lower() != "false"
+            service = self._flush_service
+            if wait and isinstance(service, GroupCommitService):
+                return self._wait_group_commit(service, result, topic)
+            if service is not None:
+                service.wakeup()
+        elif self._commit_service is not None:
+            self._commit_service.wakeup()
+        elif self._flush_service is not None and not cfg.flush_commit_log_timed:
+            self._flush_service.wakeup()
+        return None
+
+    async def _wait_group_commit(
+        self, service: GroupCommitService, result: AppendMessageResult, topic: str
+    ) -> PutMessageStatus:
+        """FLUSH_DISK_TIMEOUT when the fsync covering the put did not come within syncFlushTimeout."""
+        timeout_ms = self.config.sync_flush_timeout
+        fut_flush = service.put_request(result.wrote_offset + result.wrote_bytes)
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(fut_flush), timeout_ms / 1000)
+        except TimeoutError:
+            ok = False
+        if ok:
+            return PutMessageStatus.PUT_OK
+        log.error(
+            "do groupcommit, wait for flush failed", topic=topic, offset=result.wrote_offset, timeout_ms=timeout_ms
+        )
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT

@@ -59,6 +59,7 @@ TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
 BORNHOST_V6_FLAG = 0x10
 STOREHOSTADDRESS_V6_FLAG = 0x20
+_IPV4_HOSTS = ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)  # records are written with IPv4 hosts only
 
 
 def transaction_value(sys_flag: int) -> int:
@@ -380,22 +381,25 @@ class RecordEncoder:
         crcs: list[int] = []
         sizes: list[int] = []
         total = 0
-        wire = 0
         too_long = 0
+        wire_extra = 0  # what records with too long properties add to the wire size below
         for msg in msgs:
             props = msg.properties_string.encode("utf-8") if msg.properties_string else b""
             body = msg.body or b""
-            plen = len(props)
-            blen = len(body)
-            if plen > MAX_PROPERTIES_LENGTH and not too_long:
-                too_long = plen  # the first one too long (reported after the batch size check)
-            wire += 22 + blen + plen
-            tail = b"".join((topic, short(plen), props)) if plen <= MAX_PROPERTIES_LENGTH else b""
+            if len(props) <= MAX_PROPERTIES_LENGTH:
+                tail = b"".join((topic, short(len(props)), props))
+            else:
+                too_long = too_long or len(props)  # the first one too long (reported after the size check)
+                wire_extra += len(props) + 2 + len(topic)
+                tail = b""
             tails.append(tail)
             crcs.append(crc32(body) & 0x7FFFFFFF)
-            size = FIXED_PART_LENGTH + blen + len(tail)
+            size = FIXED_PART_LENGTH + len(body) + len(tail)
             sizes.append(size)
             total += size
+        # the batch as the client sent it: 22 + body + properties bytes a message, that is each record's
+        # size without its fixed part, topic and properties length (88 + topic + 2 - 22 bytes)
+        wire = total - len(msgs) * (FIXED_PART_LENGTH - 20 + len(topic)) + wire_extra
         if wire > max_wire_size:
             raise RecordError(f"MESSAGE_ILLEGAL: batch of {wire} bytes exceeds maxMessageSize {max_wire_size}")
         if too_long > MAX_PROPERTIES_LENGTH:
@@ -416,8 +420,38 @@ class RecordEncoder:
         phy_offset: int,
         store_ts: int,
     ) -> None:
-        """Write the record planned by `plan` at `pos` of `buf` (the mapped file): `write_many` for one."""
-        self.write_many(buf, pos, [msg], [tail], [crc], [size], queue_offset, 0, phy_offset, store_ts)
+        """Write the record planned by `plan` at `pos` of `buf` (the mapped file, or a staging buffer):
+        `write_many` for one record, without its lists and loop (the SEND path puts one at a time)."""
+        body = msg.body or b""
+        blen = len(body)
+        born = msg.born_host
+        store = msg.store_host
+        hosts = self._hosts
+        FIXED_PART.pack_into(
+            buf,
+            pos,
+            size,
+            MESSAGE_MAGIC_CODE,
+            crc,
+            msg.queue_id,
+            msg.flag,
+            queue_offset,
+            phy_offset,
+            msg.sys_flag & _IPV4_HOSTS,
+            msg.born_timestamp,
+            hosts.get(born[0]) or self._host(born[0]),
+            born[1],
+            store_ts,
+            hosts.get(store[0]) or self._host(store[0]),
+            store[1],
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            blen,
+        )
+        b = pos + FIXED_PART_LENGTH
+        e = b + blen
+        buf[b:e] = body
+        buf[e : pos + size] = tail
 
     def write_many(
         self,
@@ -439,19 +473,22 @@ class RecordEncoder:
         before it. Returns the physical offsets."""
         pack = FIXED_PART.pack_into
         hosts = self._hosts
-        mask = ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        mask = _IPV4_HOSTS
         phys: list[int] = []
         add = phys.append
         qo = queue_offset
         delta = phy_offset - pos
+        born = store = None
         for i, msg in enumerate(msgs):
             body = msg.body or b""
             blen = len(body)
             size = sizes[i]
-            born = msg.born_host
-            store = msg.store_host
-            born_ip = hosts.get(born[0]) or self._host(born[0])
-            store_ip = hosts.get(store[0]) or self._host(store[0])
+            if msg.born_host is not born:  # (the messages of a batch share their host tuples)
+                born = msg.born_host
+                born_ip = hosts.get(born[0]) or self._host(born[0])
+            if msg.store_host is not store:
+                store = msg.store_host
+                store_ip = hosts.get(store[0]) or self._host(store[0])
             phy = pos + delta
             pack(
                 buf,

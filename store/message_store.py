@@ -1,10 +1,10 @@
 """MessageStore: the store's public API (upstream DefaultMessageStore), wiring every part together.
 
-Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown), the flush after a
-put (wait for the group commit with SYNC_FLUSH, else wake the flush or commit service), the busy
+Owns the lifecycle (load → recover → dispatch catch-up → start services → shutdown), the busy
 signals and the runtime info. The other jobs have rooms of their own, which this class builds and wires
-once: the put path (store/put_message.py), the writer (store/commit_log.py), the dispatch to consume
-queues and index (store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads
+once: the put path (store/put_message.py), what a put does about durability once appended (AfterPut in
+store/flush.py), the writer (store/commit_log.py), the dispatch to consume queues and index
+(store/dispatcher.py, fed by the writer and by the reput, store/reput.py), the reads
 (store/message_reader.py), recovery (store/recovery.py) and record parsing (store/record_parser.py).
 Blocking work (file creation, fsync, commit into files, recovery scans) runs in the store's own worker
 threads.
@@ -19,7 +19,7 @@ import asyncio
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -38,6 +38,7 @@ from store.consume_queue import ConsumeQueue
 from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
 from store.fault import StoreFault
 from store.flush import (
+    AfterPut,
     CommitLogFlusher,
     CommitRealTimeService,
     FlushConsumeQueueService,
@@ -48,7 +49,6 @@ from store.flush import (
 from store.index_service import IndexService
 from store.mapped_file import MappedFile
 from store.message import (
-    MessageConst,
     MessageExt,
     MessageExtBrokerInner,
 )
@@ -60,7 +60,6 @@ from store.queue_manifest import QueueManifest
 from store.recovery import RecoveryReport, StoreRecovery
 from store.reput import ReputMessageService
 from store.results import (
-    AppendMessageResult,
     GetMessageResult,
     MessageFilter,
     PutMessageResult,
@@ -73,6 +72,7 @@ from store.transient_store_pool import TransientStorePool
 log = structlog.get_logger(__name__)
 
 _INT_MAX = 0x7FFFFFFF
+_ACCEPTING: tuple[PutMessageStatus, str | None] = (PutMessageStatus.PUT_OK, None)
 
 
 def _default_now_ms() -> int:
@@ -126,6 +126,7 @@ class MessageStore:
         self.reput = ReputMessageService(self.commit_log, self.dispatcher, self._run_blocking)
         self.reput.with_keys = config.message_index_enable
         self.dispatcher.bind_reput(self.reput)
+        self._after_put = AfterPut(config)  # bound to the flush or commit service at start
         self.putter = MessagePutter(
             config,
             self.commit_log,
@@ -306,6 +307,7 @@ class MessageStore:
             self._commit_service = CommitRealTimeService(
                 cfg, self.commit_log.mapped_file_queue, self._run_blocking, self.now_ms, self._on_committed
             )
+        self._after_put.bind(self._flush_service, self._commit_service)
         self._flush_cq_service = FlushConsumeQueueService(
             cfg,
             self.dispatcher.consume_queue_files,
@@ -455,6 +457,8 @@ class MessageStore:
     # ----------------------------------------------------------------------------------- busy signals
     def is_os_page_cache_busy(self) -> bool:
         begin = self.commit_log.begin_time_in_lock
+        if begin <= 0:
+            return False  # no append section open (the common case: no clock read)
         diff = self.now_ms() - begin
         return diff < 10_000_000 and diff > self.config.os_page_cache_busy_timeout_mills
 
@@ -471,6 +475,13 @@ class MessageStore:
 
     # -------------------------------------------------------------------------------------------- put
     def _check_store_status(self) -> tuple[PutMessageStatus, str | None]:
+        if self._shutdown or self._disk_full or self.commit_log.begin_time_in_lock:
+            return self._store_status_refusal()
+        if self.config.broker_role == BrokerRole.SLAVE:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, "broker role is slave, so putMessage is forbidden"
+        return _ACCEPTING
+
+    def _store_status_refusal(self) -> tuple[PutMessageStatus, str | None]:
         if self._shutdown:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store has shutdown"
         if self.config.broker_role == BrokerRole.SLAVE:
@@ -479,47 +490,24 @@ class MessageStore:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is not writable: the disk is full"
         if self.is_os_page_cache_busy():
             return PutMessageStatus.OS_PAGECACHE_BUSY, "os page cache busy"
-        return PutMessageStatus.PUT_OK, None
+        return _ACCEPTING
 
-    async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
-        """Append one message; with SYNC_FLUSH wait until an fsync covers it (MessagePutter.put_message)."""
-        return await self.putter.put_message(msg, stall_append_ms=stall_append_ms)
+    def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> Awaitable[PutMessageResult]:
+        """Append one message; with SYNC_FLUSH wait until an fsync covers it (MessagePutter.put_message).
+        (A plain method handing back the putter's coroutine: one coroutine per put, not two.)"""
+        return self.putter.put_message(msg, stall_append_ms=stall_append_ms)
 
-    async def put_messages(self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0) -> PutMessageResult:
+    def put_messages(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> Awaitable[PutMessageResult]:
         """Append a batch of one topic and queue (MessagePutter.put_messages)."""
-        return await self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
+        return self.putter.put_messages(msgs, stall_append_ms=stall_append_ms)
 
-    async def _after_put(
-        self, result: AppendMessageResult, msg: MessageExtBrokerInner | None, topic: str
-    ) -> PutMessageStatus:
-        """After an append: wait for the group commit (SYNC_FLUSH, unless the message says WAIT=false) or
-        wake the flush or commit service; FLUSH_DISK_TIMEOUT when the fsync did not come in time."""
-        status = PutMessageStatus.PUT_OK
-        cfg = self.config
-        if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
-            wait = msg is None or msg.properties.get(MessageConst.WAIT, "true").lower() != "false"
-            service = self._flush_service
-            if wait and isinstance(service, GroupCommitService):
-                fut_flush = service.put_request(result.wrote_offset + result.wrote_bytes)
-                try:
-                    ok = await asyncio.wait_for(asyncio.shield(fut_flush), cfg.sync_flush_timeout / 1000)
-                except TimeoutError:
-                    ok = False
-                if not ok:
-                    log.error(
-                        "do groupcommit, wait for flush failed",
-                        topic=topic,
-                        offset=result.wrote_offset,
-                        timeout_ms=cfg.sync_flush_timeout,
-                    )
-                    status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-            elif service is not None:
-                service.wakeup()
-        elif self._commit_service is not None:
-            self._commit_service.wakeup()
-        elif self._flush_service is not None and not cfg.flush_commit_log_timed:
-            self._flush_service.wakeup()
-        return status
+    def put_message_group(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> Awaitable[list[PutMessageResult]]:
+        """Put each message as `put_message` would, in one pass (MessagePutter.put_message_group)."""
+        return self.putter.put_message_group(msgs, stall_append_ms=stall_append_ms)
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

@@ -3,7 +3,15 @@
 Checks (store status, topic name and length, body size, batch rules), the DELAY rewrite into
 SCHEDULE_TOPIC_XXXX, the record planned outside the lock (`RecordEncoder.plan[_many]`), then the append:
 on the caller's stack when the writer is idle (`CommitLog.append_now`, dispatched inline), else queued
-to the writer task. After the append the store's `after_put` waits for or wakes the flush.
+to the writer task. After the append the store's `after_put` wakes the flush or hands back what to wait
+for (SYNC_FLUSH).
+
+The SEND path calls `put_message` once per message, so its fixed cost is the store's share of every
+send: the topic checks run once per topic (a bounded set of topics that passed), the clock is read
+twice (begin, which is also the store timestamp of an inline append, and end), and nothing awaits
+unless something must be waited for (a SYNC_FLUSH fsync, a reput round, the writer).
+`put_message_group` (group commit) puts messages of any topics and queues, each a put of its own, in
+one pass, for a caller that holds several sends at once: the fixed cost is paid once per group.
 """
 
 from __future__ import annotations
@@ -32,8 +40,13 @@ from store.results import AppendMessageResult, PutMessageResult, PutMessageStatu
 from store.stats import StoreStats
 
 _YIELD_EVERY_INLINE = 64  # appends done on the caller's stack in a row before a put yields to the loop
+_TOPICS_OK_MAX = 4096  # topics remembered as checked (the set starts over when full)
+_PUT_OK = PutMessageStatus.PUT_OK
+_DELAY = MessageConst.DELAY
 
-AfterPut = Callable[[AppendMessageResult, MessageExtBrokerInner | None, str], Awaitable[PutMessageStatus]]
+# after_put(result, msg, topic): None when the put is done (the flush was woken, or nothing to do), else
+# an awaitable of the put's status (SYNC_FLUSH: the fsync covering it, or FLUSH_DISK_TIMEOUT)
+AfterPut = Callable[[AppendMessageResult, MessageExtBrokerInner | None, str], Awaitable[PutMessageStatus] | None]
 
 
 class MessagePutter:
@@ -52,7 +65,7 @@ class MessagePutter:
     ) -> None:
         """`pooled`: the CommitLog writes into transient pool buffers (records become readable, and are
         dispatched, once committed); `store_status()` answers whether the store takes puts now;
-        `after_put(result, msg, topic)` waits for or wakes the flush and returns the put's status."""
+        `after_put(result, msg, topic)` wakes the flush, or returns what the put must wait for."""
         self.config = config
         self.commit_log = commit_log
         self.dispatcher = dispatcher
@@ -64,6 +77,7 @@ class MessagePutter:
         self._after_put = after_put
         self._encoder = commit_log.encoder
         self._inline_appends = 0
+        self._topics_ok: set[str] = set()
 
     def _rewrite_delay(self, msg: MessageExtBrokerInner) -> None:
         """Upstream CommitLog.asyncPutMessage: a DELAY level on a non-transactional message stores it in
@@ -84,17 +98,30 @@ class MessagePutter:
         msg.topic = RMQ_SYS_SCHEDULE_TOPIC
         msg.queue_id = level - 1
 
+    def _topic_rejection(self, topic: str) -> PutMessageResult | None:
+        """Why a put to `topic` is refused (too long, not a folder name), or None. Topics that passed are
+        remembered: the checks run once per topic, not once per put."""
+        if topic in self._topics_ok:
+            return None
+        if len(topic) > MAX_TOPIC_LENGTH:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(topic)} > 127")
+        if (unsafe := unsafe_dir_name_reason(topic)) is not None:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
+        if len(self._topics_ok) >= _TOPICS_OK_MAX:
+            self._topics_ok.clear()
+        self._topics_ok.add(topic)
+        return None
+
     def _plan(self, msg: MessageExtBrokerInner) -> tuple[bytes, int, int] | PutMessageResult:
         """(tail, crc, size) of the record for `msg` (RecordEncoder.plan), or the rejection."""
-        if len(msg.topic) > MAX_TOPIC_LENGTH:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msg.topic)} > 127")
-        if (unsafe := unsafe_dir_name_reason(msg.topic)) is not None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
-        if msg.body is not None and len(msg.body) > self.config.max_message_size:
+        if (rejected := self._topic_rejection(msg.topic)) is not None:
+            return rejected
+        body = msg.body
+        if body is not None and len(body) > self.config.max_message_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 None,
-                f"message body size {len(msg.body)} exceeds maxMessageSize {self.config.max_message_size}",
+                f"message body size {len(body)} exceeds maxMessageSize {self.config.max_message_size}",
             )
         try:
             return self._encoder.plan(msg)
@@ -105,10 +132,8 @@ class MessagePutter:
         self, msgs: list[MessageExtBrokerInner]
     ) -> tuple[list[bytes], list[int], list[int], int] | PutMessageResult:
         """(tails, crcs, sizes, total) of a batch of one topic (RecordEncoder.plan_many), or the rejection."""
-        if len(msgs[0].topic) > MAX_TOPIC_LENGTH:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length {len(msgs[0].topic)} > 127")
-        if (unsafe := unsafe_dir_name_reason(msgs[0].topic)) is not None:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, f"the topic cannot be a folder: {unsafe}")
+        if (rejected := self._topic_rejection(msgs[0].topic)) is not None:
+            return rejected
         try:
             return self._encoder.plan_many(msgs, self.config.max_message_size)
         except RecordError as exc:
@@ -124,20 +149,22 @@ class MessagePutter:
         )
         return PutMessageResult(status, None, text)
 
-    async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
-        """Append one message; with SYNC_FLUSH wait until an fsync covers it."""
-        status, remark = self._store_status()
-        if status != PutMessageStatus.PUT_OK:
-            return PutMessageResult(status, None, remark)
-        begin = self.now_ms()
-        if MessageConst.DELAY in msg.properties:
+    def _request(self, msg: MessageExtBrokerInner, stall_ms: int) -> AppendRequest | PutMessageResult:
+        """The append request of one message (DELAY rewritten, planned), or why it is refused."""
+        if _DELAY in msg.properties:
             self._rewrite_delay(msg)
         plan = self._plan(msg)
-        if isinstance(plan, PutMessageResult):
+        if plan.__class__ is PutMessageResult:
             self.stats.put_failed += 1
             return plan
         tail, crc, size = plan
-        return await self._submit(
+        if size + 8 > self.config.mapped_file_size_commit_log:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"{size} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
+            )
+        return AppendRequest(
             [msg],
             [tail],
             [crc],
@@ -148,17 +175,26 @@ class MessagePutter:
             msg.sys_flag,
             msg.prepared_transaction_offset,
             msg.store_host,
-            stall_append_ms,
-            False,
-            msg,
-            begin,
+            stall_ms,
+            None,
         )
+
+    async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
+        """Append one message; with SYNC_FLUSH wait until an fsync covers it."""
+        status, remark = self._store_status()
+        if status is not _PUT_OK:
+            return PutMessageResult(status, None, remark)
+        begin = self.now_ms()
+        req = self._request(msg, stall_append_ms)
+        if req.__class__ is PutMessageResult:
+            return req
+        return await self._submit(req, msg, begin)
 
     async def put_messages(self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0) -> PutMessageResult:
         """Append a batch of messages of one topic and queue: one contiguous write, consecutive queue
         offsets, one file (upstream asyncPutMessages)."""
         status, remark = self._store_status()
-        if status != PutMessageStatus.PUT_OK:
+        if status is not _PUT_OK:
             return PutMessageResult(status, None, remark)
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
@@ -166,56 +202,22 @@ class MessagePutter:
         topic = first.topic
         queue_id = first.queue_id
         for m in msgs:
-            if m.topic != topic or m.queue_id != queue_id:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and one queue"
-                )
-            if m.sys_flag & TRANSACTION_ROLLBACK_TYPE:  # transaction_value(m.sys_flag) != TRANSACTION_NOT_TYPE
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional"
-                )
-            if MessageConst.DELAY in m.properties and m.delay_time_level > 0:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
+            # one test per message for the common case; the refusals are told apart below
+            if (
+                m.topic != topic
+                or m.queue_id != queue_id
+                or m.sys_flag & TRANSACTION_ROLLBACK_TYPE
+                or _DELAY in m.properties
+            ):
+                refused = self._batch_rule_broken(m, topic, queue_id)
+                if refused is not None:
+                    return refused
         begin = self.now_ms()
         planned = self._plan_batch(msgs)
-        if isinstance(planned, PutMessageResult):
+        if planned.__class__ is PutMessageResult:
             self.stats.put_failed += 1
             return planned
         tails, crcs, sizes, total = planned
-        return await self._submit(
-            msgs,
-            tails,
-            crcs,
-            sizes,
-            total,
-            first.topic,
-            first.queue_id,
-            first.sys_flag,
-            0,
-            first.store_host,
-            stall_append_ms,
-            True,
-            None,
-            begin,
-        )
-
-    async def _submit(
-        self,
-        msgs: list[MessageExtBrokerInner],
-        tails: list[bytes],
-        crcs: list[int],
-        sizes: list[int],
-        total: int,
-        topic: str,
-        queue_id: int,
-        sys_flag: int,
-        prepared_offset: int,
-        store_host: tuple[str, int],
-        stall_ms: int,
-        batch: bool,
-        msg: MessageExtBrokerInner | None,
-        begin: int,
-    ) -> PutMessageResult:
         if total + 8 > self.config.mapped_file_size_commit_log:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -230,15 +232,92 @@ class MessagePutter:
             total,
             topic,
             queue_id,
-            sys_flag,
-            prepared_offset,
-            store_host,
-            stall_ms,
+            first.sys_flag,
+            0,
+            first.store_host,
+            stall_append_ms,
             None,
-            batch,
+            True,
         )
+        return await self._submit(req, None, begin)
+
+    async def put_message_group(
+        self, msgs: list[MessageExtBrokerInner], *, stall_append_ms: int = 0
+    ) -> list[PutMessageResult]:
+        """Put each message as `put_message` would (any topics and queues; one refused, or one that fails,
+        costs only its own result), in one pass: the store's status and the clock are read once, the
+        records go in one after the other while the writer is idle (else queued to it, in order), the
+        dispatch wait comes once for the group and, with SYNC_FLUSH, the group commit covers them all
+        with one fsync. For a caller that holds several sends at once (all the
+        SEND requests decoded from one read). Results in the order of `msgs`."""
+        status, remark = self._store_status()
+        if status is not _PUT_OK:
+            return [PutMessageResult(status, None, remark) for _ in msgs]
+        begin = self.now_ms()
         cl = self.commit_log
-        result: AppendMessageResult | AppendFailure | None = cl.append_now(req) if stall_ms <= 0 else None
+        results: list[PutMessageResult | AppendMessageResult | AppendFailure | None] = []
+        queued: list[tuple[int, AppendRequest]] = []
+        inline_end = -1
+        for i, msg in enumerate(msgs):
+            req = self._request(msg, stall_append_ms)
+            if req.__class__ is PutMessageResult:
+                results.append(req)
+                continue
+            appended = cl.append_now(req, begin) if stall_append_ms <= 0 else None
+            if appended is None:
+                # the writer holds the rest (a new file, a stall): queued behind it keeps the order
+                req.future = asyncio.get_running_loop().create_future()
+                cl.submit(req)
+                queued.append((i, req))
+            elif appended.__class__ is AppendMessageResult:
+                inline_end = appended.wrote_offset + appended.wrote_bytes
+            results.append(appended)
+        if inline_end >= 0:
+            if not (self._pooled and cl.dispatch_queue) and self.dispatcher.after_inline_put():
+                await self.reput.wait_dispatched(inline_end)
+            self._inline_appends += len(msgs) - len(queued)
+            if self._inline_appends >= _YIELD_EVERY_INLINE:
+                self._inline_appends = 0
+                await asyncio.sleep(0)
+        for i, req in queued:
+            results[i] = await req.future
+        waits: list[tuple[int, Awaitable[PutMessageStatus]]] = []
+        for i, result in enumerate(results):
+            if result.__class__ is AppendFailure:
+                self.stats.put_failed += 1
+                results[i] = PutMessageResult(result.status, None, result.remark)
+            elif result.__class__ is AppendMessageResult:
+                msg = msgs[i]
+                msg.store_timestamp = result.store_timestamp
+                waiting = self._after_put(result, msg, msg.topic)
+                if waiting is not None:
+                    waits.append((i, waiting))
+                results[i] = PutMessageResult(_PUT_OK, result)
+        if waits:  # (all registered with the group commit at once: one fsync covers them)
+            statuses = await asyncio.gather(*(waiting for _, waiting in waits))
+            for (i, _), status in zip(waits, statuses):
+                results[i].status = status
+        end = self.now_ms()
+        for result in results:
+            if result.append_result is not None:
+                self.stats.put_done(end - begin)
+        return results
+
+    @staticmethod
+    def _batch_rule_broken(m: MessageExtBrokerInner, topic: str, queue_id: int) -> PutMessageResult | None:
+        if m.topic != topic or m.queue_id != queue_id:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and one queue"
+            )
+        if m.sys_flag & TRANSACTION_ROLLBACK_TYPE:  # transaction_value(m.sys_flag) != TRANSACTION_NOT_TYPE
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional")
+        if m.delay_time_level > 0:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed")
+        return None
+
+    async def _submit(self, req: AppendRequest, msg: MessageExtBrokerInner | None, begin: int) -> PutMessageResult:
+        cl = self.commit_log
+        result: AppendMessageResult | AppendFailure | None = cl.append_now(req, begin) if req.stall_ms <= 0 else None
         if result is not None:
             if self._pooled and cl.dispatch_queue:
                 # records in a pool buffer: readable, so dispatched, once the commit service wrote them
@@ -257,11 +336,12 @@ class MessagePutter:
             req.future = asyncio.get_running_loop().create_future()
             cl.submit(req)
             result = await req.future
-        if isinstance(result, AppendFailure):
+        if result.__class__ is AppendFailure:
             self.stats.put_failed += 1
             return PutMessageResult(result.status, None, result.remark)
         if msg is not None:
             msg.store_timestamp = result.store_timestamp
-        status = await self._after_put(result, msg, topic)
+        waiting = self._after_put(result, msg, req.topic)
+        status = _PUT_OK if waiting is None else await waiting
         self.stats.put_done(self.now_ms() - begin)
         return PutMessageResult(status, result)

@@ -157,11 +157,13 @@ def test_async_send_calls_back_once_per_message(broker):
 def test_oneway_send_is_stored(broker):
     topic = unique("T_oneway")
     bodies = {f"oneway-{i}": nul_free_body(150, seed=f"oneway-{i}:") for i in range(10)}
+    # The producer stays up until the messages are consumed: the wheel may drop oneway frames still in its
+    # write queue when it shuts down (seen ~19 ms after the last send, under load), which is the client's affair.
     with cpp_producer(broker.namesrv_addr) as producer:
         for key, body in bodies.items():
             producer.send_oneway(make_message(topic, body, key=key))
-    # No reply exists for a oneway send: only consumption proves every message was stored, once.
-    assert_exactly_once(bodies, consume_all(broker.namesrv_addr, topic, bodies))
+        # No reply exists for a oneway send: only consumption proves every message was stored, once.
+        assert_exactly_once(bodies, consume_all(broker.namesrv_addr, topic, bodies))
 
 
 def test_orderly_send_and_orderly_consume_keep_per_shard_order(broker):

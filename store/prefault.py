@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import threading
 import time
@@ -56,7 +55,9 @@ class Madvise:
     drops written pages from the mapping with it (MADV_DONTNEED, store.flush)."""
 
     def __init__(self, advice: int = MADV_POPULATE_WRITE) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # dlopen(NULL): the interpreter's own symbols, libc's madvise among them. Not ctypes.util.find_library,
+        # which runs `ldconfig -p` in a subprocess (~0.1 s of a broker's start, twice; issue 15)
+        libc = ctypes.CDLL(None, use_errno=True)
         self._madvise = libc.madvise
         self._madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         self._madvise.restype = ctypes.c_int

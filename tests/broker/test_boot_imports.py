@@ -26,8 +26,9 @@ def test_optional_libraries_are_not_imported_at_boot():
     modules = boot_modules()
     assert "broker.controller" in modules and "proxy.server" in modules
     # yaml: only the ACL files (aclEnable=false by default); cryptography: only a self-signed certificate
-    # made on a first start (proxy.tls)
+    # made on a first start (proxy.tls); the SQL92 parser: only a SQL92 subscription
     assert "yaml" not in modules
+    assert "broker.filter_sql" not in modules
     assert not any(m == "cryptography" or m.startswith("cryptography.") for m in modules)
 
 

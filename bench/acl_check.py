@@ -18,11 +18,12 @@ from pathlib import Path
 
 import yaml
 
+from bench.remoting_codec import typical_send_header
 from broker.acl.permission_manager import PlainPermissionManager
 from broker.acl.validator import PlainAccessValidator
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
-from remoting.headers import SendMessageRequestHeaderV2, encode_header
+from remoting.headers import encode_header
 from remoting.signature import SessionCredentials, sign_request_fields
 
 
@@ -32,22 +33,8 @@ class _Channel:
 
 
 def signed_send(body: bytes) -> RemotingCommand:
-    hdr = SendMessageRequestHeaderV2(
-        a="please_rename_unique_group_name",
-        b="TopicTest",
-        c="TBW102",
-        d=4,
-        e=3,
-        f=0,
-        g=1_700_000_000_123,
-        h=0,
-        i="UNIQ_KEY\x017F0000010B5C18B4AAC2631A3A5A0000\x02WAIT\x01true\x02TAGS\x01TagA\x02",
-        j=0,
-        k=False,
-        l=16,
-        m=False,
-    )
-    request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr), body)
+    """The codec benchmark's typical SEND_MESSAGE_V2, signed as an ACL client signs it."""
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(typical_send_header()), body)
     sign_request_fields(request.ext_fields, body, SessionCredentials("bench_user", "bench_secret"))
     return request
 

@@ -2,9 +2,10 @@
 
     python -m bench.boot_figures [--boots 5] [--idle 3] [--baseline-rev REV] [--default-store-size]
 
-Each boot gets free loopback ports (name server, remoting, the gRPC endpoint with TLS, as by default) and a
-fresh temporary store, except that boots after the first of a tree reuse one store (a restart, as in
-production: the self-signed certificate under ``<store>/grpc-tls`` is there). Boot seconds run from exec to
+Each boot (``broker.testing.process.BrokerProcess`` with ``ready="ports"``) gets free loopback ports (name
+server, remoting, the gRPC endpoint with TLS, as by default) and a fresh temporary store, except that boots after
+the first of a tree reuse one store (a restart, as in production: the self-signed certificate under
+``<store>/grpc-tls`` is there). Boot seconds run from exec to
 both the remoting and the gRPC port accepting a connection (also as CPU seconds of the broker by then,
 less noisy on a shared machine); memory is read from /proc/PID/smaps_rollup after
 ``--idle`` seconds (private = Private_Clean + Private_Dirty; anon = Anonymous). ``--baseline-rev`` extracts that
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,7 +35,7 @@ import time
 from io import BytesIO
 from pathlib import Path
 
-from broker.tools.embedded import free_port
+from broker.testing.process import BrokerProcess
 
 MiB = 1024 * 1024
 REPO = Path(__file__).resolve().parent.parent
@@ -69,52 +69,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def accepting(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.05):
-            return True
-    except OSError:
-        return False
-
-
 def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int, int]:
-    ns, port, grpc = free_port(), free_port(), free_port()
-    sets = [
-        f"namesrvListenPort={ns}",
-        f"listenPort={port}",
-        f"grpcServerPort={grpc}",
-        "grpcListenHost=127.0.0.1",
-        "brokerIP1=127.0.0.1",
-        f"storePathRootDir={store}",
-    ]
-    if small_store:
-        sets.append(f"mappedFileSizeCommitLog={64 * MiB}")
-    argv = [sys.executable, "-m", "broker.main"] + [a for s in sets for a in ("--set", s)]
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    broker = BrokerProcess(
+        store,
+        config={"mappedFileSizeCommitLog": 64 * MiB} if small_store else {},
+        grpc_port=0,
+        grpc_tls=True,
+        ready="ports",
+        root=tree,
+    )
+    broker.start()
     try:
-        waiting = {port, grpc}
-        while waiting:
-            if proc.poll() is not None:
-                raise RuntimeError(f"broker in {tree} exited with {proc.returncode}")
-            if time.perf_counter() - start > 30:
-                raise RuntimeError(f"broker in {tree} did not open {sorted(waiting)} in 30 s")
-            waiting = {p for p in waiting if not accepting(p)}
-            if waiting:
-                time.sleep(0.002)
-        boot_s = time.perf_counter() - start
-        boot_cpu = cpu_seconds(proc.pid)
+        assert broker.proc is not None and broker.boot_seconds is not None
+        boot_cpu = cpu_seconds(broker.proc.pid)
         time.sleep(idle_s)
-        private, anon, in_store = smaps_figures(proc.pid, store.resolve())
+        private, anon, in_store = smaps_figures(broker.proc.pid, store.resolve())
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return boot_s, boot_cpu, private, anon, in_store
+        broker.stop()
+    return broker.boot_seconds, boot_cpu, private, anon, in_store
 
 
 def extract(rev: str, into: Path) -> Path:
@@ -143,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_compile:
             for tree in trees.values():
                 for package in PACKAGES:
-                    compileall.compile_dir(tree / package, quiet=1, workers=0)
+                    if (tree / package).is_dir():
+                        compileall.compile_dir(tree / package, quiet=1, workers=0)
         samples: dict[str, list[tuple[float, float, int, int, int]]] = {name: [] for name in trees}
         firsts: dict[str, float] = {}
         for i in range(args.boots):

@@ -1,44 +1,26 @@
-"""Start our broker as a subprocess on free loopback ports, measure its boot time and RSS, stop it.
+"""The broker a benchmark starts for itself: the test launcher's subprocess, plus its boot time and RSS figures.
 
-``mqbench run`` without ``--namesrv`` uses this, and so do the tests of ``mqclient`` and ``bench``.
-The boot line ``The broker[NAME, IP:PORT] boot success...`` on stdout marks readiness; the rest of
-the broker's output goes to a log file in the run directory.
+``mqbench run`` without ``--namesrv`` uses this, and so do the tests of ``mqclient`` and ``bench``. Starting,
+waiting for the boot line and stopping are ``broker.testing.process.BrokerProcess``'s; a benchmark's broker
+adds fault injection (on unless asked otherwise), the 5.x endpoint in plaintext on a free port, a log in its
+store directory, and a sampler of its resident memory for ``info()``.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Self
 
-from broker.tools.embedded import free_port  # noqa: F401 - re-exported: bench scripts take it from here
+from broker.testing import process
+from broker.testing.ports import free_port  # noqa: F401 - re-exported: bench scripts take it from here
+from broker.testing.process import ChildError
 
 # For tests and CI: the default commit-log file is preallocated at 1 GiB; 64 MiB keeps disks alive.
 SMALL_STORE = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
 
-BOOT_LINE = re.compile(r"The broker\[(?P<name>[^,\]]*), (?P<addr>[^\]]+)\] boot success")
-
-
-class BrokerStartError(RuntimeError):
-    """The broker did not boot; the message quotes the end of its log."""
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGTERM when the process that started it dies (Linux), so a
-    killed test run or a crashed ``mqbench`` never leaves a broker behind. (The signal follows the
-    starting *thread*: start children from a thread that lives as long as they should.)"""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+#: What ``start`` raises when the broker does not boot; the message quotes the end of its log.
+BrokerStartError = ChildError
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -53,146 +35,59 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
-def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
 @dataclass
-class BrokerProcess:
-    """A broker subprocess. ``config`` are extra ``--set KEY=VALUE`` pairs."""
+class BrokerProcess(process.BrokerProcess):
+    """A benchmark's broker subprocess. ``config`` are extra ``--set KEY=VALUE`` pairs."""
 
-    store_dir: Path
-    config: dict[str, str] = field(default_factory=dict)
+    grpc_port: int | None = 0  # the 5.x endpoint (plaintext), on a free port unless set
     fault_injection: bool = True
-    log_path: Path | None = None
-    python: str = sys.executable
-    listen_port: int = 0
-    namesrv_port: int = 0
-    grpc_port: int = 0  # the 5.x endpoint (plaintext), on a free port unless set
-    proc: subprocess.Popen[bytes] | None = None
-    broker_name: str = ""
-    broker_addr: str = ""
-    boot_seconds: float | None = None
-    rss_at_boot: int | None = None
-    rss_peak: int = 0
-    _reader: threading.Thread | None = None
-    _booted: threading.Event = field(default_factory=threading.Event)
-    _sampler_stop: threading.Event = field(default_factory=threading.Event)
+    rss_at_boot: int | None = field(default=None, init=False)
+    rss_peak: int = field(default=0, init=False)
+    _sampler_stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     @property
     def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
+        return self.namesrv_addr
 
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+    def settings(self) -> dict[str, object]:
+        injection = {"faultInjectionEnable": "true"} if self.fault_injection else {}
+        return {**super().settings(), **injection, **self.config}
 
-    def start(self, timeout_s: float = 60.0) -> BrokerProcess:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        self.listen_port = self.listen_port or free_port()
-        self.namesrv_port = self.namesrv_port or free_port()
-        self.grpc_port = self.grpc_port or free_port()
-        log_path = self.log_path or (self.store_dir / "broker.log")
-        self.log_path = log_path
-        # A broker the benchmark starts for itself is reached over loopback only (brokerIP1 says so too).
-        sets = {
-            "listenPort": str(self.listen_port),
-            "namesrvListenPort": str(self.namesrv_port),
-            "storePathRootDir": str(self.store_dir),
-            "brokerIP1": "127.0.0.1",
-            "listenHost": "127.0.0.1",
-            "namesrvListenHost": "127.0.0.1",
-            "grpcServerPort": str(self.grpc_port),
-            "grpcListenHost": "127.0.0.1",
-            "grpcTlsEnable": "false",
-        }
-        if self.fault_injection:
-            sets["faultInjectionEnable"] = "true"
-        sets.update(self.config)
-        cmd = [self.python, "-m", "broker.main"]
-        for k, v in sets.items():
-            cmd += ["--set", f"{k}={v}"]
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        logf = open(log_path, "ab")  # noqa: SIM115 - owned by the reader thread
-        started = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=root,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        self._reader = threading.Thread(target=self._read_output, args=(logf,), daemon=True, name="broker-output")
-        self._reader.start()
-        deadline = started + timeout_s
-        while not self._booted.wait(0.05):
-            if self.proc.poll() is not None:
-                self._reader.join(2)
-                raise BrokerStartError(
-                    f"the broker exited with code {self.proc.returncode} before booting; "
-                    f"log {log_path}:\n{_tail(log_path)}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise BrokerStartError(
-                    f"the broker did not print its boot line within {timeout_s}s; log {log_path}:\n{_tail(log_path)}"
-                )
-        self.boot_seconds = time.monotonic() - started
+    def start(self, timeout_s: float | None = 60.0) -> Self:
+        if self.log_path is None:
+            self.log_path = self.store_dir / "broker.log"
+        super().start(timeout_s)
+        assert self.proc is not None
         self.rss_at_boot = rss_bytes(self.proc.pid)
         self.rss_peak = self.rss_at_boot or 0
-        threading.Thread(target=self._sample_rss, daemon=True, name="broker-rss").start()
+        self._sampler_stop.clear()
+        threading.Thread(target=self._sample_rss, args=(self.proc,), daemon=True, name="broker-rss").start()
         return self
 
-    def _read_output(self, logf) -> None:  # type: ignore[no-untyped-def]
-        assert self.proc is not None and self.proc.stdout is not None
-        with logf:
-            for raw in self.proc.stdout:
-                logf.write(raw)
-                if not self._booted.is_set():
-                    m = BOOT_LINE.search(raw.decode("utf-8", errors="replace"))
-                    if m:
-                        self.broker_name = m.group("name")
-                        self.broker_addr = m.group("addr")
-                        logf.flush()
-                        self._booted.set()
-
-    def _sample_rss(self) -> None:
+    def _sample_rss(self, proc) -> None:  # type: ignore[no-untyped-def]
         while not self._sampler_stop.wait(0.5):
-            if self.proc is None or self.proc.poll() is not None:
+            if proc.poll() is not None:
                 return
-            rss = rss_bytes(self.proc.pid)
+            rss = rss_bytes(proc.pid)
             if rss:
                 self.rss_peak = max(self.rss_peak, rss)
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
+    def stop(self, timeout_s: float | None = 10.0, *, check: bool | None = None) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; the exit code (-9 when it had to be killed)."""
         self._sampler_stop.set()
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        if self._reader is not None:
-            self._reader.join(2)
-        return proc.returncode
+        try:
+            return super().stop(timeout_s, check=check)
+        except ChildError:
+            if check:
+                raise
+            return self.exit_codes[-1] if self.exit_codes else None
 
     def info(self) -> dict[str, object]:
+        match = self.ready_match
         return {
             "started_by_mqbench": True,
-            "name": self.broker_name,
-            "addr": self.broker_addr,
+            "name": match.group("name") if match else "",
+            "addr": match.group("addr") if match else "",
             "namesrv": self.namesrv,
             "boot_time_s": None if self.boot_seconds is None else round(self.boot_seconds, 3),
             "rss_at_boot_bytes": self.rss_at_boot,
@@ -200,9 +95,3 @@ class BrokerProcess:
             "config": dict(self.config),
             "fault_injection": self.fault_injection,
         }
-
-    def __enter__(self) -> BrokerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -59,7 +59,7 @@ BENCH_MODULES = ("yaml", "pyarrow", "pyspark", "pandas", "matplotlib")
 
 def _require_bench() -> None:
     """Name the missing extra before a broker or Spark is started, not in a traceback halfway through."""
-    from broker.tools.cli_support import require
+    from mqclient.cli_support import require
 
     for module in BENCH_MODULES:
         require(module, "bench")
@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from broker.tools.cli_support import run_cli
+    from mqclient.cli_support import run_cli
 
     return run_cli("mqbench", lambda: _main(argv))
 

@@ -37,6 +37,7 @@ import numpy as np
 import structlog
 
 from broker.topic import SCHEDULE_TOPIC
+from remoting import loop as loop_choice
 from store import GetMessageStatus, MessageExtBrokerInner, MessageStore, MessageStoreConfig, decode_records
 
 DEFAULT_BASELINE_REV = "0e83efd"  # broker/schedule.py delivering one message at a time
@@ -214,12 +215,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
     asyncio.run(main_async(args))
     sys.exit(0)
 

@@ -32,16 +32,14 @@ from pathlib import Path
 
 from bench.fuzz_driver import FuzzStats, probe, run_fuzz
 from bench.fuzz_frames import CORPUS_DIR, ILLEGAL_NAMES, load_corpus
+from broker.testing.process import BrokerProcess, ChildError, set_args
 
-# The broker launcher and the wheel helpers are shared with the compat tests (as bench.send_pull_cpp does).
+# The C++ wheel helpers are shared with the compat tests (as bench.send_pull_cpp does).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
 from compat_support import (  # noqa: E402
-    BrokerError,
-    BrokerProcess,
     Collector,
     cpp_producer,
     cpp_push_consumer,
-    free_port,
     make_message,
     unique,
 )
@@ -213,13 +211,8 @@ def run_campaign(
     progress_every_s: float = 0.0,
 ) -> CampaignResult:
     """Start a broker under ``root``, fuzz it, check it; the broker is stopped (SIGTERM) before returning."""
-    namesrv_port = free_port()
     broker = BrokerProcess(
-        store_dir=root / "run" / "store",
-        log_path=root / "run" / "broker.log",
-        listen_port=free_port(avoid=[namesrv_port]),
-        namesrv_port=namesrv_port,
-        extra_args=tuple(a for kv in FUZZ_BROKER_SETTINGS for a in ("--set", kv)),
+        root / "run" / "store", log_path=root / "run" / "broker.log", extra_args=set_args(*FUZZ_BROKER_SETTINGS)
     )
     broker.start()
     try:
@@ -257,7 +250,7 @@ def run_campaign(
         stop_error = ""
         try:
             exit_code = broker.stop(check=False) if broker.running else None
-        except BrokerError as exc:  # still running after SIGTERM: killed; the report says so
+        except ChildError as exc:  # still running after SIGTERM: killed; the report says so
             exit_code, stop_error = None, str(exc).splitlines()[0]
         broker.kill()
     return CampaignResult(

@@ -21,9 +21,9 @@ from remoting.frame import FrameDecoder
 from remoting.headers import SendMessageRequestHeaderV2, decode_header, encode_header
 
 
-def typical_request(serialize_type: int) -> RemotingCommand:
-    """What a Java/Node producer sends: V2 short names, properties with UNIQ_KEY/WAIT/TAGS, 128 B body."""
-    hdr = SendMessageRequestHeaderV2(
+def typical_send_header() -> SendMessageRequestHeaderV2:
+    """A Java/Node producer's SEND_MESSAGE_V2 header: V2 short names, properties with UNIQ_KEY/WAIT/TAGS."""
+    return SendMessageRequestHeaderV2(
         a="please_rename_unique_group_name",
         b="TopicTest",
         c="TBW102",
@@ -38,8 +38,16 @@ def typical_request(serialize_type: int) -> RemotingCommand:
         l=16,
         m=False,
     )
+
+
+def typical_request(serialize_type: int) -> RemotingCommand:
+    """What a Java/Node producer sends: ``typical_send_header`` and a 128 B body."""
     return RemotingCommand.request(
-        RequestCode.SEND_MESSAGE_V2, encode_header(hdr), b"x" * 128, opaque=123_456, serialize_type=serialize_type
+        RequestCode.SEND_MESSAGE_V2,
+        encode_header(typical_send_header()),
+        b"x" * 128,
+        opaque=123_456,
+        serialize_type=serialize_type,
     )
 
 

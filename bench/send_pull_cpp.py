@@ -18,9 +18,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-# The broker launcher and wheel helpers are shared with the compat tests, so both start brokers the same way.
+from broker.testing.process import BrokerProcess
+
+# The wheel helpers are shared with the compat tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
-from compat_support import BrokerProcess, cpp_producer, free_port, make_message, nul_free_body, unique
+from compat_support import cpp_producer, make_message, nul_free_body, unique  # noqa: E402
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -31,13 +33,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 def start_broker(stack: ExitStack) -> str:
     root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-cpp-")))
-    namesrv_port = free_port()
-    broker = BrokerProcess(
-        store_dir=root / "store",
-        log_path=root / "broker.log",
-        listen_port=free_port(avoid=[namesrv_port]),
-        namesrv_port=namesrv_port,
-    )
+    broker = BrokerProcess(root / "store", log_path=root / "broker.log")
     broker.start()
     stack.callback(broker.kill)
     stack.callback(broker.stop, check=False)

@@ -38,11 +38,9 @@ import structlog
 from bench.fuzz_campaign import FUZZ_BROKER_SETTINGS, LogFindings, private_memory, scan_log
 from bench.fuzz_driver import FuzzStats, run_fuzz
 from bench.fuzz_frames import CORPUS_DIR, load_corpus
+from broker.testing.process import BrokerProcess, set_args
 from mqclient import AdminClient, ConsumerConfig, Message, Producer, ProducerConfig
 from mqclient.consumer import PushConsumer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
-from compat_support import BrokerProcess, free_port  # noqa: E402
 
 TOPICS = ("SoakT0", "SoakT1", "SoakT2")
 
@@ -258,14 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         root = args.keep or Path(tmp)
-        namesrv_port = free_port()
-        broker = BrokerProcess(
-            store_dir=root / "store",
-            log_path=root / "broker.log",
-            listen_port=free_port(avoid=[namesrv_port]),
-            namesrv_port=namesrv_port,
-            extra_args=tuple(a for kv in FUZZ_BROKER_SETTINGS for a in ("--set", kv)),
-        )
+        broker = BrokerProcess(root / "store", log_path=root / "broker.log", extra_args=set_args(*FUZZ_BROKER_SETTINGS))
         broker.start()
         print(
             f"soak: {args.minutes} min, {args.rate} sends/s, {args.fuzz_rate} fuzz frames/s, seed {args.seed}; "

@@ -3,42 +3,23 @@
 Runs the master and worker classes with pyspark's own ``spark-class``, so no Spark distribution
 beyond the pip package is needed. A real cluster is started the usual way (``start-master.sh`` /
 ``start-worker.sh`` of a Spark distribution); ``mqbench run --master spark://HOST:7077`` is the same.
+Each daemon is a ``broker.testing.process.ChildProcess`` (log file, ready line, stopped with its process group).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.broker_proc import die_with_parent, free_port
-
-
-class ClusterStartError(RuntimeError):
-    pass
+from broker.testing.ports import free_port
+from broker.testing.process import ChildError, ChildProcess
 
 
 def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def _wait_for(pattern: str, log: Path, proc: subprocess.Popen[bytes], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    rx = re.compile(pattern)
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if rx.search(text):
-            return
-        if proc.poll() is not None:
-            raise ClusterStartError(f"the Spark {what} exited ({proc.returncode}); log {log}:\n{text[-3000:]}")
-        time.sleep(0.2)
-    raise ClusterStartError(f"the Spark {what} did not come up within {timeout_s}s; log {log}")
 
 
 @dataclass
@@ -48,7 +29,7 @@ class LocalStandaloneCluster:
     memory: str = "1g"
     daemon_memory: str = "256m"
     port: int = 0
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[ChildProcess] = field(default_factory=list)
 
     @property
     def master_url(self) -> str:
@@ -59,7 +40,6 @@ class LocalStandaloneCluster:
         self.port = self.port or free_port()
         home = spark_home()
         env = dict(
-            os.environ,
             SPARK_HOME=str(home),
             SPARK_LOCAL_IP="127.0.0.1",
             SPARK_DAEMON_MEMORY=self.daemon_memory,
@@ -68,76 +48,39 @@ class LocalStandaloneCluster:
             SPARK_WORKER_DIR=str(self.work_dir / "worker"),
         )
         spark_class = str(home / "bin" / "spark-class")
-        master_log = self.work_dir / "master.log"
-        worker_log = self.work_dir / "worker.log"
+        master = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+        master += ["--port", str(self.port), "--webui-port", str(free_port())]
+        worker = [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
+        worker += ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port())]
+        worker += ["--work-dir", str(self.work_dir / "worker"), self.master_url]
+        daemons = (
+            ("master", master, r"Starting Spark master|I have been elected leader"),
+            ("worker", worker, r"Successfully registered with master"),
+        )
         try:
-            with open(master_log, "wb") as out:
-                self.procs.append(
-                    subprocess.Popen(
-                        [
-                            spark_class,
-                            "org.apache.spark.deploy.master.Master",
-                            "--host",
-                            "127.0.0.1",
-                            "--port",
-                            str(self.port),
-                            "--webui-port",
-                            str(free_port()),
-                        ],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        start_new_session=True,
-                        preexec_fn=die_with_parent,
-                    )
+            for name, argv, ready in daemons:
+                # spark-class execs a JVM that may fork: signals go to the whole process group
+                daemon = ChildProcess(
+                    argv=argv,
+                    env=env,
+                    log_path=self.work_dir / f"{name}.log",
+                    ready_line=re.compile(ready),
+                    start_timeout_s=timeout_s,
+                    process_group=True,
                 )
-            _wait_for(
-                r"Starting Spark master|I have been elected leader", master_log, self.procs[0], timeout_s, "master"
-            )
-            with open(worker_log, "wb") as out:
-                self.procs.append(
-                    subprocess.Popen(
-                        [
-                            spark_class,
-                            "org.apache.spark.deploy.worker.Worker",
-                            "--host",
-                            "127.0.0.1",
-                            "--cores",
-                            str(self.cores),
-                            "--memory",
-                            self.memory,
-                            "--webui-port",
-                            str(free_port()),
-                            "--work-dir",
-                            str(self.work_dir / "worker"),
-                            self.master_url,
-                        ],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        start_new_session=True,
-                        preexec_fn=die_with_parent,
-                    )
-                )
-            _wait_for(r"Successfully registered with master", worker_log, self.procs[1], timeout_s, "worker")
+                self.procs.append(daemon)
+                daemon.start()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in reversed(self.procs):
+        for daemon in reversed(self.procs):
             try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+                daemon.stop()
+            except ChildError:
+                pass  # still running after SIGTERM: it was killed
         self.procs.clear()
 
     def __enter__(self) -> LocalStandaloneCluster:

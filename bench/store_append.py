@@ -64,6 +64,7 @@ import time
 
 import structlog
 
+from remoting import loop as loop_choice
 from store import (
     MessageExtBrokerInner,
     MessageStore,
@@ -354,12 +355,7 @@ def main() -> None:
     if args.prefault_compare and args.prefault is None:
         args.prefault = MessageStoreConfig.prefault_ahead_bytes
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    try:
-        import uvloop
-
-        uvloop.install()  # as the broker does (remoting.loop)
-    except ImportError:
-        pass
+    loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
     asyncio.run(main_async(args))
 
 

@@ -29,6 +29,7 @@ import time
 
 import structlog
 
+from remoting import loop as loop_choice
 from store import MessageExtBrokerInner, MessageStore, MessageStoreConfig
 
 
@@ -118,12 +119,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="loads per case; the median one is shown")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
     asyncio.run(main_async(args))
 
 

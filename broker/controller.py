@@ -123,7 +123,16 @@ class BrokerController:
         )
         self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = ExpressionCompiler()
 
-        self.send_processor = SendMessageProcessor(self)
+        self.send_processor = SendMessageProcessor(
+            config=config,
+            store=self.store,
+            topic_config_manager=self.topic_config_manager,
+            subscription_group_manager=self.subscription_group_manager,
+            transaction_service=self.transaction_service,
+            stats=self.stats,
+            store_host=self.store_host,
+            now_ms=now_ms,
+        )
         self.pull_processor = PullMessageProcessor(self)
         self.pull_hold_service = PullRequestHoldService(
             wake_in_loop(self.pull_processor), self.store.get_max_offset_in_queue
@@ -222,20 +231,6 @@ class BrokerController:
         self.server.register_default_processor(self.metrics.wrap(NotSupportedProcessor(), ADMIN), self.executors[ADMIN])
 
     # -- helpers used by processors --------------------------------------------------------------
-    def born_host(self, channel) -> tuple[str, int]:
-        """The client's address as an IPv4 host and port (records carry IPv4 hosts, protocol.md §5.2)."""
-        cached = channel.attrs.get("born_host")
-        if cached is None:
-            host, _, port = channel.remote_addr.rpartition(":")
-            if host.count(".") != 3:
-                host = "127.0.0.1" if host in ("::1", "[::1]") else "0.0.0.0"
-            try:
-                cached = (host, int(port))
-            except ValueError:
-                cached = (host, 0)
-            channel.attrs["born_host"] = cached
-        return cached
-
     def compile_expression(self, expression_type: str, expression: str) -> Callable[[dict[str, str]], bool]:
         if self.expression_compiler is None:
             raise ValueError(f"expression type {expression_type} is not supported by this broker")

@@ -88,7 +88,7 @@ async def run(config) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from broker.tools.cli_support import run_cli
+    from mqclient.cli_support import run_cli
 
     return run_cli("mqbroker", lambda: _main(argv))
 
@@ -106,7 +106,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"{key}={value}")
         return 0
     if config.metrics_exporter_type == "PROM":
-        from broker.tools.cli_support import require
+        from mqclient.cli_support import require
 
         require("prometheus_client", "metrics")
     configure()

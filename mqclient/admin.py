@@ -1,6 +1,6 @@
 """``AdminClient``: mqclient's one admin client, over ``remoting.client.RemotingClient``.
 
-It sends the admin requests upstream's ``mqadmin`` sends (``broker/tools/mqadmin.py`` is the CLI beside it)
+It sends the admin requests upstream's ``mqadmin`` sends (``mqclient/mqadmin/`` is the CLI beside it)
 and the few conveniences our tools and bench need (``ping_namesrv``, ``brokers``, ``create_topic_everywhere``,
 ``consumer_offset``) and mini-rocketmq's FAULT_INJECT (5001).
 

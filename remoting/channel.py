@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _OPAQUE_MAX = 0x7FFFFFFF  # opaques are int32 in the binary header
+#: answers buffered in one loop iteration past this many bytes are written at once (see Channel.send)
+FLUSH_EARLY_BYTES = 256 * 1024
 
 
 def _format_addr(peer: Any) -> str:
@@ -41,6 +43,7 @@ class Channel:
         "_loop",
         "_next_opaque",
         "_out",
+        "_out_bytes",
         "_pending",
         "_protocol",
         "_transport",
@@ -63,6 +66,7 @@ class Channel:
         self._loop = asyncio.get_running_loop()
         # Commands written during one loop iteration, flushed together (see send()).
         self._out: list[bytes | memoryview] = []
+        self._out_bytes = 0
 
     def __repr__(self) -> str:
         return f"Channel(id={self.id}, remote={self.remote_addr}, active={self.is_active})"
@@ -83,7 +87,10 @@ class Channel:
         """Write a command. Never blocks; a closed channel drops it (the peer is gone anyway).
 
         Commands sent in the same loop iteration leave in one ``writelines`` at its end: under
-        pipelined load that is one syscall for many responses instead of one each.
+        pipelined load that is one syscall for many responses instead of one each. Past
+        ``FLUSH_EARLY_BYTES`` they leave at once, so the transport's write buffer (and with it the
+        pause of reading, see ``FlowControl``) sees them even while one read's requests are all
+        answered on the reader's stack.
         """
         if self._closed or self._transport.is_closing():
             log.debug("dropping write on a closed channel", remote=self.remote_addr, code=cmd.code, opaque=cmd.opaque)
@@ -91,12 +98,20 @@ class Channel:
         out = self._out
         if not out:
             self._loop.call_soon(self.flush)
-        out += cmd.encode()
+        parts = cmd.encode()
+        out += parts
+        size = self._out_bytes + len(parts[0])
+        if len(parts) > 1:
+            size += len(parts[1])
+        self._out_bytes = size
+        if size >= FLUSH_EARLY_BYTES:
+            self.flush()
 
     def flush(self) -> None:
         out = self._out
         if out:
             self._out = []
+            self._out_bytes = 0
             if not self._transport.is_closing():
                 self._transport.writelines(out)
 
@@ -165,6 +180,7 @@ class Channel:
     def connection_lost(self, exc: BaseException | None) -> None:
         self._closed = True
         self._out = []
+        self._out_bytes = 0
         pending, self._pending = self._pending, {}
         for opaque, fut in pending.items():
             if not fut.done():

@@ -54,6 +54,21 @@ def _ext_value_to_str(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
+_KEY_BYTES: dict[object, bytes] = {}
+_KEY_BYTES_MAX = 1024  # keys come from header declarations; a peer cannot make this grow (only we encode)
+_NO_REMARK = b"\0\0\0\0"
+_pack_i32 = _I32.pack
+
+
+def _key_bytes(key: object) -> bytes:
+    """An extFields key as the ROCKETMQ header writes it: int16 length + UTF-8 bytes (cached)."""
+    kb = (key if isinstance(key, str) else str(key)).encode()
+    prefixed = _I16.pack(len(kb)) + kb
+    if len(_KEY_BYTES) < _KEY_BYTES_MAX:
+        _KEY_BYTES[key] = prefixed
+    return prefixed
+
+
 def _normalise_ext(ext: dict[str, Any]) -> dict[str, str]:
     for value in ext.values():
         if type(value) is not str:
@@ -193,24 +208,36 @@ class RemotingCommand:
             raise RemotingCommandError(f"cannot encode JSON header: {exc}") from exc
 
     def _encode_binary_header(self) -> bytes:
-        remark = self.remark.encode() if self.remark is not None else b""
+        # One pass over extFields; each key's length-prefixed bytes come from a small cache (a broker answers
+        # with a few dozen distinct keys: the SEND_OK ones are encoded once, not per response).
         parts: list[bytes] = []
-        for key, value in _outbound_ext(self.ext_fields).items():
-            kb = key.encode()
+        key_bytes = _KEY_BYTES
+        for key, value in self.ext_fields.items():
+            prefixed = key_bytes.get(key)
+            if prefixed is None:
+                prefixed = _key_bytes(key)
+            if type(value) is not str:
+                value = _ext_value_to_str(value)
+                if value is None:
+                    continue
             vb = value.encode()
-            parts += (_I16.pack(len(kb)), kb, _I32.pack(len(vb)), vb)
+            parts += (prefixed, _pack_i32(len(vb)), vb)
         ext = b"".join(parts)
         try:
             fixed = _BIN_FIXED.pack(
-                int(self.code),
+                self.code,
                 _LANG_NUMBER.get(self.language, LanguageCode.OTHER),
-                int(self.version),
-                int(self.opaque),
-                int(self.flag),
+                self.version,
+                self.opaque,
+                self.flag,
             )
         except struct.error as exc:
             raise RemotingCommandError(f"cannot encode ROCKETMQ header: {exc}") from exc
-        return b"".join((fixed, _I32.pack(len(remark)), remark, _I32.pack(len(ext)), ext))
+        remark = self.remark
+        if remark is None:
+            return b"".join((fixed, _NO_REMARK, _pack_i32(len(ext)), ext))
+        rb = remark.encode()
+        return b"".join((fixed, _pack_i32(len(rb)), rb, _pack_i32(len(ext)), ext))
 
     # ---- decode -------------------------------------------------------------------------
     @classmethod
@@ -297,21 +324,30 @@ class RemotingCommand:
                 raise RemotingCommandError(f"ROCKETMQ header: extFields length {elen} out of bounds")
             end = pos + elen
             ext: dict[str, str] = {}
+            # Keys and values are sliced from one latin-1 view of the header (one decode, not two per field);
+            # a slice that is not pure ASCII is decoded again from its bytes as UTF-8, the wire's encoding.
+            text = header.decode("latin-1")
+            unpack_i16 = _I16.unpack_from
+            unpack_i32 = _I32.unpack_from
             while pos < end:
                 if pos + 2 > end:
                     raise RemotingCommandError("ROCKETMQ header: truncated extFields key length")
-                (klen,) = _I16.unpack_from(header, pos)
-                pos += 2
-                if klen < 0 or pos + klen + 4 > end:
+                (klen,) = unpack_i16(header, pos)
+                kstart = pos + 2
+                kend = kstart + klen
+                if klen < 0 or kend + 4 > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
-                key = header[pos : pos + klen].decode()
-                pos += klen
-                (vlen,) = _I32.unpack_from(header, pos)
-                pos += 4
-                if vlen < 0 or pos + vlen > end:
+                (vlen,) = unpack_i32(header, kend)
+                vstart = kend + 4
+                pos = vstart + vlen
+                if vlen < 0 or pos > end:
                     raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
-                ext[key] = header[pos : pos + vlen].decode()
-                pos += vlen
+                key = text[kstart:kend]
+                value = text[vstart:pos]
+                if not (key.isascii() and value.isascii()):
+                    key = header[kstart:kend].decode()
+                    value = header[vstart:pos].decode()
+                ext[key] = value
         except UnicodeDecodeError as exc:
             raise RemotingCommandError(
                 f"ROCKETMQ header: invalid UTF-8: {exc}", opaque=opaque, flag=flag, serialize_type=_ROCKETMQ

@@ -4,6 +4,13 @@ This is J's ``BrokerFixedThreadPoolExecutor`` + ``RequestTask``: each request fa
 queue, so a slow family (pull, send under a busy store) cannot delay another, and each queue
 can be measured, bounded ([OVERLOAD] when full) and swept by the broker's fast-failure component,
 which pops expired tasks from the head (``queue[0]``) and answers them with ``return_response``.
+
+No hop when nothing waits (``run_now``): with the queue empty and a worker parked, the server runs the
+request on its own stack, in the worker's place (the worker stays parked, lent to the request, until it
+is done), instead of queueing it, waking the worker and running it one loop iteration later. Most
+requests (a send the store appends at once) then finish before ``dispatch`` returns. A request that has
+to wait continues as an asyncio task and still counts as active, so the worker bound, the queue (which
+only fills once every worker is busy), [OVERLOAD] and the fast-failure sweep behave as before.
 """
 
 from __future__ import annotations
@@ -126,6 +133,7 @@ class RequestExecutor:
         self._accepting = False
         self._drained: asyncio.Event | None = None
         self._paused_until = 0.0  # loop time; workers take no task before it (fault injection)
+        self._eager: set[asyncio.Task[None]] = set()  # requests run by run_now that had to wait
 
     # ---- counters -----------------------------------------------------------------------
     @property
@@ -180,6 +188,86 @@ class RequestExecutor:
         task.return_response(code, remark)
         return task
 
+    # ---- running on the caller's stack (no executor hop) ----------------------------------
+    def can_run_now(self) -> bool:
+        """True when ``run_now`` would take a task: nothing queued, a worker parked, not stopping or paused."""
+        idle = self._idle
+        return not self.queue and bool(idle) and self._accepting and not self._paused_until and not idle[-1].done()
+
+    def run_now(self, task: RequestTask) -> None:
+        """Run ``task`` at once in the place of a parked worker (call only when ``can_run_now()``).
+
+        The task runs on the caller's stack up to its first real wait; if it has one, the rest runs as an
+        asyncio task. Until it is done the worker stays lent (off the idle list), so at most ``workers``
+        requests of this executor run at a time, whichever way they started."""
+        waiter = self._idle.pop()
+        self.active += 1
+        coro = task.run()
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            self._run_now_done(waiter)
+            return
+        except BaseException:
+            self._run_now_done(waiter)
+            raise
+        pending = [coro, waiter]  # emptied by _resume once it owns the clean-up
+        resumed = asyncio.get_running_loop().create_task(self._resume(coro, yielded, waiter, pending))
+        self._eager.add(resumed)
+        resumed.add_done_callback(lambda t: self._resumed_done(t, pending))
+
+    def _resumed_done(self, resumed: asyncio.Task[None], pending: list[Any]) -> None:
+        self._eager.discard(resumed)
+        if pending:  # cancelled before its first step: _resume never ran, so finish the request here
+            coro, waiter = pending
+            pending.clear()
+            try:
+                coro.throw(asyncio.CancelledError())  # task.run answers nothing and releases the channel
+            except BaseException:  # noqa: BLE001, S110 - CancelledError (or StopIteration) is the expected end
+                pass
+            self._run_now_done(waiter)
+
+    async def _resume(self, coro: Any, yielded: Any, waiter: asyncio.Future[None], pending: list[Any]) -> None:
+        """Drive a request's coroutine from its first wait on: await what it awaited, hand it back, repeat
+        (what an asyncio task does; ``task.run`` never raises but for cancellation)."""
+        pending.clear()
+        try:
+            while True:
+                if yielded is None:  # a bare yield (asyncio.sleep(0)): give the loop one turn
+                    try:
+                        await asyncio.sleep(0)
+                    except asyncio.CancelledError:
+                        yielded = coro.throw(asyncio.CancelledError())
+                        continue
+                else:
+                    yielded._asyncio_future_blocking = False
+                    try:
+                        await yielded
+                    except asyncio.CancelledError:
+                        if not yielded.cancelled():  # we were cancelled, not what we awaited: pass it on
+                            yielded = coro.throw(asyncio.CancelledError())
+                            continue
+                    except Exception:  # noqa: BLE001, S110 - the coroutine reads the outcome itself below
+                        pass
+                yielded = coro.send(None)
+        except StopIteration:
+            pass
+        finally:
+            coro.close()
+            self._run_now_done(waiter)
+
+    def _run_now_done(self, waiter: asyncio.Future[None]) -> None:
+        self.active -= 1
+        self.completed += 1
+        if waiter.done():
+            pass
+        elif self.queue:
+            waiter.set_result(None)  # tasks queued meanwhile: the lent worker takes them
+        else:
+            self._idle.append(waiter)
+        if not self._accepting and not self.queue and self.active == 0 and self._drained is not None:
+            self._drained.set()
+
     # ---- pausing (fault injection: a stuck worker pool) ------------------------------------
     def pause(self, duration_s: float) -> None:
         """Workers take no new task for ``duration_s``, as if every worker were stuck; queued requests age."""
@@ -215,7 +303,7 @@ class RequestExecutor:
                 log.warning(
                     "executor did not drain in time", executor=self.name, queued=len(self.queue), active=self.active
                 )
-        tasks, self._worker_tasks = self._worker_tasks, []
+        tasks, self._worker_tasks = self._worker_tasks + list(self._eager), []
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -4,7 +4,8 @@ Dispatch order for each request (J ``NettyRemotingAbstract.processRequestCommand
 1. no processor for the code (and no default) → 3 ``" request type <code> not supported"``;
 2. ``processor.reject_request()`` → 2 ``[REJECTREQUEST]…`` (before queueing);
 3. the executor's queue is full → 2 ``[OVERLOAD]…``;
-4. otherwise a worker runs the request hook, if one is set (the broker's ACL check, J ``RPCHook``), then the
+4. otherwise a worker (or, when the queue is empty and a worker idle, ``dispatch`` itself in that worker's
+   place: ``RequestExecutor.run_now``) runs the request hook, if one is set (the broker's ACL check, J ``RPCHook``), then the
    processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
 Oneway requests are never answered, not even with an error.
 """
@@ -226,7 +227,12 @@ class RemotingServer:
                 channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
             return
         executor = route.executor
-        task = RequestTask(channel, request, executor.now_ms(), processor=route.processor, hook=self._hook)
+        # positional: a slotted dataclass builds about twice as fast that way (one per request)
+        task = RequestTask(channel, request, executor.now_ms(), False, route.processor, False, self._hook)
+        if executor.can_run_now():  # nothing queued, a worker idle: run it here, no hop through the queue
+            channel.request_started()
+            executor.run_now(task)
+            return
         if not executor.submit(task):
             log.debug("executor full", executor=executor.name, code=request.code, remote=channel.remote_addr)
             if not oneway:

@@ -14,12 +14,13 @@ import random
 import re
 import struct
 import zlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.message_const import MessageConst
-from broker.timer import TimerPropertyError, park
+from broker.timer import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TimerPropertyError, park
 from broker.topic import (
     PERM_READ,
     PERM_WRITE,
@@ -36,8 +37,8 @@ from remoting.command import RemotingCommand
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
-    SendMessageRequestHeaderV2,
     decode_header,
+    decode_send_message_v2,
 )
 from store.message import (
     COMPRESSED_FLAG,
@@ -51,7 +52,12 @@ from store.message import (
 from store.results import PutMessageStatus
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.config import BrokerConfig
+    from broker.stats import BrokerStats
+    from broker.subscription_group_manager import SubscriptionGroupManager
+    from broker.topic_config_manager import TopicConfigManager
+    from broker.transaction.service import TransactionalMessageService
+    from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +68,35 @@ _I16 = struct.Struct(">h")
 _JAVA_INT_TEXT = re.compile(r"[+-]?[0-9]{1,11}")
 # Batch element: totalSize, magic, bodyCRC, flag, bodyLen (upstream MessageDecoder.encodeMessage).
 _BATCH_HEAD = struct.Struct(">iiiii")
+
+
+#: store statuses that still stored the message, and the response code each is answered with
+_STORED_CODES = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+_SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
+_SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
+_CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
+_VALID_TOPICS_MAX = 4096  # names that passed check_topic_name, remembered so each is checked once
+
+
+def born_host(channel: Any) -> tuple[str, int]:
+    """The client's address as an IPv4 host and port (records carry IPv4 hosts, protocol.md §5.2); worked
+    out once per connection and kept in the channel's attributes."""
+    cached = channel.attrs.get("born_host")
+    if cached is None:
+        host, _, port = channel.remote_addr.rpartition(":")
+        if host.count(".") != 3:
+            host = "127.0.0.1" if host in ("::1", "[::1]") else "0.0.0.0"
+        try:
+            cached = (host, int(port))
+        except ValueError:
+            cached = (host, 0)
+        channel.attrs["born_host"] = cached
+    return cached  # type: ignore[no-any-return]
 
 
 class SendError(Exception):
@@ -131,28 +166,48 @@ def parse_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[st
 
 
 class SendMessageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
-        self.config = controller.config
-        self.store = controller.store
+    """Takes what it uses (the store, the broker config, the topic and group tables, the transaction service,
+    the stats, this broker's address and clock), not the controller."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        store: MessageStore,
+        topic_config_manager: TopicConfigManager,
+        subscription_group_manager: SubscriptionGroupManager,
+        transaction_service: TransactionalMessageService,
+        stats: BrokerStats,
+        store_host: tuple[str, int],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.transaction_service = transaction_service
+        self.stats = stats
+        self.store_host = store_host
+        self.now_ms = now_ms
+        self._valid_topics: set[str] = set()
 
     def reject_request(self) -> bool:
         # Upstream: page cache busy or no free buffer in the transient store pool. The server calls this
         # once per request and answers [REJECTREQUEST] when it is true, so this is where it is counted.
-        if self.store.is_os_page_cache_busy() or self.store.is_transient_store_pool_deficient():
-            self.c.stats.on_busy("REJECTREQUEST")
+        store = self.store
+        if store.is_os_page_cache_busy() or store.is_transient_store_pool_deficient():
+            self.stats.on_busy("REJECTREQUEST")
             return True
         return False
 
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        if request.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        code = request.code
+        if code == _CONSUMER_SEND_MSG_BACK:
             return await self.consumer_send_msg_back(channel, request)
-        if request.code == RequestCode.SEND_MESSAGE:
-            hdr = decode_header(SendMessageRequestHeader, request.ext_fields)
-        else:
-            hdr = SendMessageRequestHeader.from_v2(decode_header(SendMessageRequestHeaderV2, request.ext_fields))
-        raw_batch = request.ext_fields.get("batch") or request.ext_fields.get("m") or ""
-        is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or hdr.batch or raw_batch == "1"
+        ext = request.ext_fields
+        hdr = decode_header(SendMessageRequestHeader, ext) if code == _SEND_MESSAGE else decode_send_message_v2(ext)
+        # the C++ client flags a batch sent as code 10 with batch="1" (not "true")
+        is_batch = code == _SEND_BATCH_MESSAGE or hdr.batch or (ext.get("batch") or ext.get("m")) == "1"
         try:
             if is_batch:
                 response = await self.send_batch_message(channel, request, hdr)
@@ -183,17 +238,21 @@ class SendMessageProcessor:
     # -- checks ---------------------------------------------------------------------------
     def _msg_check(self, channel, hdr: SendMessageRequestHeader):
         cfg = self.config
-        if not is_writeable(cfg.broker_permission) and not self.c.topic_config_manager.is_system_topic(hdr.topic):
+        tcm = self.topic_config_manager
+        topic = hdr.topic
+        if not is_writeable(cfg.broker_permission) and not tcm.is_system_topic(topic):
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
         if cfg.broker_role == "SLAVE":
             raise SendError(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is a slave, it does not accept writes")
-        reason = check_topic_name(hdr.topic)
-        if reason is not None:
-            raise SendError(ResponseCode.SYSTEM_ERROR, reason)
-        if is_not_allowed_send_topic(hdr.topic):
-            raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{hdr.topic}] is forbidden.")
-        tcm = self.c.topic_config_manager
-        tc = tcm.select_topic_config(hdr.topic)
+        if topic not in self._valid_topics:  # the name rules depend on the name alone: check each name once
+            reason = check_topic_name(topic)
+            if reason is not None:
+                raise SendError(ResponseCode.SYSTEM_ERROR, reason)
+            if is_not_allowed_send_topic(topic):
+                raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            if len(self._valid_topics) < _VALID_TOPICS_MAX:
+                self._valid_topics.add(topic)
+        tc = tcm.select_topic_config(topic)
         if tc is None:
             sys_flag = 0
             if hdr.unit_mode:
@@ -236,7 +295,7 @@ class SendMessageProcessor:
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return topic
         group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        sgc = self.c.subscription_group_manager.find_subscription_group_config(group)
+        sgc = self.subscription_group_manager.find_subscription_group_config(group)
         if sgc is None:
             raise SendError(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -249,7 +308,7 @@ class SendMessageProcessor:
         if reconsume >= max_times:
             dlq = dlq_topic(group)
             if (
-                self.c.topic_config_manager.create_topic_in_send_message_back_method(dlq, 1, PERM_WRITE | PERM_READ)
+                self.topic_config_manager.create_topic_in_send_message_back_method(dlq, 1, PERM_WRITE | PERM_READ)
                 is None
             ):
                 raise SendError(ResponseCode.SYSTEM_ERROR, f"topic[{dlq}] not exist")
@@ -281,8 +340,8 @@ class SendMessageProcessor:
             tags_code=tags_hash(tags) if tags else 0,
             sys_flag=sys_flag,
             born_timestamp=hdr.born_timestamp,
-            born_host=self.c.born_host(channel),
-            store_host=self.c.store_host,
+            born_host=born_host(channel),
+            store_host=self.store_host,
             reconsume_times=hdr.reconsume_times or 0,
         )
 
@@ -305,7 +364,7 @@ class SendMessageProcessor:
         tc = self._msg_check(channel, hdr)
         body = bytes(request.body) if request.body is not None else b""
         props_text = hdr.properties or ""
-        self._check_size(len(body), len(props_text.encode("utf-8")))
+        self._check_size(len(body), len(props_text) if props_text.isascii() else len(props_text.encode("utf-8")))
         props = decode_properties(props_text)
         topic = self._handle_retry_and_dlq(hdr, props, tc, request)
         queue_id = 0 if topic != hdr.topic else self._queue_id(hdr, tc)
@@ -318,17 +377,19 @@ class SendMessageProcessor:
                     f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden",
                 )
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
-            msg = self.c.transaction_service.prepare_half_message(msg)
+            msg = self.transaction_service.prepare_half_message(msg)
         else:
             # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
             check_delay_level(props)
-            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic
-            try:
-                topic, queue_id = park(props, topic, queue_id, self.c.now_ms())
-            except TimerPropertyError as exc:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
+            # without any of them park() has nothing to do (most sends: no clock read, no call)
+            if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:
+                try:
+                    topic, queue_id = park(props, topic, queue_id, self.now_ms())
+                except TimerPropertyError as exc:
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
-        stall_ms = await self._fault_sleep(props)
+        stall_ms = await self._fault_sleep(props) if self.config.fault_injection_enable else 0
         result = await self.store.put_message(msg, stall_append_ms=stall_ms)
         return self._put_result_to_response(request, result, msg, queue_id)
 
@@ -366,30 +427,21 @@ class SendMessageProcessor:
         self, request: RemotingCommand, result, msg: MessageExtBrokerInner, queue_id: int
     ) -> RemotingCommand:
         status = result.status
-        if status in (
-            PutMessageStatus.PUT_OK,
-            PutMessageStatus.FLUSH_DISK_TIMEOUT,
-            PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-            PutMessageStatus.SLAVE_NOT_AVAILABLE,
-        ):
-            code = {
-                PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
-                PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-                PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-            }[status]
+        code = _STORED_CODES.get(status)
+        if code is not None:
             ar = result.append_result
+            cfg = self.config
             ext = {
                 "msgId": ar.msg_id,  # (comma-joined for a batch)
                 "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
                 "queueOffset": str(ar.logics_offset),
-                "MSG_REGION": self.config.region_id,
-                "TRACE_ON": "true" if self.config.trace_on else "false",
+                "MSG_REGION": cfg.region_id,
+                "TRACE_ON": "true" if cfg.trace_on else "false",
             }
-            self.c.stats.on_put(msg.topic, getattr(ar, "msg_num", 1) or 1, ar.wrote_bytes)
-            return request.response(code, ext_fields=ext)
+            self.stats.on_put(msg.topic, ar.msg_num or 1, ar.wrote_bytes)
+            return request.response(code, None, ext)
         if status == PutMessageStatus.OS_PAGECACHE_BUSY:
-            self.c.stats.on_busy("PC_SYNCHRONIZED")
+            self.stats.on_busy("PC_SYNCHRONIZED")
             return request.response(ResponseCode.SYSTEM_ERROR, PC_SYNCHRONIZED)
         if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             return request.response(
@@ -412,7 +464,7 @@ class SendMessageProcessor:
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
     async def consumer_send_msg_back(self, channel, request: RemotingCommand) -> RemotingCommand:
         hdr = decode_header(ConsumerSendMsgBackRequestHeader, request.ext_fields)
-        sgc = self.c.subscription_group_manager.find_subscription_group_config(hdr.group)
+        sgc = self.subscription_group_manager.find_subscription_group_config(hdr.group)
         if sgc is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -427,7 +479,7 @@ class SendMessageProcessor:
             return request.response(ResponseCode.SUCCESS)
         new_topic = retry_topic(hdr.group)
         queue_id = random.randrange(sgc.retry_queue_nums)
-        retry_tc = self.c.topic_config_manager.create_topic_in_send_message_back_method(
+        retry_tc = self.topic_config_manager.create_topic_in_send_message_back_method(
             new_topic, sgc.retry_queue_nums, PERM_WRITE | PERM_READ
         )
         if retry_tc is None:
@@ -450,9 +502,7 @@ class SendMessageProcessor:
             new_topic = dlq_topic(hdr.group)
             queue_id = 0
             if (
-                self.c.topic_config_manager.create_topic_in_send_message_back_method(
-                    new_topic, 1, PERM_WRITE | PERM_READ
-                )
+                self.topic_config_manager.create_topic_in_send_message_back_method(new_topic, 1, PERM_WRITE | PERM_READ)
                 is None
             ):
                 return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
@@ -476,12 +526,12 @@ class SendMessageProcessor:
             sys_flag=msg_ext.sys_flag,
             born_timestamp=msg_ext.born_timestamp,
             born_host=msg_ext.born_host,
-            store_host=self.c.store_host,
+            store_host=self.store_host,
             reconsume_times=_java_int_add(reconsume_times, 1),
         )
         result = await self.store.put_message(inner)
         if result.status == PutMessageStatus.PUT_OK:
-            self.c.stats.on_send_back(hdr.group, msg_ext.topic)
+            self.stats.on_send_back(hdr.group, msg_ext.topic)
             return request.response(ResponseCode.SUCCESS)
         return request.response(ResponseCode.SYSTEM_ERROR, result.status.name)
 

@@ -1,1 +1,1 @@
-"""Operator tools: the ``mqadmin`` CLI, its admin client, and an embedded broker for tests."""
+"""Old addresses only: ``mqadmin`` moved to ``mqclient.mqadmin``, the test brokers to ``broker.testing``."""

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from bench.broker_proc import free_port
 from bench.cli import main
 from bench.run import RunError, RunOptions, run_scenario
 from bench.scenario import DebugSpec, load_scenario
+from broker.testing.ports import free_port
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from broker.config import build_config
 from broker.controller import BrokerController
-from broker.tools.embedded import free_port
+from broker.testing.ports import free_port
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader, encode_header

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from broker.tools.embedded import free_port
+from broker.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from store_rig import StoreRig, opened
 
 import broker.schedule as schedule_module
 from broker.filter import TagMessageFilter
@@ -14,13 +15,10 @@ from broker.heartbeat import build_subscription
 from broker.schedule import ScheduleMessageService
 from broker.topic import SCHEDULE_TOPIC
 from store import (
-    GetMessageStatus,
     MessageExtBrokerInner,
     MessageStore,
-    MessageStoreConfig,
     PutMessageResult,
     PutMessageStatus,
-    decode_records,
 )
 
 LEVELS_MS = [200, 400, 600]
@@ -41,78 +39,27 @@ def _msg(topic: str, body: bytes, delay: int | None, queue_id: int = 0, tags: st
     )
 
 
-async def _open_store(root) -> MessageStore:
-    s = MessageStore(
-        MessageStoreConfig(
-            store_path_root_dir=str(root),
-            mapped_file_size_commit_log=256 * 1024,
-            mapped_file_size_consume_queue=1000 * 20,
-            max_hash_slot_num=64,
-            max_index_num=256,
-            message_delay_level="1s 2s 3s",
-        )
-    )
-    assert await s.load()
-    await s.start()
-    return s
-
-
-class Rig:
-    """A store and a schedule service on it; `restart` reopens both on the same directory."""
+class Rig(StoreRig):
+    """A store and a schedule service on it."""
 
     def __init__(self, root, now_ms=wall_ms) -> None:
-        self.root = root
+        super().__init__(root, message_delay_level="1s 2s 3s")
         self.now_ms = now_ms
-        self.store: MessageStore | None = None
-        self.service: ScheduleMessageService | None = None
 
-    async def open(self) -> Rig:
-        self.store = await _open_store(self.root)
-        self.service = ScheduleMessageService(
-            store=self.store, delay_levels_ms=LEVELS_MS, store_path_root_dir=str(self.root), now_ms=self.now_ms
+    def make_service(self, store: MessageStore) -> ScheduleMessageService:
+        return ScheduleMessageService(
+            store=store, delay_levels_ms=LEVELS_MS, store_path_root_dir=str(self.root), now_ms=self.now_ms
         )
-        self.store.message_arriving_listener = self._arrived
-        self.service.load()
-        self.service.start()
-        return self
 
-    def _arrived(self, topic, queue_id, *_):
+    def on_arrival(self, topic: str, queue_id: int) -> None:
         if topic == SCHEDULE_TOPIC:
             self.service.on_message_arriving(queue_id)
-
-    async def close(self) -> None:
-        await self.service.stop()
-        await self.store.shutdown()
-
-    async def restart(self) -> None:
-        await self.close()
-        await self.open()
-
-    def messages(self, topic: str, queue_id: int = 0, flt=None) -> list:
-        out, offset = [], 0
-        while True:
-            r = self.store.get_message("g", topic, queue_id, offset, 32, flt)
-            if r.status != GetMessageStatus.FOUND:
-                return out
-            out += decode_records(b"".join(r.buffers))
-            offset = r.next_begin_offset
-
-    async def wait_for(self, topic: str, n: int, timeout_s: float = 5.0, queue_id: int = 0) -> list:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self.messages(topic, queue_id)
-            if len(got) >= n:
-                return got
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"{topic} has {len(self.messages(topic, queue_id))} messages, expected {n}")
 
 
 @pytest.fixture
 async def rig(tmp_path):
-    r = await Rig(tmp_path / "store").open()
-    yield r
-    if r.store is not None and r.store._running:
-        await r.close()
+    async with opened(Rig(tmp_path / "store")) as r:
+        yield r
 
 
 async def test_delayed_message_is_parked_then_restored_on_time(rig):

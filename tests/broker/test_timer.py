@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from store_rig import StoreRig, opened
 
 import broker.timer as timer_module
 from broker.timer import (
@@ -18,10 +19,8 @@ from broker.timer import (
     park,
 )
 from store import (
-    GetMessageStatus,
     MessageExtBrokerInner,
     MessageStore,
-    MessageStoreConfig,
     decode_records,
 )
 
@@ -50,38 +49,19 @@ def _timed(topic: str, body: bytes, deliver_ms: int, now_ms: int, queue_id: int 
     )
 
 
-class Rig:
+class Rig(StoreRig):
+    """A store and a timer service on it, on a clock the test moves."""
+
     def __init__(self, root) -> None:
-        self.root = root
+        super().__init__(root)
         self.clock = Clock()
-        self.store: MessageStore | None = None
-        self.service: TimerMessageService | None = None
 
-    async def open(self) -> Rig:
-        self.store = MessageStore(
-            MessageStoreConfig(
-                store_path_root_dir=str(self.root),
-                mapped_file_size_commit_log=256 * 1024,
-                mapped_file_size_consume_queue=1000 * 20,
-                max_hash_slot_num=64,
-                max_index_num=256,
-            )
-        )
-        assert await self.store.load()
-        await self.store.start()
-        self.service = TimerMessageService(store=self.store, store_path_root_dir=str(self.root), now_ms=self.clock)
-        self.store.message_arriving_listener = self._arrived
-        self.service.load()
-        self.service.start()
-        return self
+    def make_service(self, store: MessageStore) -> TimerMessageService:
+        return TimerMessageService(store=store, store_path_root_dir=str(self.root), now_ms=self.clock)
 
-    def _arrived(self, topic, *_):
+    def on_arrival(self, topic: str, queue_id: int) -> None:
         if topic == TIMER_TOPIC:
             self.service.on_message_arriving()
-
-    async def close(self) -> None:
-        await self.service.stop()
-        await self.store.shutdown()
 
     async def tick(self, to_ms: int) -> None:
         """Moves the clock and lets the service look (a real broker's clock moves on its own)."""
@@ -89,31 +69,11 @@ class Rig:
         self.service.on_message_arriving()
         await asyncio.sleep(0.05)
 
-    def bodies(self, topic: str, queue_id: int = 0) -> list[str]:
-        out, offset = [], 0
-        while True:
-            r = self.store.get_message("g", topic, queue_id, offset, 32, None)
-            if r.status != GetMessageStatus.FOUND:
-                return [m.body.decode() for m in out]
-            out += decode_records(b"".join(r.buffers))
-            offset = r.next_begin_offset
-
-    async def wait_for(self, topic: str, n: int, timeout_s: float = 10.0) -> list[str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self.bodies(topic)
-            if len(got) >= n:
-                return got
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{topic} has {len(self.bodies(topic))} messages, expected {n}")
-
 
 @pytest.fixture
 async def rig(tmp_path):
-    r = await Rig(tmp_path / "store").open()
-    yield r
-    if r.store is not None and r.store._running:
-        await r.close()
+    async with opened(Rig(tmp_path / "store")) as r:
+        yield r
 
 
 def test_park_rewrites_only_a_future_delivery_time():

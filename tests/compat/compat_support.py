@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -25,14 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.tools.embedded import free_port
+from broker.testing import process
+from broker.testing.process import ChildError, set_args
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPAT_DIR = Path(__file__).resolve().parent
 NODE_DIR = COMPAT_DIR / "node"
-
-BOOT_PREFIX = "The broker["
-BOOT_MARK = "boot success"
 
 #: Extra broker arguments for debugging a failing run, e.g. COMPAT_BROKER_ARGS="--set maxMessageSize=8192".
 #: (The broker's own log level comes from MINI_ROCKETMQ_LOG_LEVEL, which the subprocess inherits.)
@@ -42,168 +39,57 @@ BROKER_ARGS_ENV = "COMPAT_BROKER_ARGS"
 CPP_LOG_LEVEL_ENV = "COMPAT_CPP_LOG_LEVEL"
 
 
-# --------------------------------------------------------------------------------------------- ports
-
-
-# free_port (imported above) is the pytest plugin's: at least 3 away from `avoid`, since a broker uses port + 1.
-
-
 # ------------------------------------------------------------------------------------------- broker
 
 
-class BrokerError(AssertionError):
-    """The broker process misbehaved at its boundary (no boot line, bad exit code, hung on SIGTERM)."""
-
-
 @dataclass
-class BrokerProcess:
-    """One `python -m broker.main` subprocess on loopback ports; stdout+stderr go to `log_path`."""
+class BrokerProcess(process.BrokerProcess):
+    """The test launcher's broker (``broker.testing.process``) as the compat tests run it: a stop must exit 0,
+    and ``COMPAT_BROKER_ARGS`` comes last on the command line."""
 
-    store_dir: Path
-    log_path: Path
-    listen_port: int
-    namesrv_port: int
-    extra_args: tuple[str, ...] = ()
-    boot_timeout_s: float = 20.0
-    stop_timeout_s: float = 15.0
-    proc: subprocess.Popen[bytes] | None = None
-    boots: int = 0
-    exit_codes: list[int] = field(default_factory=list)
-
-    @property
-    def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.listen_port}"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    check_exit: bool = field(default=True, kw_only=True)
 
     def command(self) -> list[str]:
-        settings = {
-            "listenPort": self.listen_port,
-            "namesrvListenPort": self.namesrv_port,
-            "storePathRootDir": self.store_dir,
-            "brokerIP1": "127.0.0.1",
-            "brokerName": "broker-a",
-            # The team's rule: servers listen on loopback only (the broker binds 0.0.0.0 by default).
-            "listenHost": "127.0.0.1",
-            "namesrvListenHost": "127.0.0.1",
-            # no 5.x endpoint unless a test asks for one (its default port 8081 is shared by every broker)
-            "grpcServerPort": -1,
-        }
-        args = [sys.executable, "-m", "broker.main"]
-        for key, value in settings.items():
-            args += ["--set", f"{key}={value}"]
-        return [*args, *self.extra_args, *shlex.split(os.environ.get(BROKER_ARGS_ENV, ""))]
-
-    def start(self) -> None:
-        if self.running:
-            raise BrokerError("broker already running")
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== compat harness: boot #{self.boots + 1}: {shlex.join(self.command())}\n".encode())
-            log.flush()
-            begin = log.tell()
-            self.proc = subprocess.Popen(
-                self.command(), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.boots += 1
-        deadline = time.monotonic() + self.boot_timeout_s
-        while time.monotonic() < deadline:
-            if self._boot_line_since(begin):
-                return
-            if self.proc.poll() is not None:
-                rc = self.proc.returncode
-                self.proc = None
-                raise BrokerError(
-                    f"broker exited with code {rc} before printing its boot line "
-                    f"'{BOOT_PREFIX}broker-a, {self.broker_addr}] {BOOT_MARK}...'\n{self.tail()}"
-                )
-            time.sleep(0.05)
-        self.kill()
-        raise BrokerError(
-            f"broker did not print '{BOOT_PREFIX}... {BOOT_MARK}' within {self.boot_timeout_s:.0f} s "
-            f"(command: {shlex.join(self.command())})\n{self.tail()}"
-        )
-
-    def _boot_line_since(self, offset: int) -> bool:
-        for line in self.log_text(offset).splitlines():
-            if line.lstrip().startswith(BOOT_PREFIX) and BOOT_MARK in line:
-                return True
-        return False
-
-    def stop(self, *, check: bool = True) -> int | None:
-        """SIGTERM and wait; the broker must exit 0 within `stop_timeout_s` (a graceful shutdown)."""
-        if self.proc is None:
-            return None
-        proc, self.proc = self.proc, None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise BrokerError(
-                    f"broker still running {self.stop_timeout_s:.0f} s after SIGTERM; killed\n{self.tail()}"
-                ) from None
-        rc = proc.returncode
-        self.exit_codes.append(rc)
-        if check and rc != 0:
-            raise BrokerError(
-                f"broker exited with code {rc} after SIGTERM (a graceful stop must exit 0)\n{self.tail()}"
-            )
-        return rc
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def restart(self) -> None:
-        """Graceful stop, then start again on the same store directory and ports."""
-        self.stop()
-        self.start()
-
-    def log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except FileNotFoundError:
-            return 0
-
-    def log_text(self, since: int = 0) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(since)
-                return f.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return ""
-
-    def tail(self, lines: int = 60, since: int = 0) -> str:
-        text = self.log_text(since).splitlines()[-lines:]
-        return f"--- broker log {self.log_path} (last {len(text)} lines) ---\n" + "\n".join(text)
+        return [*super().command(), *shlex.split(os.environ.get(BROKER_ARGS_ENV, ""))]
 
 
-def stop_brokers(brokers: Iterable[BrokerProcess]) -> None:
+def stop_brokers(brokers: Iterable[process.ChildProcess]) -> None:
     """Graceful stops first (each must exit 0); anything left is killed. One AssertionError names every
     broker that did not stop cleanly."""
     errors = []
     for broker in brokers:
         try:
             broker.stop(check=True)
-        except AssertionError as e:
+        except ChildError as e:
             errors.append(str(e))
         finally:
             broker.kill()
     if errors:
         raise AssertionError("\n\n".join(errors))
+
+
+def create_topic(
+    broker: process.BrokerProcess,
+    topic: str,
+    message_type: str,
+    queues: int = 4,
+    *,
+    credentials: tuple[str, str] | None = None,
+) -> None:
+    """``mqadmin updateTopic`` (a child process, as an operator runs it) with 5.x's message.type attribute;
+    ``credentials`` (access key, secret key) sign it for a broker with ACL."""
+    signed = ["--ak", credentials[0], "--sk", credentials[1]] if credentials else []
+    run = subprocess.run(
+        [sys.executable, "-m", "mqclient.mqadmin", "updateTopic", *signed, "-n", broker.namesrv_addr]
+        + ["-b", broker.broker_addr, "-t", topic, "-r", str(queues), "-w", str(queues)]
+        + ["-a", f"+message.type={message_type}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=30,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def read_consumer_offsets(store_dir: Path) -> dict[str, dict[int, int]]:
@@ -521,6 +407,40 @@ class CppClientLog:
 PULL_CHILD = COMPAT_DIR / "cpp_pull_child.py"
 
 
+# ------------------------------------------------------------------------------- client drivers
+
+
+def run_events(
+    argv: list[str],
+    *,
+    what: str,
+    timeout_s: float,
+    cwd: Path,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """Run a client driver that prints one JSON object a line (C++ pull child, ali-ons, the 5.x client) and parse
+    them; a line that is not JSON becomes ``{"event": "garbage", "line": ...}``. A driver still running after
+    ``timeout_s`` fails the test with what it printed so far."""
+    try:
+        run = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        out, err = _text(e.stdout), _text(e.stderr)
+        raise AssertionError(
+            f"{what} did not finish within {timeout_s:.0f} s; partial output:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        ) from None
+    events = []
+    for line in run.stdout.splitlines():
+        try:
+            event = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            event = None
+        events.append(event if isinstance(event, dict) else {"event": "garbage", "line": line})
+    return run, events
+
+
 def cpp_pull_all(namesrv: str, group: str, topic: str, expression: str = "*", timeout_s: float = 20.0) -> dict:
     """Drain `topic` with the wheel's `PullConsumer.pull` generator in a child process; returns its JSON events.
 
@@ -528,22 +448,12 @@ def cpp_pull_all(namesrv: str, group: str, topic: str, expression: str = "*", ti
     BROKER_TIMEOUT), and only a process can be killed.
     """
     args = json.dumps({"namesrv": namesrv, "group": group, "topic": topic, "expression": expression})
-    try:
-        run = subprocess.run(
-            [sys.executable, str(PULL_CHILD), args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=REPO_ROOT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(
-            f"PullConsumer.pull did not finish within {timeout_s:.0f} s (the wheel spins while pulls fail); "
-            f"partial output:\n{out[-3000:]}"
-        ) from None
-    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    run, events = run_events(
+        [sys.executable, str(PULL_CHILD), args],
+        what="PullConsumer.pull (the wheel spins while pulls fail)",
+        timeout_s=timeout_s,
+        cwd=REPO_ROOT,
+    )
     done = [e for e in events if e.get("event") == "done"]
     assert run.returncode == 0 and done, (
         f"pull child failed rc={run.returncode}\nstdout:\n{run.stdout[-3000:]}\nstderr:\n{run.stderr[-3000:]}"
@@ -597,25 +507,9 @@ def ensure_node_modules() -> None:
 
 def run_ons(args: dict, timeout_s: float = 40.0) -> OnsRun:
     """Run ons_driver.js with `args` (JSON on stdin) and parse its JSON-lines events."""
-    try:
-        run = subprocess.run(
-            ["node", "ons_driver.js", "-"],
-            input=json.dumps(args),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=NODE_DIR,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(f"ons_driver.js did not exit within {timeout_s:.0f} s; output:\n{out[-3000:]}") from None
-    events = []
-    for line in run.stdout.splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            events.append({"event": "garbage", "line": line})
+    run, events = run_events(
+        ["node", "ons_driver.js", "-"], what="ons_driver.js", timeout_s=timeout_s, cwd=NODE_DIR, input=json.dumps(args)
+    )
     return OnsRun(run.returncode, events, run.stderr)
 
 
@@ -634,16 +528,12 @@ class BrokerFactory:
         self.root = root
         self.brokers: list[BrokerProcess] = []
 
-    def start(self, *set_args: str, name: str | None = None) -> BrokerProcess:
-        """`set_args` are "key=value" strings, passed as `--set key=value`."""
+    def start(self, *settings: str, name: str | None = None, **options: Any) -> BrokerProcess:
+        """`settings` are "key=value" strings, passed as `--set key=value`; `options` are BrokerProcess fields
+        (`grpc_port=0` for a 5.x endpoint on a free port)."""
         name = name or f"b{len(self.brokers)}"
-        namesrv_port = free_port()
         broker = BrokerProcess(
-            store_dir=self.root / name / "store",
-            log_path=self.root / f"{name}.log",
-            listen_port=free_port(avoid=[namesrv_port]),
-            namesrv_port=namesrv_port,
-            extra_args=tuple(arg for kv in set_args for arg in ("--set", kv)),
+            self.root / name / "store", log_path=self.root / f"{name}.log", extra_args=set_args(*settings), **options
         )
         self.brokers.append(broker)
         broker.start()

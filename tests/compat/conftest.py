@@ -7,7 +7,7 @@ When a test fails, its report gets the broker log and the C++ client log written
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,15 +18,6 @@ from compat_support import (
     ensure_node_modules,
     node_missing_reason,
 )
-from compat_support import (
-    free_port as _free_port,
-)
-
-
-@pytest.fixture
-def free_port() -> Callable[..., int]:
-    """`free_port(avoid=())` -> a port free on 127.0.0.1 now."""
-    return _free_port
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from compat_support import run_events
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIENT_DIR = Path(__file__).resolve().parent / "grpc_client"
 REQUIREMENTS = CLIENT_DIR / "requirements.txt"
@@ -73,23 +75,13 @@ def run_client(
     """Run one action of grpc_client/client.py; it must finish (print "done") within ``timeout_s``."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full_env.pop("PYTHONPATH", None)  # our packages must not shadow the client's
-    try:
-        run = subprocess.run(
-            [str(venv_python()), str(CLIENT_DIR / "client.py"), endpoint, action, json.dumps(args)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            env=full_env,
-            cwd=CLIENT_DIR,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        raise AssertionError(
-            f"5.x client {action} did not finish in {timeout_s:.0f} s\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
-        ) from None
-    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    run, events = run_events(
+        [str(venv_python()), str(CLIENT_DIR / "client.py"), endpoint, action, json.dumps(args)],
+        what=f"5.x client {action}",
+        timeout_s=timeout_s,
+        cwd=CLIENT_DIR,
+        env=full_env,
+    )
     result = ClientRun(events, run.stdout, run.stderr)
     assert run.returncode == 0 and result.of("done"), (
         f"5.x client {action} failed rc={run.returncode}\n{result.describe()}"

@@ -6,12 +6,9 @@ x-mq-date-time) and the broker answers a refusal with UNAUTHORIZED in the respon
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
-from compat_support import REPO_ROOT, BrokerFactory, unique
+from compat_support import BrokerFactory, create_topic, unique
 from grpc_support import ClientVenvError, ensure_client_venv, run_client
 from test_grpc_client import start_grpc_broker
 
@@ -58,43 +55,10 @@ def acl_grpc_broker(tmp_path_factory):
     try:
         broker, endpoint = start_grpc_broker(factory, "aclEnable=true", f"rocketmqHome={home}")
         for topic in (TOPIC_OK, TOPIC_READ_ONLY):
-            create_topic_as_admin(broker, topic)
+            create_topic(broker, topic, "NORMAL", credentials=(ADMIN_AK, ADMIN_SK))
         yield broker, endpoint
     finally:
         factory.close()
-
-
-def create_topic_as_admin(broker, topic: str) -> None:
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "broker.tools.mqadmin",
-            "updateTopic",
-            "--ak",
-            ADMIN_AK,
-            "--sk",
-            ADMIN_SK,
-            "-n",
-            broker.namesrv_addr,
-            "-b",
-            broker.broker_addr,
-            "-t",
-            topic,
-            "-r",
-            "4",
-            "-w",
-            "4",
-            "-a",
-            "+message.type=NORMAL",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=30,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_right_secret_sends_and_receives(acl_grpc_broker):

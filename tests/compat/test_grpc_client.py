@@ -7,22 +7,21 @@ subprocess whose gRPC endpoint listens on a free loopback port.
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 import time
 
 import pytest
 from compat_support import (
-    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     cpp_producer,
     cpp_pull_all,
-    free_port,
+    create_topic,
     make_message,
     unique,
 )
 from grpc_support import ClientVenvError, ensure_client_venv, run_client
+
+from broker.testing.ports import free_port
 
 pytestmark = [pytest.mark.compat]
 
@@ -39,42 +38,9 @@ def _body(pulled: dict) -> str:
     return base64.b64decode(pulled["body_b64"]).decode()
 
 
-def create_topic(broker: BrokerProcess, topic: str, message_type: str, queues: int = 4) -> None:
-    """mqadmin updateTopic with 5.x's message.type attribute."""
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "broker.tools.mqadmin",
-            "updateTopic",
-            "-n",
-            broker.namesrv_addr,
-            "-b",
-            broker.broker_addr,
-            "-t",
-            topic,
-            "-r",
-            str(queues),
-            "-w",
-            str(queues),
-            "-a",
-            f"+message.type={message_type}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=30,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-
-
 def start_grpc_broker(factory: BrokerFactory, *extra: str, tls: bool = False) -> tuple[BrokerProcess, str]:
-    port = free_port()
-    broker = factory.start(
-        f"grpcServerPort={port}", "grpcListenHost=127.0.0.1", f"grpcTlsEnable={str(tls).lower()}", *extra
-    )
-    return broker, f"127.0.0.1:{port}"
+    broker = factory.start(*extra, grpc_port=0, grpc_tls=tls)
+    return broker, broker.grpc_endpoint
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 import pytest
-from compat_support import NODE_DIR, BrokerFactory, unique
+from compat_support import NODE_DIR, BrokerFactory, run_events, unique
 
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
@@ -118,21 +117,9 @@ def node_run(tmp_path_factory, node_ready):
             "bcGroup": unique("CG_bc"),
             "runMs": 4000,
         }
-        run = subprocess.run(
-            ["node", "-", json.dumps(args)],
-            input=SCENARIO_JS,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=NODE_DIR,
-            check=False,
+        run, events = run_events(
+            ["node", "-", json.dumps(args)], what="node scenario", timeout_s=60, cwd=NODE_DIR, input=SCENARIO_JS
         )
-        events = []
-        for line in run.stdout.splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                events.append({"event": "garbage", "line": line})
         assert run.returncode == 0 and any(e["event"] == "done" for e in events), (
             f"node scenario failed rc={run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
         )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.tools.embedded import free_port
+from broker.testing.process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "docker" / "healthcheck.py"
@@ -228,51 +228,10 @@ def test_find_broker_in_proc(tmp_path: Path) -> None:
 
 def test_real_broker_is_healthy(tmp_path: Path) -> None:
     pytest.importorskip("broker.main")
-    port, ns_port = free_port(), free_port()
-    while ns_port == port:
-        ns_port = free_port()
-    log = (tmp_path / "broker.log").open("w+")
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "broker.main",
-            "--set",
-            f"listenPort={port}",
-            "--set",
-            f"namesrvListenPort={ns_port}",
-            "--set",
-            f"storePathRootDir={tmp_path / 'store'}",
-            "--set",
-            "brokerIP1=127.0.0.1",
-            "--set",
-            "listenHost=127.0.0.1",
-            "--set",
-            "namesrvListenHost=127.0.0.1",
-            "--set",
-            "grpcServerPort=-1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while "boot success" not in (tmp_path / "broker.log").read_text():
-            assert broker.poll() is None, (tmp_path / "broker.log").read_text()
-            assert time.monotonic() < deadline, "broker did not boot within 60 s"
-            time.sleep(0.1)
+    with BrokerProcess(tmp_path / "store", log_path=tmp_path / "broker.log", start_timeout_s=60) as broker:
         # Found from the command line, as inside the container (--addr not given, no env).
-        target = hc.resolve_target(None, {}, broker.args)
-        assert (target.host, target.port) == ("127.0.0.1", port)
+        target = hc.resolve_target(None, {}, broker.command())
+        assert (target.host, target.port) == ("127.0.0.1", broker.listen_port)
         hc.probe(target.host, target.port, timeout_s=10)
-        proc = run_script("--addr", f"127.0.0.1:{port}", "--timeout", "10")
+        proc = run_script("--addr", broker.broker_addr, "--timeout", "10")
         assert proc.returncode == 0, proc.stderr
-    finally:
-        broker.terminate()
-        try:
-            broker.wait(20)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait()
-        log.close()

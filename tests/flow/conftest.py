@@ -7,10 +7,12 @@ Small commit-log files keep a fresh broker's first append from waiting on a 1 Gi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from flow_support import BrokerProcess, start_broker, stop_brokers
+from flow_support import BrokerProcess, start_broker, stop_brokers, wait_sweeper_started
+
+from remoting.client import RemotingClient
 
 pytestmark = pytest.mark.compat
 
@@ -57,8 +59,24 @@ class Brokers:
             self.running[name] = broker
         return broker
 
+    def ready(self, name: str) -> BrokerProcess:
+        """The configuration's broker, once its fast-failure sweeper runs."""
+        broker = self.get(name)
+        wait_sweeper_started(broker)
+        return broker
+
     def close(self) -> None:
         stop_brokers(self.running.values())
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[RemotingClient]:
+    """Our remoting client, for requests built by hand (flow_support)."""
+    c = RemotingClient()
+    try:
+        yield c
+    finally:
+        await c.close()
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 
-from compat_support import BrokerProcess, free_port, stop_brokers  # noqa: F401 - re-exported for conftest
+from compat_support import BrokerProcess, stop_brokers  # noqa: F401 - re-exported for conftest
 
+from broker.testing.process import set_args
 from mqclient.fault import fault_inject_request
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
@@ -54,16 +55,9 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-def start_broker(root: Path, name: str, *set_args: str) -> BrokerProcess:
+def start_broker(root: Path, name: str, *settings: str) -> BrokerProcess:
     """Boot `python -m broker.main` on free loopback ports with `--set` for each "key=value"."""
-    namesrv_port = free_port()
-    broker = BrokerProcess(
-        store_dir=root / name / "store",
-        log_path=root / f"{name}.log",
-        listen_port=free_port(avoid=[namesrv_port]),
-        namesrv_port=namesrv_port,
-        extra_args=tuple(arg for kv in set_args for arg in ("--set", kv)),
-    )
+    broker = BrokerProcess(root / name / "store", log_path=root / f"{name}.log", extra_args=set_args(*settings))
     broker.start()
     broker.booted_at = time.monotonic()  # type: ignore[attr-defined]
     return broker
@@ -212,6 +206,17 @@ class RawConnection:
             await self.writer.wait_closed()
         except OSError:
             pass
+
+
+async def settle(client: RemotingClient, addr: str) -> None:
+    """End every fault and wait until no send is queued or running, so the next test starts clean."""
+    assert (await fault(client, addr, "clear")).code == 0
+    for _ in range(100):
+        info = await runtime_info(client, addr)
+        if info["sendThreadPoolQueueSize"] == "0" and info["pageCacheLockTimeMills"] == "0":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"broker {addr} did not settle: {info}")
 
 
 async def fault(

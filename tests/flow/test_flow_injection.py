@@ -17,16 +17,15 @@ from flow_support import (
     fault,
     runtime_info,
     send_request,
+    settle,
     spawn,
     timed_invoke,
     unique,
     update_config,
-    wait_sweeper_started,
     warm_topic,
 )
 
 from mqclient.fault import FaultInjectionError, inject_fault_async
-from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from store.message import decode_offset_msg_id, decode_record
@@ -34,37 +33,12 @@ from store.message import decode_offset_msg_id, decode_record
 pytestmark = pytest.mark.compat
 
 
-@pytest.fixture
-async def client():
-    c = RemotingClient()
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-def ready(brokers, name: str):
-    b = brokers.get(name)
-    wait_sweeper_started(b)
-    return b
-
-
-async def settle(client: RemotingClient, addr: str) -> None:
-    await inject_fault_async(addr, "clear", client=client)
-    for _ in range(100):
-        info = await runtime_info(client, addr)
-        if info["sendThreadPoolQueueSize"] == "0" and info["pageCacheLockTimeMills"] == "0":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"broker {addr} did not settle")
-
-
 # ------------------------------------------------------------------- every answer without special messages
 
 
 async def test_every_busy_answer_from_fault_inject_alone(brokers, client):
     """Plain messages only; the incidents are made with FAULT_INJECT (what `mqadmin` will call)."""
-    b = ready(brokers, "two_workers")
+    b = brokers.ready("two_workers")
     addr, topic = b.broker_addr, unique("T_admin")
     await warm_topic(client, addr, topic)
 
@@ -109,7 +83,7 @@ async def test_every_busy_answer_from_fault_inject_alone(brokers, client):
 
 
 async def test_overload_from_fault_inject_alone(brokers, client):
-    b = ready(brokers, "one_worker")  # sendThreadPoolQueueCapacity=8
+    b = brokers.ready("one_worker")  # sendThreadPoolQueueCapacity=8
     addr, topic = b.broker_addr, unique("T_admin_ovl")
     await warm_topic(client, addr, topic)
     try:
@@ -121,7 +95,7 @@ async def test_overload_from_fault_inject_alone(brokers, client):
 
 
 async def test_drained_transient_pool_rejects_sends_before_queueing(brokers, client):
-    b = ready(brokers, "pool")
+    b = brokers.ready("pool")
     addr, topic = b.broker_addr, unique("T_pool")
     await warm_topic(client, addr, topic)
     try:
@@ -140,7 +114,7 @@ async def test_drained_transient_pool_rejects_sends_before_queueing(brokers, cli
 
 
 async def test_broker_refuses_malformed_fault_requests_with_the_reason(brokers, client):
-    addr = ready(brokers, "one_worker").broker_addr
+    addr = brokers.ready("one_worker").broker_addr
     cases = {
         ("explode", 100, None): "unknown fault kind 'explode'",
         ("stall_queue", 100, "nosuch"): "unknown queue 'nosuch'; expected one of admin, client_manage, "
@@ -164,7 +138,7 @@ async def test_broker_refuses_malformed_fault_requests_with_the_reason(brokers, 
 
 async def test_oneway_requests_are_never_answered_even_when_shed(brokers, client):
     """Oneway sends refused in every way the send path can refuse: no frame comes back for any of them."""
-    b = ready(brokers, "one_worker")
+    b = brokers.ready("one_worker")
     addr, topic = b.broker_addr, unique("T_oneway")
     await warm_topic(client, addr, topic)
     raw = await RawConnection.open(addr)
@@ -200,7 +174,7 @@ async def test_oneway_requests_are_never_answered_even_when_shed(brokers, client
 
 
 async def test_with_injection_off_the_properties_are_stored_like_any_other(brokers, client):
-    b = ready(brokers, "injection_off")
+    b = brokers.ready("injection_off")
     addr, topic = b.broker_addr, unique("T_off")
     await warm_topic(client, addr, topic)
     props = {"brokerSleepMs": "3000", "brokerStallAppendMs": "3000"}

@@ -29,15 +29,13 @@ from flow_support import (
     query_request,
     runtime_info,
     send_request,
+    settle,
     spawn,
     timed_invoke,
     unique,
     update_config,
-    wait_sweeper_started,
     warm_topic,
 )
-
-from remoting.client import RemotingClient
 
 pytestmark = pytest.mark.compat
 
@@ -47,36 +45,12 @@ DEADLINE_SLACK_MS = 30
 
 @pytest.fixture
 def one_worker(brokers):
-    b = brokers.get("one_worker")
-    wait_sweeper_started(b)
-    return b
+    return brokers.ready("one_worker")
 
 
 @pytest.fixture
 def two_workers(brokers):
-    b = brokers.get("two_workers")
-    wait_sweeper_started(b)
-    return b
-
-
-@pytest.fixture
-async def client():
-    c = RemotingClient()
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-async def settle(client: RemotingClient, addr: str) -> None:
-    """End every fault and wait until no send is queued or running, so the next test starts clean."""
-    assert (await fault(client, addr, "clear")).code == 0
-    for _ in range(100):
-        info = await runtime_info(client, addr)
-        if info["sendThreadPoolQueueSize"] == "0" and info["pageCacheLockTimeMills"] == "0":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"broker {addr} did not settle: {info}")
+    return brokers.ready("two_workers")
 
 
 def match_all(answers: list[Answer], pattern: str) -> list[re.Match]:

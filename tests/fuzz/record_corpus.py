@@ -35,13 +35,13 @@ from compat_support import (  # noqa: E402
     cpp_producer,
     cpp_pull_all,
     cpp_push_consumer,
-    free_port,
     make_message,
     node_missing_reason,
     run_ons,
     unique,
 )
 
+from broker.testing.ports import free_port  # noqa: E402
 from remoting.frame import FrameDecoder  # noqa: E402
 
 
@@ -94,14 +94,9 @@ def _same_width_port(port: int) -> int:
 def record(out: Path) -> dict[str, int]:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="record-corpus-") as tmp:
-        namesrv_port = free_port()
-        broker = BrokerProcess(
-            store_dir=Path(tmp) / "store",
-            log_path=Path(tmp) / "broker.log",
-            listen_port=free_port(avoid=[namesrv_port]),
-            namesrv_port=namesrv_port,
-        )
+        broker = BrokerProcess(Path(tmp) / "store", log_path=Path(tmp) / "broker.log")
         broker.start()
+        namesrv_port = broker.namesrv_port
         proxy_broker_port = _same_width_port(broker.listen_port)
         rewrite = (f"127.0.0.1:{broker.listen_port}".encode(), f"127.0.0.1:{proxy_broker_port}".encode())
         ns_proxy = RecordingProxy(free_port(avoid=[proxy_broker_port]), namesrv_port, rewrite)

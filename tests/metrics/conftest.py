@@ -10,7 +10,7 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     # The pytest11 entry point loads the plugin once the project is installed; a plain checkout loads it here.
     if not config.pluginmanager.has_plugin("mini_rocketmq"):
-        import broker.pytest_plugin as plugin
+        import broker.testing.pytest_plugin as plugin
 
         if not config.pluginmanager.is_registered(plugin):
             config.pluginmanager.register(plugin, "mini_rocketmq")

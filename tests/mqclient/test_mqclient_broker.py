@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from bench.broker_proc import SMALL_STORE, BrokerProcess, free_port
+from bench.broker_proc import SMALL_STORE, BrokerProcess
+from broker.testing.ports import free_port
 from mqclient import (
     AdminClient,
     AdminError,

@@ -2,7 +2,7 @@
 
 Each run copies the sample files into a temporary project with its own ``pytest.ini``, so scope and
 broker.conf settings are the user's, and the plugin is found the way a user's run finds it (the
-``pytest11`` entry point when the project is installed, ``-p broker.pytest_plugin`` otherwise).
+``pytest11`` entry point when the project is installed, ``-p broker.testing.pytest_plugin`` otherwise).
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def plugin_installed() -> bool:
-    return any(
-        ep.name == "mini_rocketmq" and ep.value == "broker.pytest_plugin"
-        for ep in importlib.metadata.entry_points(group="pytest11")
-    )
+    # by name: an install made before the plugin moved still names broker.pytest_plugin (a shim), and loading
+    # the plugin a second time with -p would register its options twice
+    return any(ep.name == "mini_rocketmq" for ep in importlib.metadata.entry_points(group="pytest11"))
 
 
 def run_sample(tmp_path: Path, files: list[str], ini: str = "", *args: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -46,7 +45,7 @@ def run_sample(tmp_path: Path, files: list[str], ini: str = "", *args: str) -> t
     }
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args]
     if not plugin_installed():
-        cmd += ["-p", "broker.pytest_plugin"]
+        cmd += ["-p", "broker.testing.pytest_plugin"]
     proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
     return proc, report
 
@@ -58,7 +57,7 @@ def outcome(proc: subprocess.CompletedProcess) -> dict[str, int]:
 
 def test_entry_point_is_declared():
     text = (REPO / "pyproject.toml").read_text()
-    assert '[project.entry-points.pytest11]\nmini_rocketmq = "broker.pytest_plugin"' in text
+    assert '[project.entry-points.pytest11]\nmini_rocketmq = "broker.testing.pytest_plugin"' in text
 
 
 def test_sample_suite_passes_and_starts_fast(tmp_path):
@@ -119,7 +118,7 @@ class FakeConfig:
 
 
 def test_settings_parsing_units():
-    from broker import pytest_plugin
+    from broker.testing import pytest_plugin
 
     assert pytest_plugin._scope("rocketmq_broker", FakeConfig({})) == "function"
     assert pytest_plugin._scope("rocketmq_broker", FakeConfig({"rocketmq_broker_scope": " Session "})) == "session"
@@ -131,3 +130,13 @@ def test_settings_parsing_units():
     }
     with pytest.raises(pytest.UsageError, match="expected key=value"):
         pytest_plugin._ini_config(FakeConfig({"rocketmq_broker_config": ["justakey"]}))
+
+
+def test_the_old_plugin_address_serves_every_hook_and_fixture():
+    # An install made before the move loads broker.pytest_plugin through its stale entry point.
+    import broker.pytest_plugin as old
+    from broker.testing import pytest_plugin as new
+
+    wanted = {name for name in vars(new) if name.startswith(("pytest_", "rocketmq_broker"))}
+    assert wanted >= {"pytest_addoption", "rocketmq_broker", "rocketmq_broker_factory"}
+    assert {name: getattr(old, name, None) for name in wanted} == {name: getattr(new, name) for name in wanted}

@@ -232,3 +232,14 @@ def test_binary_header_lengths_are_bounds_checked() -> None:
         RemotingCommand.decode(memoryview(frame))
     assert info.value.opaque == 3 and info.value.serialize_type == 1
     assert hlen == len(frame) - 4
+
+
+def test_binary_header_utf8_keys_and_values_round_trip_and_bad_utf8_is_refused() -> None:
+    ext = {"TAGS": "标签", "键": "value", "a": "é\x01ü", "plain": "ascii"}
+    cmd = RemotingCommand(code=310, opaque=9, ext_fields=ext, serialize_type=1)
+    assert RemotingCommand.decode(frame_of(cmd)).ext_fields == ext
+    frame = bytearray(frame_of(RemotingCommand(code=310, opaque=9, ext_fields={"k": "vv"}, serialize_type=1)))
+    frame[-2:] = b"\xff\xfe"  # the value's bytes, no longer UTF-8
+    with pytest.raises(RemotingCommandError, match="invalid UTF-8") as info:
+        RemotingCommand.decode(memoryview(frame))
+    assert info.value.opaque == 9

@@ -187,3 +187,34 @@ def test_plans_are_per_class_and_immutable() -> None:
     plan = h.GetMaxOffsetRequestHeader.__header_plan__  # type: ignore[attr-defined]
     assert isinstance(plan, tuple)
     assert h.GetMinOffsetRequestHeader.__header_plan__ is not plan  # type: ignore[attr-defined]
+
+
+def test_send_message_v2_decodes_straight_into_the_v1_header_with_v2_rules_and_errors() -> None:
+    v1 = h.SendMessageRequestHeader(
+        producer_group="PG",
+        topic="T",
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=3,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000,
+        flag=7,
+        properties="TAGS\x01a\x02",
+        reconsume_times=2,
+        unit_mode=True,
+        batch=False,
+        max_reconsume_times=16,
+        broker_name="broker-a",
+    )
+    ext = h.encode_header(v1.to_v2())
+    assert (
+        h.decode_send_message_v2(ext)
+        == v1
+        == h.SendMessageRequestHeader.from_v2(decode_header(h.SendMessageRequestHeaderV2, ext))
+    )
+    minimal = {k: ext[k] for k in "abcdefgh"}
+    assert h.decode_send_message_v2(minimal).properties is None
+    with pytest.raises(HeaderError, match="SendMessageRequestHeaderV2: the header field 'g' is missing"):
+        h.decode_send_message_v2({k: v for k, v in minimal.items() if k != "g"})
+    with pytest.raises(HeaderError, match="'e' is not an integer"):
+        h.decode_send_message_v2({**minimal, "e": "x"})

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import random
-import select
-import signal
-import subprocess
+import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from crash_driver import TOPIC, crash_config, expected_body
 
+from broker.testing.process import ChildProcess
 from store import GetMessageStatus, MessageStore, decode_records
 
 DRIVER = os.path.join(os.path.dirname(__file__), "crash_driver.py")
@@ -21,30 +21,24 @@ QUEUES = 3
 
 
 def _run_and_kill(root: str, flush: str, pool: bool, delay: float) -> list[tuple[int, int, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, DRIVER, root, flush, "1" if pool else "0", str(QUEUES)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    line = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.strip() == b"READY" or not line:
-                break
-    assert line.strip() == b"READY", f"driver did not start: {line!r}"
-    time.sleep(delay)
-    os.kill(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate(timeout=30)
-    acks = []
-    lines = out.split(b"\n")
-    for raw in lines[:-1]:  # the last piece may be a line cut by the kill
-        parts = raw.split()
-        if len(parts) == 5 and parts[0] == b"ACK":
+    """Start the driver, let it append for ``delay`` seconds after READY, SIGKILL it; its acknowledged puts."""
+    acks: list[tuple[int, int, int]] = []
+
+    def tap(line: str) -> None:
+        parts = line.split()
+        # a line cut by the kill loses its last field (or more): only whole lines have five
+        if len(parts) == 5 and parts[0] == "ACK":
             acks.append((int(parts[1]), int(parts[2]), int(parts[3])))
+
+    driver = ChildProcess(
+        argv=[sys.executable, DRIVER, root, flush, "1" if pool else "0", str(QUEUES)],
+        log_path=Path(root).parent / "driver.log",
+        on_line=tap,
+        ready_line=re.compile(r"^READY$"),
+    )
+    driver.start()
+    time.sleep(delay)
+    driver.kill()
     return acks
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.tools import cli_support
+from mqclient import cli_support
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def run_into_closed_pipe(args: list[str]) -> subprocess.CompletedProcess:
 
 def test_mqadmin_stats_all_into_a_closed_pipe_is_quiet(rocketmq_broker):
     rocketmq_broker.create_topic("piped", 2)
-    proc = run_into_closed_pipe(["-m", "broker.tools.mqadmin", "statsAll", "-n", rocketmq_broker.namesrv_addr])
+    proc = run_into_closed_pipe(["-m", "mqclient.mqadmin", "statsAll", "-n", rocketmq_broker.namesrv_addr])
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
 
@@ -56,7 +56,7 @@ def test_head_reads_a_few_lines_of_stats_all(rocketmq_broker):
     """The issue as reported, through a real shell pipeline."""
     for i in range(3):
         rocketmq_broker.create_topic(f"headed{i}", 1)
-    cmd = f"{sys.executable} -m broker.tools.mqadmin statsAll -n {rocketmq_broker.namesrv_addr} | head -1"
+    cmd = f"{sys.executable} -m mqclient.mqadmin statsAll -n {rocketmq_broker.namesrv_addr} | head -1"
     proc = subprocess.run(
         ["bash", "-o", "pipefail", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
@@ -142,3 +142,11 @@ def test_outside_a_clone_the_advice_names_the_extras_own_requirements(monkeypatc
     cmd = cli_support.install_command("bench")
     assert cmd.startswith(f"{sys.executable} -m pip install ")
     assert "pyyaml" in cmd.lower() and "pyspark" in cmd.lower() and "mini-rocketmq" not in cmd
+
+
+def test_the_console_script_address_of_an_older_install_still_runs_mqadmin():
+    # An install made before mqadmin moved keeps a console script importing broker.tools.mqadmin:main.
+    from broker.tools.mqadmin import main as old
+    from mqclient.mqadmin import main
+
+    assert old is main

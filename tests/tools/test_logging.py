@@ -4,68 +4,38 @@ request-level debug lines switched on and off while the broker runs (through mqa
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from broker.tools.embedded import free_port
-from broker.tools.mqadmin import main as mqadmin
+from broker.testing.process import BOOT_LINE, BrokerProcess
+from mqclient.mqadmin import main as mqadmin
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-class BrokerProcess:
-    """``python -m broker.main`` with stderr collected line by line on a thread."""
+class LoggingBroker:
+    """The test launcher's broker with its log lines (stderr) collected as they come, as a reader would see them."""
 
     def __init__(self, tmp_path: Path, env: dict[str, str] | None = None) -> None:
-        self.port, self.namesrv_port = free_port(), 0
-        self.namesrv_port = free_port(avoid=[self.port])
-        args = [
-            sys.executable,
-            "-m",
-            "broker.main",
-            "--set",
-            f"listenPort={self.port}",
-            "--set",
-            f"namesrvListenPort={self.namesrv_port}",
-            "--set",
-            f"storePathRootDir={tmp_path / 'store'}",
-            "--set",
-            "brokerIP1=127.0.0.1",
-            "--set",
-            "listenHost=127.0.0.1",
-            "--set",
-            "namesrvListenHost=127.0.0.1",
-            "--set",
-            "mappedFileSizeCommitLog=1048576",
-            "--set",
-            "maxIndexNum=1000",
-            "--set",
-            "maxHashSlotNum=100",
-            "--set",
-            "grpcServerPort=-1",
-        ]
-        self.proc = subprocess.Popen(
-            args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
-        )
         self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._drain, daemon=True).start()
-        boot = self.proc.stdout.readline()  # type: ignore[union-attr]
-        assert "boot success" in boot, boot + self.drain_now(0.5)
+        self.process = BrokerProcess(
+            tmp_path / "store",
+            config={"mappedFileSizeCommitLog": 1048576, "maxIndexNum": 1000, "maxHashSlotNum": 100},
+            env=env or {},
+            log_path=tmp_path / "broker.log",
+            on_line=self._tap,
+        ).start()
+        self.port = self.process.listen_port
+        self.namesrv = self.process.namesrv_addr
 
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    def _drain(self) -> None:
-        for line in self.proc.stderr:  # type: ignore[union-attr]
-            self.lines.put(line.rstrip("\n"))
+    def _tap(self, line: str) -> None:
+        if not BOOT_LINE.search(line):  # the one line on stdout; the log is stderr
+            self.lines.put(line)
 
     def drain_now(self, wait_s: float = 0.2) -> str:
         deadline, out = time.monotonic() + wait_s, []
@@ -88,17 +58,12 @@ class BrokerProcess:
         pytest.fail("log line never came; saw:\n" + "\n".join(seen))
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        self.process.stop()
 
 
 @pytest.fixture
 def json_broker(tmp_path):
-    broker = BrokerProcess(tmp_path)
+    broker = LoggingBroker(tmp_path)
     yield broker
     broker.stop()
 
@@ -135,7 +100,7 @@ def test_json_lines_and_request_logging_switched_at_run_time(json_broker, capsys
 
 
 def test_console_format_when_asked(tmp_path):
-    broker = BrokerProcess(tmp_path, env={"MINI_ROCKETMQ_LOG_FORMAT": "console"})
+    broker = LoggingBroker(tmp_path, env={"MINI_ROCKETMQ_LOG_FORMAT": "console"})
     try:
         lines = broker.wait_for(lambda line: "remoting server listening" in line)
     finally:

@@ -6,8 +6,7 @@ import json
 
 import pytest
 import yaml
-
-from broker.tools.mqadmin import main
+from tools_helpers import run_cli
 
 ADMIN = ["--ak", "admin_0001", "--sk", "secret_0002"]
 
@@ -29,20 +28,14 @@ def acl_broker(rocketmq_broker_factory, tmp_path):
     return rocketmq_broker_factory(aclEnable="true", rocketmqHome=str(home))
 
 
-def run(capsys, broker, *args):
-    code = main([*args, "-n", broker.namesrv_addr])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_unsigned_admin_command_is_refused_with_upstreams_reason(capsys, acl_broker):
-    code, _, err = run(capsys, acl_broker, "brokerStatus", "-b", acl_broker.broker_addr)
+    code, _, err = run_cli(capsys, acl_broker, "brokerStatus", "-b", acl_broker.broker_addr)
     assert code == 1
     assert "AclException: No accessKey is configured" in err
 
 
 def test_non_admin_account_cannot_create_topics(capsys, acl_broker):
-    code, _, err = run(
+    code, _, err = run_cli(
         capsys,
         acl_broker,
         "updateTopic",
@@ -60,13 +53,13 @@ def test_non_admin_account_cannot_create_topics(capsys, acl_broker):
 
 
 def test_ak_without_sk_is_a_usage_error(capsys, acl_broker):
-    code, _, err = run(capsys, acl_broker, "brokerStatus", "-b", acl_broker.broker_addr, "--ak", "admin_0001")
+    code, _, err = run_cli(capsys, acl_broker, "brokerStatus", "-b", acl_broker.broker_addr, "--ak", "admin_0001")
     assert code == 2 and "--sk" in err
 
 
 def test_acl_commands_round_trip(capsys, acl_broker):
     b = acl_broker.broker_addr
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys,
         acl_broker,
         "updateAclConfig",
@@ -91,7 +84,7 @@ def test_acl_commands_round_trip(capsys, acl_broker):
     assert code == 0, err
     assert out.strip() == f"create or update plain access config to {b} success."
 
-    code, out, err = run(capsys, acl_broker, "getAclConfig", "-b", b, "--json", *ADMIN)
+    code, out, err = run_cli(capsys, acl_broker, "getAclConfig", "-b", b, "--json", *ADMIN)
     assert code == 0, err
     accounts = {a["accessKey"]: a for a in json.loads(out)[b]["plainAccessConfigs"]}
     assert accounts["user_0002"] == {
@@ -104,23 +97,23 @@ def test_acl_commands_round_trip(capsys, acl_broker):
         "groupPerms": ["groupA=SUB"],
     }
 
-    code, out, err = run(capsys, acl_broker, "clusterAclConfigVersion", "-b", b, *ADMIN)
+    code, out, err = run_cli(capsys, acl_broker, "clusterAclConfigVersion", "-b", b, *ADMIN)
     assert code == 0, err
     assert "#AclConfigVersionNum" in out and "plain_acl.yml" in out
 
-    code, out, err = run(capsys, acl_broker, "updateGlobalWhiteAddr", "-b", b, "-g", "10.1.1.*,10.2.2.2", *ADMIN)
+    code, out, err = run_cli(capsys, acl_broker, "updateGlobalWhiteAddr", "-b", b, "-g", "10.1.1.*,10.2.2.2", *ADMIN)
     assert code == 0, err
-    code, out, err = run(capsys, acl_broker, "getAclConfig", "-b", b, *ADMIN)
+    code, out, err = run_cli(capsys, acl_broker, "getAclConfig", "-b", b, *ADMIN)
     assert "globalWhiteRemoteAddresses: [10.1.1.*, 10.2.2.2]" in out
 
-    code, out, err = run(capsys, acl_broker, "deleteAclConfig", "-b", b, "-a", "user_0002", *ADMIN)
+    code, out, err = run_cli(capsys, acl_broker, "deleteAclConfig", "-b", b, "-a", "user_0002", *ADMIN)
     assert code == 0, err
-    code, out, err = run(capsys, acl_broker, "deleteAclConfig", "-b", b, "-a", "user_0002", *ADMIN)
+    code, out, err = run_cli(capsys, acl_broker, "deleteAclConfig", "-b", b, "-a", "user_0002", *ADMIN)
     assert code == 1 and "code 210" in err
 
 
 def test_a_non_admin_account_cannot_change_the_acl(capsys, acl_broker):
-    code, _, err = run(
+    code, _, err = run_cli(
         capsys,
         acl_broker,
         "updateAclConfig",
@@ -144,5 +137,5 @@ def test_a_non_admin_account_cannot_change_the_acl(capsys, acl_broker):
 def test_env_credentials(capsys, acl_broker, monkeypatch):
     monkeypatch.setenv("ROCKETMQ_ACCESS_KEY", "admin_0001")
     monkeypatch.setenv("ROCKETMQ_SECRET_KEY", "secret_0002")
-    code, _, err = run(capsys, acl_broker, "brokerStatus", "-b", acl_broker.broker_addr)
+    code, _, err = run_cli(capsys, acl_broker, "brokerStatus", "-b", acl_broker.broker_addr)
     assert code == 0, err

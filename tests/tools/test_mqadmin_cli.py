@@ -10,23 +10,12 @@ import sys
 import time
 
 import pytest
-from tools_helpers import producer_heartbeat, pull, send_messages
+from tools_helpers import producer_heartbeat, pull, run_cli, run_json, send_messages
 
-from broker.tools.mqadmin import main, parse_timestamp, table
+from mqclient.mqadmin import main
+from mqclient.mqadmin.common import parse_timestamp, table
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
-
-
-def run_cli(capsys, broker, *args: str) -> tuple[int, str, str]:
-    code = main([*args, "-n", broker.namesrv_addr])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def run_json(capsys, broker, *args: str):
-    code, out, err = run_cli(capsys, broker, *args, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def commit_offset(broker, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -390,7 +379,7 @@ def test_inject_fault_refused_when_disabled(capsys, rocketmq_broker):
 
 
 def test_unreachable_name_server_is_a_clear_error(capsys):
-    from broker.tools.embedded import free_port
+    from broker.testing.ports import free_port
 
     code = main(["clusterList", "-n", f"127.0.0.1:{free_port()}", "--timeout", "1"])
     err = capsys.readouterr().err
@@ -400,7 +389,7 @@ def test_unreachable_name_server_is_a_clear_error(capsys):
 def test_console_script_in_a_subprocess(rocketmq_broker):
     env = {**os.environ, "NAMESRV_ADDR": rocketmq_broker.namesrv_addr}
     proc = subprocess.run(
-        [sys.executable, "-m", "broker.tools.mqadmin", "clusterList", "--json"],
+        [sys.executable, "-m", "mqclient.mqadmin", "clusterList", "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -410,7 +399,7 @@ def test_console_script_in_a_subprocess(rocketmq_broker):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["addr"] == rocketmq_broker.broker_addr
     proc = subprocess.run(
-        [sys.executable, "-m", "broker.tools.mqadmin", "noSuchCommand"],
+        [sys.executable, "-m", "mqclient.mqadmin", "noSuchCommand"],
         env=env,
         capture_output=True,
         text=True,

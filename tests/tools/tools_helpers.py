@@ -1,4 +1,5 @@
-"""Helpers for the mqadmin tests: sending, pulling and heartbeats through real clients, a background loop."""
+"""Helpers for the mqadmin tests: the CLI run in-process, sending, pulling and heartbeats through real clients,
+a background loop."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ import json
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
+
+
+def run_cli(capsys, broker, *args: str) -> tuple[int, str, str]:
+    """``mqadmin ARGS -n <broker's name server>`` in this process: (exit status, stdout, stderr)."""
+    from mqclient.mqadmin import main
+
+    code = main([*args, "-n", broker.namesrv_addr])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def run_json(capsys, broker, *args: str):
+    """The command's ``--json`` output, parsed; it must succeed."""
+    code, out, err = run_cli(capsys, broker, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 async def send_messages(

@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from broker.testing.ports import free_port
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 
@@ -45,18 +45,6 @@ class EmbeddedBrokerError(RuntimeError):
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
-
-
-def free_port(avoid: Iterable[int] = ()) -> int:
-    """A loopback TCP port free right now, at least 3 away from ``avoid`` (a broker also uses port + 1)."""
-    avoid = tuple(avoid)
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if all(abs(port - other) > 2 for other in avoid):
-            return port
-    raise EmbeddedBrokerError("no free loopback port found")
 
 
 class EmbeddedBroker:

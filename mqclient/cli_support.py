@@ -44,7 +44,7 @@ class MissingDependency(RuntimeError):
 
 def project_root() -> Path | None:
     """The source checkout we run from, if any (an editable install or ``python -m`` in a clone)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     return root if (root / "pyproject.toml").is_file() and (root / "broker").is_dir() else None
 
 

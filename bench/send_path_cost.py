@@ -1,0 +1,158 @@
+"""CPU cost of one SEND_MESSAGE_V2 through the broker, in process: decode, dispatch, processor, store, encode.
+
+No sockets and no client: a broker (``BrokerController``, default store settings) on this process's loop, and
+``RemotingServer.dispatch`` fed decoded copies of one 1 KiB ROCKETMQ-serialized send, ``--window`` at a time
+before the loop gets a turn (the 16 in flight of the benchmark Producer); every answer is encoded as the channel
+would. The figure is the event-loop thread's CPU time per message (``time.thread_time``), which another process
+taking the core does not change much: the way to compare two checkouts on a busy machine. ``--a``/``--b`` run
+each tree in its own interpreter, interleaved::
+
+    python -m bench.send_path_cost --a /tmp/base --b . --rounds 5 --messages 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+async def measure(messages: int, window: int, store_dir: Path) -> float:
+    from broker.config import build_config
+    from broker.controller import BrokerController
+    from broker.tools.embedded import free_port
+    from remoting.command import RemotingCommand
+    from remoting.headers import SendMessageRequestHeader, encode_header
+
+    port = free_port()
+    items = {
+        "listenPort": str(port),
+        "namesrvListenPort": str(free_port(avoid=[port])),
+        "brokerIP1": "127.0.0.1",
+        "listenHost": "127.0.0.1",
+        "namesrvListenHost": "127.0.0.1",
+        "storePathRootDir": str(store_dir),
+        "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
+    }
+    config, _ = build_config(items.items())
+    controller = BrokerController(config)
+    await controller.start()
+    try:
+        hdr = SendMessageRequestHeader(
+            producer_group="benchmark_producer",
+            topic="BenchmarkTest",
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=0,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0,
+            properties="UNIQ_KEY\x017F0000014E2A18B4AAC27D2F6B9E0000\x02WAIT\x01true\x02",
+            reconsume_times=0,
+            max_reconsume_times=16,
+            broker_name="broker-a",
+        )
+        request = RemotingCommand.request(310, encode_header(hdr.to_v2()), b"x" * 1024, serialize_type=1)
+        frame = request.to_bytes()[4:]
+        channel = _Channel()
+        dispatch = controller.server.dispatch
+        decode = RemotingCommand.decode
+        for warm in range(2000):  # topic auto-creation, compiled header codecs, first mapped file
+            dispatch(channel, decode(frame))
+            if warm % window == 0:
+                await asyncio.sleep(0)
+        while channel.inflight:
+            await asyncio.sleep(0.001)
+        t0 = time.thread_time()
+        for i in range(messages):
+            cmd = decode(frame)
+            cmd.opaque = i
+            dispatch(channel, cmd)
+            if i % window == window - 1:
+                await asyncio.sleep(0)
+        while channel.inflight:
+            await asyncio.sleep(0)
+        return (time.thread_time() - t0) * 1e6 / messages
+    finally:
+        await controller.shutdown()
+
+
+class _Channel:
+    """What dispatch and the processors need of a connection; answers are encoded, as a real one would."""
+
+    remote_addr = "127.0.0.1:40000"
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, object] = {}
+        self.inflight = 0
+        self.answers = 0
+
+    def send(self, cmd) -> None:  # noqa: ANN001
+        cmd.encode()
+        self.answers += 1
+
+    def request_started(self) -> None:
+        self.inflight += 1
+
+    def request_finished(self) -> None:
+        self.inflight -= 1
+
+
+def child(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(args.root))
+    os.chdir(args.root)
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    with tempfile.TemporaryDirectory(prefix="send-cost-") as tmp:
+        print(f"{runner(measure(args.messages, args.window, Path(tmp))):.2f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Event-loop CPU per SEND_MESSAGE_V2, in process, two trees.")
+    parser.add_argument("--a", type=Path, help="repo root of side A (e.g. the base commit)")
+    parser.add_argument("--b", type=Path, default=Path(__file__).resolve().parents[1], help="side B (default: here)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--window", type=int, default=16, help="sends dispatched before the loop gets a turn")
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
+    args = parser.parse_args(argv)
+    if args.root is not None:
+        return child(args)
+    sides = {"B": args.b.resolve()} if args.a is None else {"A": args.a.resolve(), "B": args.b.resolve()}
+    costs: dict[str, list[float]] = {side: [] for side in sides}
+    for i in range(args.rounds):
+        for side in sides if i % 2 == 0 else reversed(sides):
+            out = subprocess.run(
+                [sys.executable, __file__, "--root", str(sides[side]), "--messages", str(args.messages)]
+                + ["--window", str(args.window)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            us = float(out.stdout.strip().splitlines()[-1])
+            costs[side].append(us)
+            print(f"round {i} {side}: {us:.1f} us/msg", flush=True)
+    med = {side: statistics.median(v) for side, v in costs.items()}
+    for side, root in sides.items():
+        print(f"{side} {root}: median {med[side]:.1f} us of event-loop CPU per send")
+    if "A" in med:
+        print(f"B/A = {med['B'] / med['A']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

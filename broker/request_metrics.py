@@ -1,0 +1,131 @@
+"""Request timing: ``rocketmq_rpc_latency`` cells per request code and answer, the ``[REJECTREQUEST]`` refusals per
+queue, and ``InstrumentedProcessor``, the thin wrapper the controller puts around each processor to feed them (and
+to write the run-time switchable per-request debug line). Counters are updated in place: no object per request
+beyond the key of its cell.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from broker.logging_setup import REQUEST_LOGGER
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, RemotingCommand
+
+request_log = structlog.get_logger(REQUEST_LOGGER)
+
+#: Upstream's rpc latency view (RemotingMetricsManager), in milliseconds.
+RPC_LATENCY_BUCKETS_MS: tuple[float, ...] = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+
+
+@dataclass(slots=True)
+class LatencyCell:
+    """One histogram series: per-bucket (non-cumulative) counts, the +Inf bucket last."""
+
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(RPC_LATENCY_BUCKETS_MS) + 1))
+    count: int = 0
+    total_ms: float = 0.0
+
+
+class RequestMetrics:
+    """rocketmq_rpc_latency cells keyed by (request code, response code, long polling, result), plus the
+    [REJECTREQUEST] refusals per queue (the server answers those before any processor runs)."""
+
+    def __init__(self) -> None:
+        self.latency: dict[tuple[int, int | None, bool, str], LatencyCell] = {}
+        self.rejected: Counter[str] = Counter()
+
+    def observe(
+        self,
+        code: int,
+        response_code: int | None,
+        elapsed_ms: float,
+        *,
+        long_polling: bool = False,
+        result: str = "success",
+    ) -> None:
+        key = (code, response_code, long_polling, result)
+        cell = self.latency.get(key)
+        if cell is None:
+            cell = self.latency[key] = LatencyCell()
+        cell.buckets[bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, elapsed_ms)] += 1
+        cell.count += 1
+        cell.total_ms += elapsed_ms
+
+    def on_reject(self, queue: str) -> None:
+        self.rejected[queue] += 1
+
+
+class InstrumentedProcessor:
+    """Wraps a processor: times ``process_request``, counts refusals, writes the per-request debug line.
+
+    The timing covers the processor only (queue wait is the executor's ``head wait``); a long-polled pull
+    that the processor parks (answer None) is counted when parked, with ``is_long_polling=true``.
+    """
+
+    __slots__ = ("_clock", "_reject", "_std_log", "inner", "metrics", "queue")
+
+    def __init__(
+        self, inner: Any, queue: str, metrics: RequestMetrics, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.inner = inner
+        self.queue = queue
+        self.metrics = metrics
+        self._reject = getattr(inner, "reject_request", None)
+        self._std_log = logging.getLogger(REQUEST_LOGGER)
+        self._clock = clock
+
+    def reject_request(self) -> bool:
+        if self._reject is not None and self._reject():
+            self.metrics.on_reject(self.queue)
+            if self._std_log.isEnabledFor(logging.DEBUG):
+                request_log.debug("request refused before queueing", queue=self.queue, kind="REJECTREQUEST")
+            return True
+        return False
+
+    async def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
+        start = self._clock()
+        try:
+            response = await self.inner.process_request(channel, request)
+        except Exception as exc:
+            elapsed_ms = (self._clock() - start) * 1000.0
+            self.metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
+            if self._std_log.isEnabledFor(logging.DEBUG):
+                request_log.debug(
+                    "request failed",
+                    code=request.code,
+                    opaque=request.opaque,
+                    remote=getattr(channel, "remote_addr", None),
+                    queue=self.queue,
+                    error=f"{type(exc).__name__}: {exc}",
+                    elapsed_ms=round(elapsed_ms, 3),
+                )
+            raise
+        elapsed_ms = (self._clock() - start) * 1000.0
+        if response is None:
+            oneway = bool(request.flag & FLAG_ONEWAY)
+            self.metrics.observe(
+                request.code, None, elapsed_ms, long_polling=not oneway, result="oneway" if oneway else "success"
+            )
+        else:
+            self.metrics.observe(request.code, response.code, elapsed_ms)
+        if self._std_log.isEnabledFor(logging.DEBUG):
+            request_log.debug(
+                "request",
+                code=request.code,
+                opaque=request.opaque,
+                remote=getattr(channel, "remote_addr", None),
+                queue=self.queue,
+                answer=None if response is None else response.code,
+                remark=None if response is None or not response.remark else response.remark,
+                elapsed_ms=round(elapsed_ms, 3),
+            )
+        return response

@@ -10,12 +10,21 @@ both the remoting and the gRPC port accepting a connection (also as CPU seconds 
 less noisy on a shared machine); memory is read from /proc/PID/smaps_rollup after
 ``--idle`` seconds (private = Private_Clean + Private_Dirty; anon = Anonymous). ``--baseline-rev`` extracts that
 revision with ``git archive`` into a temp dir and measures it in the same run, boots interleaved.
+Memory is split (``/proc/PID/smaps``, per mapping) into: anon (Anonymous: heap, arenas, stacks, the copied-on-write
+data pages of shared libraries), store (private pages of files under the store root: the CommitLog, consume
+queues, index; page cache the kernel writes back and reclaims, counted as private only because no other process
+maps them) and libs (the rest of Private_Clean + Private_Dirty: mostly the text of shared libraries that no other
+running process maps; a second broker would share them). ``private`` is the sum, as vs_java reads it.
+
+Each tree's modules are byte-compiled first (``compileall``, as ``pip install`` and the Docker image do), so that
+a session with PYTHONDONTWRITEBYTECODE does not time the compiler; ``--no-compile`` keeps that cost in.
 Runs only on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import subprocess
@@ -30,18 +39,27 @@ from broker.testing.process import BrokerProcess
 
 MiB = 1024 * 1024
 REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("broker", "store", "remoting", "proxy", "mqclient")
 
 
-def smaps_figures(pid: int) -> tuple[int, int]:
-    """(Private_Clean + Private_Dirty, Anonymous) bytes of ``pid``."""
-    private = anon = 0
-    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+def smaps_figures(pid: int, store: Path | None = None) -> tuple[int, int, int]:
+    """(Private_Clean + Private_Dirty, Anonymous, private bytes of files under ``store``) of ``pid``."""
+    private = anon = in_store = 0
+    root = f"{store}/" if store is not None else None
+    path = ""
+    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as f:
         for line in f:
-            if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                private += int(line.split()[1]) * 1024
-            elif line.startswith("Anonymous:"):
-                anon += int(line.split()[1]) * 1024
-    return private, anon
+            head = line.split(maxsplit=6)
+            if not head[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
+                path = head[5].rstrip("\n") if len(head) > 5 else ""
+            elif head[0] in ("Private_Clean:", "Private_Dirty:"):
+                n = int(head[1]) * 1024
+                private += n
+                if root is not None and path.startswith(root):
+                    in_store += n
+            elif head[0] == "Anonymous:":
+                anon += int(head[1]) * 1024
+    return private, anon, in_store
 
 
 def cpu_seconds(pid: int) -> float:
@@ -51,7 +69,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int]:
+def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int, int]:
     broker = BrokerProcess(
         store,
         config={"mappedFileSizeCommitLog": 64 * MiB} if small_store else {},
@@ -65,10 +83,10 @@ def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple
         assert broker.proc is not None and broker.boot_seconds is not None
         boot_cpu = cpu_seconds(broker.proc.pid)
         time.sleep(idle_s)
-        private, anon = smaps_figures(broker.proc.pid)
+        private, anon, in_store = smaps_figures(broker.proc.pid, store.resolve())
     finally:
         broker.stop()
-    return broker.boot_seconds, boot_cpu, private, anon
+    return broker.boot_seconds, boot_cpu, private, anon, in_store
 
 
 def extract(rev: str, into: Path) -> Path:
@@ -88,12 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the 1 GiB commit-log file (default: 64 MiB, as in tests)",
     )
+    parser.add_argument("--no-compile", action="store_true", help="do not byte-compile the trees first")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="boot-figures-") as tmp:
         trees = {"this tree": REPO}
         if args.baseline_rev:
             trees = {f"baseline {args.baseline_rev}": extract(args.baseline_rev, Path(tmp) / "baseline"), **trees}
-        samples: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in trees}
+        if not args.no_compile:
+            for tree in trees.values():
+                for package in PACKAGES:
+                    if (tree / package).is_dir():
+                        compileall.compile_dir(tree / package, quiet=1, workers=0)
+        samples: dict[str, list[tuple[float, float, int, int, int]]] = {name: [] for name in trees}
         firsts: dict[str, float] = {}
         for i in range(args.boots):
             for name, tree in trees.items():
@@ -104,13 +128,14 @@ def main(argv: list[str] | None = None) -> int:
                 samples[name].append(figures)
         print(
             f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'private MiB':>12} {'anon MiB':>9}"
-            f"   (medians of {args.boots} boots; memory after {args.idle:g} s idle)"
+            f" {'store MiB':>9} {'libs MiB':>8}   (medians of {args.boots} boots; memory after {args.idle:g} s idle)"
         )
         for name, rows in samples.items():
-            med = [statistics.median(r[i] for r in rows) for i in range(4)]
+            med = [statistics.median(r[i] for r in rows) for i in range(5)]
+            libs = statistics.median(r[2] - r[3] - r[4] for r in rows)
             print(
                 f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} "
-                f"{med[3] / MiB:9.1f}",
+                f"{med[3] / MiB:9.1f} {med[4] / MiB:9.1f} {libs / MiB:8.1f}",
                 flush=True,
             )
     return 0

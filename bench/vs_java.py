@@ -53,13 +53,15 @@ def find_reference_bin(explicit: str | None) -> Path | None:
     return None
 
 
-def private_bytes(pid: int) -> int | None:
-    """Private (unshared) memory of a process: Private_Clean + Private_Dirty from smaps_rollup."""
+def private_bytes(pid: int, fields: tuple[str, ...] = ("Private_Clean:", "Private_Dirty:")) -> int | None:
+    """Private (unshared) memory of a process: Private_Clean + Private_Dirty from smaps_rollup. That counts file
+    pages mapped by this process alone too (its store's page cache, library text no other process maps), so
+    the report also gives ``fields=("Anonymous:",)``: the memory the process itself holds."""
     total = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
             for line in f:
-                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                if line.startswith(fields):
                     total += int(line.split()[1]) * 1024
     except (OSError, ValueError):
         return None
@@ -109,6 +111,7 @@ class Figures:
     mixed_s2c_ms: float | None = None
     start_s: float | None = None
     idle_private_mb: float | None = None
+    idle_anon_mb: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -175,6 +178,8 @@ def measure_ours(rmqjava: Path, args: argparse.Namespace, work: Path) -> Figures
         assert broker.proc is not None
         mem = private_bytes(broker.proc.pid)
         fig.idle_private_mb = mem / 2**20 if mem is not None else None
+        anon = private_bytes(broker.proc.pid, ("Anonymous:",))
+        fig.idle_anon_mb = anon / 2**20 if anon is not None else None
         run_phases(rmqjava, broker.namesrv, args, fig)
     finally:
         broker.stop()
@@ -198,6 +203,8 @@ def measure_java(bin_dir: Path, args: argparse.Namespace) -> Figures:
         ]
         mems = [private_bytes(pid) for pid in pids]
         fig.idle_private_mb = sum(m for m in mems if m) / 2**20 if any(mems) else None
+        anons = [private_bytes(pid, ("Anonymous:",)) for pid in pids]
+        fig.idle_anon_mb = sum(m for m in anons if m) / 2**20 if any(anons) else None
         run_phases(bin_dir / "rmqjava", f"127.0.0.1:{env['RMQ_NS_PORT']}", args, fig)
     finally:
         subprocess.run([str(bin_dir / "rmq-anchor"), "stop"], env=env, capture_output=True, timeout=120)
@@ -229,6 +236,7 @@ def report(figs: dict[str, Figures]) -> str:
         ("send-to-consume ms while producing", "mixed_s2c_ms", ".1f"),
         ("start to ports open s", "start_s", ".2f"),
         ("idle private memory MB", "idle_private_mb", ".0f"),
+        ("  of which anonymous MB", "idle_anon_mb", ".0f"),
     ]
     out = [f"{'':38} {'Java 4.9.7':>14} {'mini-rocketmq':>14} {'ours/Java':>10}"]
     for label, attr, spec in rows:

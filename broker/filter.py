@@ -18,7 +18,6 @@ import struct
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-from broker.filter_sql import SqlParseError, compile_sql92
 from broker.heartbeat import SubscriptionData, build_subscription
 from store.message import POS_BODY, POS_BODY_LENGTH, decode_properties
 
@@ -199,11 +198,14 @@ class ExpressionCompiler:
 
     def _compile(self, expression_type: str, expression: str) -> Predicate | ValueError:
         self.compiled += 1
-        try:
-            if expression_type == EXPRESSION_TYPE_SQL92:
+        if expression_type == EXPRESSION_TYPE_SQL92:
+            # the SQL92 parser is imported by the first SQL92 subscription, not by every start (issue 15)
+            from broker.filter_sql import SqlParseError, compile_sql92
+
+            try:
                 return compile_sql92(expression)
-            if expression_type == EXPRESSION_TYPE_TAG:
-                return _compile_tag(expression)
-            return ValueError(f"expression type {expression_type} is not supported; use TAG or SQL92")
-        except SqlParseError as exc:
-            return exc
+            except SqlParseError as exc:
+                return exc
+        if expression_type == EXPRESSION_TYPE_TAG:
+            return _compile_tag(expression)
+        return ValueError(f"expression type {expression_type} is not supported; use TAG or SQL92")

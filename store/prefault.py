@@ -12,13 +12,17 @@ The writer wakes the service when it crosses `wake_offset` (one integer compare 
 service, on its own thread, refills the window in 8 MiB madvise steps so that a shutdown does not
 wait long. A kernel that refuses (EINVAL on < 5.14, ENOSYS, ...) gets one log line and the service
 turns itself off for the life of the store.
+
+A store that has not been written to since it started populates nothing: the service waits for the first
+append (its wake-up offset starts at 0) and new files get their first window only after it. An idle broker
+then holds no populated window (2 x 32 MiB of dirty page cache mapped by it alone, issue 15); the first
+appends after a boot take their own page faults for the few milliseconds the first refill needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import threading
 import time
@@ -51,7 +55,9 @@ class Madvise:
     drops written pages from the mapping with it (MADV_DONTNEED, store.flush)."""
 
     def __init__(self, advice: int = MADV_POPULATE_WRITE) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # dlopen(NULL): the interpreter's own symbols, libc's madvise among them. Not ctypes.util.find_library,
+        # which runs `ldconfig -p` in a subprocess (~0.1 s of a broker's start, twice; issue 15)
+        libc = ctypes.CDLL(None, use_errno=True)
         self._madvise = libc.madvise
         self._madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         self._madvise.restype = ctypes.c_int
@@ -112,6 +118,8 @@ class PrefaultService:
         # the writer calls `wakeup` once its end offset reaches this (NO_WAKE while a refill is pending)
         self.wake_offset = NO_WAKE
         self.enabled = ahead > 0
+        # False until the first append wakes the service: nothing is populated for a store that is not written
+        self.active = False
         self.populated_bytes = 0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -120,11 +128,12 @@ class PrefaultService:
     def start(self) -> None:
         if self.enabled and self._thread is None:
             self._stopped = False
-            self._wake.set()  # the first window (a recovered file, or the first one) right away
+            self.wake_offset = 0  # the first append wakes us: an idle store keeps no populated window
             self._thread = threading.Thread(target=self._run, name="commitlog-prefault", daemon=True)
             self._thread.start()
 
     def wakeup(self) -> None:
+        self.active = True
         self.wake_offset = NO_WAKE
         self._wake.set()
 
@@ -165,8 +174,8 @@ class PrefaultService:
     def prefault_new_file(self, mf: MappedFile) -> None:
         """The first window of a CommitLog file being created. Blocking: runs in the creating worker
         thread (MappedFileQueue.on_created_blocking), long before the writer reaches the file."""
-        if not self.enabled or self._stopped:
-            return
+        if not self.enabled or self._stopped or not self.active:
+            return  # before the first append: the writer wakes the service when it reaches the file
         end = min(mf.file_size, self.ahead - self.ahead % OS_PAGE_SIZE)
         try:
             mf.prefaulted_position = self.populator.apply(mf, 0, end, self._is_stopped)

@@ -143,6 +143,8 @@ async def test_kernel_refusal_disables_it_and_puts_still_work(tmp_path, monkeypa
     try:
         svc = store._prefault
         assert svc is not None
+        # the first append wakes the service (an idle store populates nothing), which then meets the refusal
+        assert (await store.put_message(make_msg())).status == PutMessageStatus.PUT_OK
         for _ in range(100):
             if not svc.enabled:
                 break
@@ -152,6 +154,35 @@ async def test_kernel_refusal_disables_it_and_puts_still_work(tmp_path, monkeypa
             r = await store.put_message(make_msg(body=os.urandom(3000), keys=f"k{i}"))
             assert r.status == PutMessageStatus.PUT_OK
         assert len(store.commit_log.mapped_file_queue.mapped_files) >= 2
+    finally:
+        await store.shutdown()
+
+
+async def test_an_idle_store_populates_nothing_until_the_first_append(tmp_path, needs_populate_write):
+    # issue 15: an idle broker kept a populated window in the first file and in the next one created ahead
+    ahead = 256 * 1024
+    cfg = small_config(tmp_path, mapped_file_size_commit_log=1 * MiB, prefault_ahead_bytes=ahead)
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    svc = store._prefault
+    try:
+        assert svc is not None and svc.enabled and svc.wake_offset == 0
+        mfq = store.commit_log.mapped_file_queue
+        for _ in range(50):  # the next file is being created ahead meanwhile
+            if mfq._allocating and all(f.done() for f in mfq._allocating.values()):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # room for a refill that should not happen
+        assert mfq.last_mapped_file().prefaulted_position == 0 and svc.populated_bytes == 0
+        created = [f.result() for f in mfq._allocating.values() if f.done() and not f.exception()]
+        assert all(mf.prefaulted_position == 0 for mf in created)
+        assert (await store.put_message(make_msg())).status == PutMessageStatus.PUT_OK
+        for _ in range(200):
+            if mfq.last_mapped_file().prefaulted_position >= ahead:
+                break
+            await asyncio.sleep(0.02)
+        assert svc.active and mfq.last_mapped_file().prefaulted_position >= ahead
     finally:
         await store.shutdown()
 

@@ -72,6 +72,7 @@ class BrokerProcess:
     listen_port: int = 0
     namesrv_port: int = 0
     grpc_port: int = 0  # the 5.x endpoint (plaintext), on a free port unless set
+    repo_root: Path | None = None  # whose code runs (default: this checkout); A/B benches pass another
     proc: subprocess.Popen[bytes] | None = None
     broker_name: str = ""
     broker_addr: str = ""
@@ -116,7 +117,7 @@ class BrokerProcess:
         for k, v in sets.items():
             cmd += ["--set", f"{k}={v}"]
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(self.repo_root or Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
         logf = open(log_path, "ab")  # noqa: SIM115 - owned by the reader thread

@@ -123,10 +123,11 @@ class BrokerController:
         self.expression_compiler: Callable[[str, str], Callable[[dict[str, str]], bool]] | None = ExpressionCompiler()
 
         self.send_processor = SendMessageProcessor(self)
-        self.pull_processor = PullMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor.of(self)
         self.pull_hold_service = PullRequestHoldService(
             wake_in_loop(self.pull_processor), self.store.get_max_offset_in_queue
         )
+        self.pull_processor.hold_service = self.pull_hold_service
         self.store.message_arriving_listener = self._on_message_arriving
         self.pop_service = PopService(
             store=self.store,

@@ -113,15 +113,24 @@ class PullMessageProcessor:
         if not pr.channel.is_active:
             return
         try:
-            response = self._process(pr.channel, pr.request, broker_allow_suspend=False)
+            response = self._process(pr.channel, pr.request, broker_allow_suspend=False, hdr=pr.header)
         except Exception as exc:  # a woken pull must still get an answer
             log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
             response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if response is not None:
             pr.channel.send(response)
 
-    def _process(self, channel, request: RemotingCommand, broker_allow_suspend: bool) -> RemotingCommand | None:
-        hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
+    def _process(
+        self,
+        channel,
+        request: RemotingCommand,
+        broker_allow_suspend: bool,
+        hdr: PullMessageRequestHeader | None = None,
+    ) -> RemotingCommand | None:
+        """``hdr``: the request's header when it was decoded already (a woken pull re-runs every check,
+        as upstream does, but its extFields have not changed)."""
+        if hdr is None:
+            hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
         cfg = self.config
         if not is_readable(cfg.broker_permission):
             return request.response(
@@ -212,7 +221,9 @@ class PullMessageProcessor:
             response = request.response(code, status.name, ext_fields=ext, body=body)
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
-            pr = PullRequest(request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter)
+            pr = PullRequest(
+                request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter, header=hdr
+            )
             assert self.hold_service is not None, "the controller attaches the hold service at construction"
             self.hold_service.suspend(pr, timeout)
             response = None

@@ -8,12 +8,12 @@ the brokers, round by round, so a noisy machine hurts both alike:
 - **drain**: RocketMQ 4.9.7's ``benchmark.Consumer`` (20 threads) in a fresh group reads the backlog from offset 0;
   the best 10-second line counts (as in ``bench.vs_java``).
 - **mixed**: ``benchmark.Producer`` (16 threads, 1 KiB, sync) and ``benchmark.Consumer`` together on a fresh
-  topic; the consumer's median TPS after the first line, and its send-to-consume latency.
+  topic (created beforehand); the consumer's median TPS after the first line, and its send-to-consume latency.
 
 ``--profile DIR`` also records each phase with py-spy (raw collapsed stacks) and prints the broker's CPU share.
 Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``.
 
-    python -m bench.consume_ab --roots /work/main,. [--rounds 2] [--drain-s 22] [--mixed-s 22]
+    python -m bench.consume_ab --roots /work/main,. [--rounds 2] [--drain-s 22] [--mixed-s 32]
 """
 
 from __future__ import annotations
@@ -48,10 +48,13 @@ class Target:
     cpu: dict[str, list[float]] = field(default_factory=dict)
 
 
-async def fill_backlog(namesrv: str, count: int, size: int) -> None:
+async def create_topic(namesrv: str, topic: str) -> list:
     async with AdminClient(namesrv) as admin:
-        route = await admin.create_topic_everywhere(BACKLOG_TOPIC, 4)
-    queues = route.write_queues()
+        return (await admin.create_topic_everywhere(topic, 4)).write_queues()
+
+
+async def fill_backlog(namesrv: str, count: int, size: int) -> None:
+    queues = await create_topic(namesrv, BACKLOG_TOPIC)
     body = os.urandom(size // 2).hex().encode()[:size]
     batch = [Message(BACKLOG_TOPIC, body) for _ in range(BATCH)]
     async with Producer(namesrv) as producer:
@@ -112,6 +115,9 @@ def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
 def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
     topic = f"Mix{target.label}{n}T{int(time.time())}"
     ns = target.broker.namesrv
+    # created first, so neither tool's start-up races the other's for the topic (a consumer that asked for
+    # the route before the topic existed would wait for its next route poll, 30 s later)
+    asyncio.run(create_topic(ns, topic))
     consumer = JavaTool(rmqjava, "Consumer", ["-n", ns, "-t", topic, "-g", f"mixed_{target.label}_{n}"])
     producer = JavaTool(rmqjava, "Producer", ["-n", ns, "-t", topic, "-w", "16", "-s", "1024"])
     time.sleep(5)
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backlog", type=int, default=400_000, help="1 KiB messages in each broker's backlog")
     parser.add_argument("--drain-s", type=float, default=22.0)
-    parser.add_argument("--mixed-s", type=float, default=22.0)
+    parser.add_argument("--mixed-s", type=float, default=32.0)
     parser.add_argument("--phases", default="drain,mixed")
     parser.add_argument("--profile", type=Path, help="folder for py-spy raw profiles of each phase")
     parser.add_argument("--rmq-bin", help="folder with rmqjava (default: PATH, then ~/.cache)")

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.broker_proc import BrokerProcess
-from bench.vs_java import CONSUME_LINE, JavaTool, find_reference_bin
+from bench.vs_java import CONSUME_LINE, SEND_LINE, JavaTool, find_reference_bin
 from mqclient.admin import AdminClient
+from mqclient.errors import MQClientError
 from mqclient.message import Message
 from mqclient.producer import Producer
 
@@ -45,6 +46,7 @@ class Target:
     drain: list[float] = field(default_factory=list)
     mixed: list[float] = field(default_factory=list)
     mixed_s2c: list[float] = field(default_factory=list)
+    mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
     cpu: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -64,8 +66,12 @@ async def fill_backlog(namesrv: str, count: int, size: int) -> None:
             nonlocal sent
             i = k
             while sent < count:
+                try:
+                    await producer.send_batch(batch, queue=queues[i % len(queues)])
+                except MQClientError:  # e.g. the broker's fast failure on a loaded machine: back off, go on
+                    await asyncio.sleep(0.2)
+                    continue
                 sent += BATCH
-                await producer.send_batch(batch, queue=queues[i % len(queues)])
                 i += 1
 
         await asyncio.gather(*(worker(k) for k in range(8)))
@@ -124,7 +130,8 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
     rec = Recorder(target, "mixed", profile, seconds - 7)
     time.sleep(seconds - 5)
     rec.stop()
-    producer.stop()
+    sent = [float(m.group(1)) for m in map(SEND_LINE.search, producer.stop()) if m]
+    target.mixed_send.append(statistics.median(sent[1:] or sent) if sent else 0.0)
     rows = [m for m in map(CONSUME_LINE.search, consumer.stop()) if m]
     steady = rows[1:] or rows
     target.mixed.append(statistics.median(float(m.group(1)) for m in steady) if steady else 0.0)
@@ -180,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"round {n} drain {target.label}: {target.drain[-1]:,.0f}", flush=True)
                         else:
                             run_mixed(rmqjava, target, args.mixed_s, args.profile, n)
-                            print(f"round {n} mixed {target.label}: {target.mixed[-1]:,.0f}", flush=True)
+                            print(
+                                f"round {n} mixed {target.label}: {target.mixed[-1]:,.0f} "
+                                f"(producer {target.mixed_send[-1]:,.0f})",
+                                flush=True,
+                            )
         finally:
             for target in targets:
                 target.broker.stop()
@@ -196,6 +207,8 @@ def report(targets: list[Target]) -> str:
         mixed = ", ".join(f"{v:,.0f}" for v in t.mixed)
         s2c = f"{statistics.median(t.mixed_s2c):.1f}" if t.mixed_s2c else "-"
         out.append(f"{t.label:10} {drain:>34} {mixed:>34} {s2c:>8}")
+        if t.mixed_send:
+            out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
         cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
         out.append(f"{'':10} broker CPU (median): {cpu}")
     for t in targets[1:]:

@@ -192,6 +192,8 @@ def measure_java(bin_dir: Path, args: argparse.Namespace) -> Figures:
     up = subprocess.run([str(bin_dir / "rmq-anchor"), "start"], env=env, capture_output=True, text=True, timeout=180)
     if up.returncode != 0:
         fig.notes.append(f"rmq-anchor start failed: {up.stdout.strip()} {up.stderr.strip()}")
+        # a JVM that was only slow (a loaded machine) boots after the timeout: never leave it running
+        subprocess.run([str(bin_dir / "rmq-anchor"), "stop"], env=env, capture_output=True, timeout=120)
         return fig
     try:
         m = ANCHOR_UP.search(up.stdout)

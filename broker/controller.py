@@ -133,10 +133,11 @@ class BrokerController:
             store_host=self.store_host,
             now_ms=now_ms,
         )
-        self.pull_processor = PullMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor.of(self)
         self.pull_hold_service = PullRequestHoldService(
             wake_in_loop(self.pull_processor), self.store.get_max_offset_in_queue
         )
+        self.pull_processor.hold_service = self.pull_hold_service
         self.store.message_arriving_listener = self._on_message_arriving
         self.pop_service = PopService(
             store=self.store,

@@ -29,6 +29,7 @@ class PullRequest:
     subscription: Any  # SubscriptionData
     message_filter: Any
     deadline_handle: asyncio.TimerHandle | None = field(default=None)
+    header: Any = None  # the decoded PullMessageRequestHeader, reused when the pull is re-run
 
 
 class PullRequestHoldService:

@@ -117,85 +117,118 @@ class MessageReader:
         message_filter: MessageFilter | None,
         result: GetMessageResult,
     ) -> tuple[GetMessageStatus, int]:
-        cfg = self.config
+        """Walk the consume queue from `offset` (upstream reads up to 16,000 bytes of it at once).
+
+        A filter that matches everything needs no look-ahead, so its entries are read in chunks of
+        `max_msg_nums` (a drain pull reads 32 entries, not 800); the walk itself, and so the answer and
+        nextBeginOffset, is the same as over one window of `max_entries`."""
         max_entries = max(16000, max_msg_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
         code_set: Any = None
         vector = False
-        if message_filter is not None:
+        matches_all = message_filter is None or getattr(message_filter, "matches_all", False) is True
+        if message_filter is not None and not matches_all:
             get_codes = getattr(message_filter, "tags_code_set", None)
             if get_codes is not None:
                 vector = True
                 code_set = get_codes()
-        entries = cq.get_entries(offset, max_entries)
+        chunk = min(max_entries, max(max_msg_nums, 1)) if matches_all else max_entries
+        entries = cq.get_entries(offset, chunk)
         if entries is None:
             return GetMessageStatus.OFFSET_FOUND_NULL, self._next_offset_correction(offset, cq.roll_next_file(offset))
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        n = len(entries)
-        phy = entries["offset"].tolist()
-        sizes = entries["size"].tolist()
-        if message_filter is None or (vector and code_set is None):
-            matched: list[bool] | None = None
-        elif vector:
-            codes = np.fromiter(code_set, dtype=np.int32, count=len(code_set))
-            matched = np.isin(tags_to_int32(entries["tags"]), codes).tolist()
-        else:
-            tags = entries["tags"].tolist()
-            matched = [message_filter.is_matched_by_consume_queue(t) for t in tags]
-        max_phy = self.commit_log.get_max_offset()
+        cfg = self.config
+        commit_log = self.commit_log
+        max_phy = commit_log.get_max_offset()
         memory = self._total_memory * cfg.access_message_in_memory_max_ratio // 100
+        max_count_disk = cfg.max_transfer_count_on_message_in_disk
+        max_bytes_disk = cfg.max_transfer_bytes_on_message_in_disk
+        max_count_memory = cfg.max_transfer_count_on_message_in_memory
+        max_bytes_memory = cfg.max_transfer_bytes_on_message_in_memory
+        find_file = commit_log.mapped_file_queue.find_mapped_file_by_offset
+        file_size = commit_log.mapped_file_size
+        mf: Any = None
+        mf_from = mf_to = -1  # the commit-log file of the previous record (consecutive records share one)
+        entries_per_file = cq.entries_per_file
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
         next_phy_file_start = -1
         total_size = 0
         count = 0
         buffers = result.buffers
         queue_offsets = result.msg_queue_offsets
         max_phy_pulling = 0
-        i = 0
-        get_message = self.commit_log.get_message
-        while i < n:
-            offset_py = phy[i]
-            size_py = sizes[i]
-            max_phy_pulling = offset_py
-            if next_phy_file_start != -1 and offset_py < next_phy_file_start:
-                i += 1
-                continue
-            if count:
-                # isTheBatchFull (the first message is always taken)
-                if max_msg_nums <= count:
-                    break
-                if max_phy - offset_py > memory:
-                    if total_size + size_py > cfg.max_transfer_bytes_on_message_in_disk:
-                        break
-                    if count > cfg.max_transfer_count_on_message_in_disk - 1:
-                        break
+        i = 0  # entries walked, over all chunks
+        while True:
+            rows = entries.tolist()  # [(commitLogOffset, size, tagsCode)]: one conversion, not one per column
+            if matches_all:
+                matched: list[bool] | None = None
+            elif vector:
+                if code_set is None:
+                    matched = None
                 else:
-                    if total_size + size_py > cfg.max_transfer_bytes_on_message_in_memory:
+                    codes = np.fromiter(code_set, dtype=np.int32, count=len(code_set))
+                    matched = np.isin(tags_to_int32(entries["tags"]), codes).tolist()
+            else:
+                matched = [message_filter.is_matched_by_consume_queue(row[2]) for row in rows]  # type: ignore[union-attr]
+            full = False
+            for j, (offset_py, size_py, _tags) in enumerate(rows):
+                max_phy_pulling = offset_py
+                if next_phy_file_start != -1 and offset_py < next_phy_file_start:
+                    i += 1
+                    continue
+                if count:
+                    # isTheBatchFull (the first message is always taken)
+                    if max_msg_nums <= count:
+                        full = True
                         break
-                    if count > cfg.max_transfer_count_on_message_in_memory - 1:
+                    if max_phy - offset_py > memory:
+                        if total_size + size_py > max_bytes_disk or count > max_count_disk - 1:
+                            full = True
+                            break
+                    elif total_size + size_py > max_bytes_memory or count > max_count_memory - 1:
+                        full = True
                         break
-            if matched is not None and not matched[i]:
-                if not total_size:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                if matched is not None and not matched[j]:
+                    if not total_size:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
+                    i += 1
+                    continue
+                if mf_from <= offset_py < mf_to:
+                    view = mf.select(offset_py - mf_from, size_py)
+                else:
+                    mf = find_file(offset_py)
+                    if mf is None:
+                        mf_from = mf_to = -1
+                        view = None
+                    else:
+                        mf_from = mf.file_from_offset
+                        mf_to = mf_from + file_size
+                        view = mf.select(offset_py - mf_from, size_py)
+                if view is None:
+                    if not total_size:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    next_phy_file_start = commit_log.roll_next_file(offset_py)
+                    i += 1
+                    continue
+                if not matches_all and not message_filter.is_matched_by_commit_log(view, None):  # type: ignore[union-attr]
+                    if not total_size:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
+                    i += 1
+                    continue
+                buffers.append(view)
+                queue_offsets.append(offset + i)
+                total_size += size_py
+                count += 1
+                status = GetMessageStatus.FOUND
+                next_phy_file_start = -1
                 i += 1
-                continue
-            view = get_message(offset_py, size_py)
-            if view is None:
-                if not total_size:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                next_phy_file_start = self.commit_log.roll_next_file(offset_py)
-                i += 1
-                continue
-            if message_filter is not None and not message_filter.is_matched_by_commit_log(view, None):
-                if not total_size:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
-                i += 1
-                continue
-            buffers.append(view)
-            queue_offsets.append(offset + i)
-            total_size += size_py
-            count += 1
-            status = GetMessageStatus.FOUND
-            next_phy_file_start = -1
-            i += 1
+            # Read on only where one window of max_entries would have gone on: this chunk was cut short by
+            # `chunk` alone, not by the batch filling up, the end of what is written or the queue file's end.
+            if full or count >= max_msg_nums or len(rows) < chunk or i >= max_entries:
+                break
+            if (offset + i) % entries_per_file == 0:
+                break
+            entries = cq.get_entries(offset + i, min(chunk, max_entries - i))
+            if entries is None:
+                break
         result.message_count = count
         result.buffer_total_size = total_size
         self.stats.get_transferred += count

@@ -20,8 +20,8 @@ from broker.filter import (
     TagMessageFilter,
     retry_expression_filter,
 )
-from broker.heartbeat import build_subscription
-from broker.long_polling import PullRequest
+from broker.heartbeat import SubscriptionData, build_subscription
+from broker.long_polling import PullRequest, PullRequestHoldService
 from broker.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -29,7 +29,14 @@ from remoting.headers import PullMessageRequestHeader, decode_header
 from store.results import GetMessageStatus
 
 if TYPE_CHECKING:
+    from broker.client.consumer_manager import ConsumerManager
+    from broker.config import BrokerConfig
+    from broker.consumer_offset_manager import ConsumerOffsetManager
     from broker.controller import BrokerController
+    from broker.stats import BrokerStats
+    from broker.subscription_group_manager import SubscriptionGroupManager
+    from broker.topic_config_manager import TopicConfigManager
+    from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +44,7 @@ FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 FLAG_CLASS_FILTER = 0x8
+SUBSCRIPTION_CACHE_SIZE = 4096  # parsed subscriptions and TAG filters kept; cleared when full
 
 _STATUS_CODE = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
@@ -50,10 +58,49 @@ _STATUS_CODE = {
 
 
 class PullMessageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.c = controller
-        self.config = controller.config
-        self.store = controller.store
+    """Takes the parts of the broker it reads (issue 14), not the controller: ``of(controller)`` picks them.
+
+    ``hold_service`` is attached by the controller once it exists (the hold service wakes this processor,
+    so one of the two has to come first)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        *,
+        topic_configs: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        consumers: ConsumerManager,
+        offsets: ConsumerOffsetManager,
+        stats: BrokerStats,
+        compile_expression: Callable[[str, str], Predicate],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.topic_configs = topic_configs
+        self.subscription_groups = subscription_groups
+        self.consumers = consumers
+        self.offsets = offsets
+        self.stats = stats
+        self.compile_expression = compile_expression
+        self.hold_service: PullRequestHoldService | None = None
+        # Subscriptions and their TAG filters, reused from pull to pull: a consumer pulls with the same
+        # subscription (its heartbeat's object, or the same string in every request) thousands of times.
+        self._tag_filters: dict[int, tuple[SubscriptionData, TagMessageFilter]] = {}
+        self._parsed: dict[tuple[str, str | None, str | None, int], SubscriptionData] = {}
+
+    @classmethod
+    def of(cls, c: BrokerController) -> PullMessageProcessor:
+        return cls(
+            c.config,
+            c.store,
+            topic_configs=c.topic_config_manager,
+            subscription_groups=c.subscription_group_manager,
+            consumers=c.consumer_manager,
+            offsets=c.consumer_offset_manager,
+            stats=c.stats,
+            compile_expression=c.compile_expression,
+        )
 
     def reject_request(self) -> bool:
         return False
@@ -66,21 +113,30 @@ class PullMessageProcessor:
         if not pr.channel.is_active:
             return
         try:
-            response = self._process(pr.channel, pr.request, broker_allow_suspend=False)
+            response = self._process(pr.channel, pr.request, broker_allow_suspend=False, hdr=pr.header)
         except Exception as exc:  # a woken pull must still get an answer
             log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
             response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if response is not None:
             pr.channel.send(response)
 
-    def _process(self, channel, request: RemotingCommand, broker_allow_suspend: bool) -> RemotingCommand | None:
-        hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
+    def _process(
+        self,
+        channel,
+        request: RemotingCommand,
+        broker_allow_suspend: bool,
+        hdr: PullMessageRequestHeader | None = None,
+    ) -> RemotingCommand | None:
+        """``hdr``: the request's header when it was decoded already (a woken pull re-runs every check,
+        as upstream does, but its extFields have not changed)."""
+        if hdr is None:
+            hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
         cfg = self.config
         if not is_readable(cfg.broker_permission):
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden"
             )
-        sgc = self.c.subscription_group_manager.find_subscription_group_config(hdr.consumer_group)
+        sgc = self.subscription_groups.find_subscription_group_config(hdr.consumer_group)
         if sgc is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -96,7 +152,7 @@ class PullMessageProcessor:
         has_subscription = bool(hdr.sys_flag & FLAG_SUBSCRIPTION)
         suspend_ms = hdr.suspend_timeout_millis if has_suspend else 0
 
-        tc = self.c.topic_config_manager.select_topic_config(hdr.topic)
+        tc = self.topic_configs.select_topic_config(hdr.topic)
         if tc is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -114,13 +170,15 @@ class PullMessageProcessor:
 
         if has_subscription:
             try:
-                subscription = build_subscription(hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version)
+                subscription = self._parse_subscription(
+                    hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version
+                )
             except ValueError as exc:
                 return request.response(
                     ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {exc}"
                 )
         else:
-            group_info = self.c.consumer_manager.get(hdr.consumer_group)
+            group_info = self.consumers.get(hdr.consumer_group)
             if group_info is None:
                 return request.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
@@ -159,12 +217,15 @@ class PullMessageProcessor:
 
         if code == ResponseCode.SUCCESS:
             body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
-            self.c.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
+            self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
             response = request.response(code, status.name, ext_fields=ext, body=body)
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
-            pr = PullRequest(request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter)
-            self.c.pull_hold_service.suspend(pr, timeout)
+            pr = PullRequest(
+                request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter, header=hdr
+            )
+            assert self.hold_service is not None, "the controller attaches the hold service at construction"
+            self.hold_service.suspend(pr, timeout)
             response = None
         else:
             if code == ResponseCode.PULL_OFFSET_MOVED:
@@ -182,7 +243,7 @@ class PullMessageProcessor:
             response = request.response(code, status.name, ext_fields=ext)
 
         if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
-            self.c.consumer_offset_manager.commit_offset(
+            self.offsets.commit_offset(
                 hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr
             )
         return response
@@ -191,14 +252,21 @@ class PullMessageProcessor:
         if self.config.filter_support_retry and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return retry_expression_filter(self._retry_filter_lookup(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]))
         if subscription.expression_type == "TAG":
-            return TagMessageFilter(subscription)
+            cached = self._tag_filters.get(id(subscription))
+            if cached is not None and cached[0] is subscription:
+                return cached[1]
+            flt = TagMessageFilter(subscription)
+            if len(self._tag_filters) >= SUBSCRIPTION_CACHE_SIZE:
+                self._tag_filters.clear()
+            self._tag_filters[id(subscription)] = (subscription, flt)  # the entry keeps its id from being reused
+            return flt
         if not self.config.enable_property_filter:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {subscription.expression_type}",
             )
         try:
-            predicate = self.c.compile_expression(subscription.expression_type, subscription.sub_string)
+            predicate = self.compile_expression(subscription.expression_type, subscription.sub_string)
         except ValueError as exc:
             return request.response(
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
@@ -206,16 +274,30 @@ class PullMessageProcessor:
             )
         return ExpressionMessageFilter(predicate)
 
+    def _parse_subscription(
+        self, topic: str, sub_string: str | None, expression_type: str | None, sub_version: int
+    ) -> SubscriptionData:
+        """The request's subscription (C++, Node): parsed once per distinct (topic, expression, version);
+        a parse failure raises ValueError every time (not cached)."""
+        key = (topic, sub_string, expression_type, sub_version)
+        sub = self._parsed.get(key)
+        if sub is None:
+            sub = build_subscription(topic, sub_string, expression_type, sub_version)
+            if len(self._parsed) >= SUBSCRIPTION_CACHE_SIZE:
+                self._parsed.clear()
+            self._parsed[key] = sub
+        return sub
+
     def _retry_filter_lookup(self, group: str) -> Callable[[str], Predicate | None]:
         """The group's compiled SQL92 subscription to a topic, for its retried messages (None: no filter:
         a TAG subscription, none, or property filtering off, where no SQL92 subscription exists)."""
 
         def lookup(real_topic: str) -> Predicate | None:
-            sub = self.c.consumer_manager.find_subscription(group, real_topic)
+            sub = self.consumers.find_subscription(group, real_topic)
             if sub is None or sub.expression_type == "TAG" or not self.config.enable_property_filter:
                 return None
             try:
-                return self.c.compile_expression(sub.expression_type, sub.sub_string)
+                return self.compile_expression(sub.expression_type, sub.sub_string)
             except ValueError:
                 return None  # refused when the consumer registered it; upstream then matches everything
 

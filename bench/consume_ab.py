@@ -1,0 +1,225 @@
+"""The consume path, A against B in one run: drain and consume-while-producing TPS of two checkouts.
+
+Each ``--roots`` entry is a checkout of this repository (e.g. a clone of main and a branch's worktree); a broker
+runs each one's code. Every broker first gets the same backlog (``--backlog`` 1 KiB messages on a 4-queue topic,
+sent in batches by our own client, which is quicker than the Java Producer), then the phases alternate between
+the brokers, round by round, so a noisy machine hurts both alike:
+
+- **drain**: RocketMQ 4.9.7's ``benchmark.Consumer`` (20 threads) in a fresh group reads the backlog from offset 0;
+  the best 10-second line counts (as in ``bench.vs_java``).
+- **mixed**: ``benchmark.Producer`` (16 threads, 1 KiB, sync) and ``benchmark.Consumer`` together on a fresh
+  topic (created beforehand); the consumer's median TPS after the first line, and its send-to-consume latency.
+
+``--profile DIR`` also records each phase with py-spy (raw collapsed stacks) and prints the broker's CPU share.
+Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``.
+
+    python -m bench.consume_ab --roots ../main-clone,. [--rounds 2] [--drain-s 22] [--mixed-s 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.broker_proc import BrokerProcess
+from bench.vs_java import CONSUME_LINE, SEND_LINE, JavaTool, find_reference_bin
+from mqclient.admin import AdminClient
+from mqclient.errors import MQClientError
+from mqclient.message import Message
+from mqclient.producer import Producer
+
+BACKLOG_TOPIC = "ConsumeBacklog"
+BATCH = 32
+
+
+@dataclass
+class Target:
+    label: str
+    broker: BrokerProcess
+    drain: list[float] = field(default_factory=list)
+    mixed: list[float] = field(default_factory=list)
+    mixed_s2c: list[float] = field(default_factory=list)
+    mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+
+
+async def create_topic(namesrv: str, topic: str) -> list:
+    async with AdminClient(namesrv) as admin:
+        return (await admin.create_topic_everywhere(topic, 4)).write_queues()
+
+
+async def fill_backlog(namesrv: str, count: int, size: int) -> None:
+    queues = await create_topic(namesrv, BACKLOG_TOPIC)
+    body = os.urandom(size // 2).hex().encode()[:size]
+    batch = [Message(BACKLOG_TOPIC, body) for _ in range(BATCH)]
+    async with Producer(namesrv) as producer:
+        sent = 0
+
+        async def worker(k: int) -> None:
+            nonlocal sent
+            i = k
+            while sent < count:
+                try:
+                    await producer.send_batch(batch, queue=queues[i % len(queues)])
+                except MQClientError:  # e.g. the broker's fast failure on a loaded machine: back off, go on
+                    await asyncio.sleep(0.2)
+                    continue
+                sent += BATCH
+                i += 1
+
+        await asyncio.gather(*(worker(k) for k in range(8)))
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Recorder:
+    """py-spy over a phase (when profiling) and the broker's CPU share over it."""
+
+    def __init__(self, target: Target, phase: str, profile: Path | None, seconds: float) -> None:
+        assert target.broker.proc is not None
+        self.pid = target.broker.proc.pid
+        self.target, self.phase = target, phase
+        self.started = time.monotonic()
+        self.cpu0 = cpu_seconds(self.pid)
+        self.spy = None
+        if profile is not None:
+            out = profile / f"{target.label}-{phase}-{int(time.time())}.txt"
+            cmd = ["py-spy", "record", "-f", "raw", "-r", "100", "-d", str(int(seconds)), "-o", str(out)]
+            self.spy = subprocess.Popen(
+                [*cmd, "--pid", str(self.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+            )
+
+    def stop(self) -> None:
+        share = (cpu_seconds(self.pid) - self.cpu0) / (time.monotonic() - self.started)
+        self.target.cpu.setdefault(self.phase, []).append(share)
+        if self.spy is not None:
+            self.spy.wait(30)
+
+
+def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
+    group = f"drain_{target.label}_{n}_{int(time.time())}"
+    tool = JavaTool(rmqjava, "Consumer", ["-n", target.broker.namesrv, "-t", BACKLOG_TOPIC, "-g", group])
+    time.sleep(2)
+    rec = Recorder(target, "drain", profile, seconds - 4)
+    time.sleep(seconds - 2)
+    rec.stop()
+    tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, tool.stop()) if m]
+    target.drain.append(max(tps, default=0.0))
+
+
+def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
+    topic = f"Mix{target.label}{n}T{int(time.time())}"
+    ns = target.broker.namesrv
+    # created first, so neither tool's start-up races the other's for the topic (a consumer that asked for
+    # the route before the topic existed would wait for its next route poll, 30 s later)
+    asyncio.run(create_topic(ns, topic))
+    consumer = JavaTool(rmqjava, "Consumer", ["-n", ns, "-t", topic, "-g", f"mixed_{target.label}_{n}"])
+    producer = JavaTool(rmqjava, "Producer", ["-n", ns, "-t", topic, "-w", "16", "-s", "1024"])
+    time.sleep(5)
+    rec = Recorder(target, "mixed", profile, seconds - 7)
+    time.sleep(seconds - 5)
+    rec.stop()
+    sent = [float(m.group(1)) for m in map(SEND_LINE.search, producer.stop()) if m]
+    target.mixed_send.append(statistics.median(sent[1:] or sent) if sent else 0.0)
+    rows = [m for m in map(CONSUME_LINE.search, consumer.stop()) if m]
+    steady = rows[1:] or rows
+    target.mixed.append(statistics.median(float(m.group(1)) for m in steady) if steady else 0.0)
+    target.mixed_s2c.append(statistics.median(float(m.group(4)) for m in steady) if steady else 0.0)
+
+
+def _label(root: str, used: set[str]) -> str:
+    name = Path(root).resolve().name
+    while name in used:
+        name += "'"
+    used.add(name)
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--roots", default=".", help="comma-separated checkouts to compare (first is the baseline)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--backlog", type=int, default=400_000, help="1 KiB messages in each broker's backlog")
+    parser.add_argument("--drain-s", type=float, default=22.0)
+    parser.add_argument("--mixed-s", type=float, default=32.0)
+    parser.add_argument("--phases", default="drain,mixed")
+    parser.add_argument("--profile", type=Path, help="folder for py-spy raw profiles of each phase")
+    parser.add_argument("--rmq-bin", help="folder with rmqjava (default: PATH, then ~/.cache)")
+    args = parser.parse_args(argv)
+    bin_dir = find_reference_bin(args.rmq_bin)
+    if bin_dir is None:
+        print("skipped: Apache RocketMQ 4.9.7 tools (rmqjava) not found; see bench/vs_java.py")
+        return 0
+    rmqjava = bin_dir / "rmqjava"
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    targets: list[Target] = []
+    with tempfile.TemporaryDirectory(prefix="consume-ab-") as tmp:
+        try:
+            for i, root in enumerate(r.strip() for r in args.roots.split(",") if r.strip()):
+                label = _label(root, used)
+                broker = BrokerProcess(
+                    store_dir=Path(tmp) / f"store{i}", fault_injection=False, root=Path(root).resolve()
+                )
+                targets.append(Target(label, broker.start()))
+                started = time.monotonic()
+                if "drain" in phases:
+                    asyncio.run(fill_backlog(broker.namesrv, args.backlog, 1024))
+                print(f"{label}: backlog of {args.backlog:,} in {time.monotonic() - started:.1f} s", flush=True)
+            for n in range(args.rounds):
+                for phase in phases:
+                    for target in targets:
+                        if phase == "drain":
+                            run_drain(rmqjava, target, args.drain_s, args.profile, n)
+                            print(f"round {n} drain {target.label}: {target.drain[-1]:,.0f}", flush=True)
+                        else:
+                            run_mixed(rmqjava, target, args.mixed_s, args.profile, n)
+                            print(
+                                f"round {n} mixed {target.label}: {target.mixed[-1]:,.0f} "
+                                f"(producer {target.mixed_send[-1]:,.0f})",
+                                flush=True,
+                            )
+        finally:
+            for target in targets:
+                target.broker.stop()
+    print(report(targets))
+    return 0
+
+
+def report(targets: list[Target]) -> str:
+    base = targets[0]
+    out = [f"{'':10} {'drain TPS (each round)':>34} {'mixed consume TPS (each round)':>34} {'S2C ms':>8}"]
+    for t in targets:
+        drain = ", ".join(f"{v:,.0f}" for v in t.drain)
+        mixed = ", ".join(f"{v:,.0f}" for v in t.mixed)
+        s2c = f"{statistics.median(t.mixed_s2c):.1f}" if t.mixed_s2c else "-"
+        out.append(f"{t.label:10} {drain:>34} {mixed:>34} {s2c:>8}")
+        if t.mixed_send:
+            out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
+        cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
+        out.append(f"{'':10} broker CPU (median): {cpu}")
+    for t in targets[1:]:
+        for name in ("drain", "mixed"):
+            a, b = getattr(base, name), getattr(t, name)
+            if a and b and statistics.median(a):
+                out.append(
+                    f"{name}: {t.label}/{base.label} = {statistics.median(b) / statistics.median(a):.2f}x (medians)"
+                )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

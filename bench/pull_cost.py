@@ -1,0 +1,189 @@
+"""CPU cost of the consume path inside one broker process: microseconds per PULL_MESSAGE, no network.
+
+End-to-end consume figures on a shared 2-core machine swing by 2x from one minute to the next (the broker is
+latency-bound there, at 15% of a core), so this measures what the broker spends on its side alone: an in-process
+BrokerController gets a backlog, a consumer group registers by heartbeat (as the Java push consumer does: its
+pulls carry no subscription), then
+
+- **drain**: pulls of 32 messages walk the backlog (processor + response encoding + offset commit);
+- **caught up**: a pull parks (long polling), one message arrives, the woken pull answers it — the
+  consume-while-producing cycle, one message per pull.
+
+    python -m bench.pull_cost [--backlog 20000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from broker.config import build_config
+from broker.controller import BrokerController
+from broker.tools.embedded import free_port
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import SendMessageRequestHeader, encode_header
+
+TOPIC = "PullCostTopic"
+GROUP = "PullCostGroup"
+QUEUES = 4
+
+
+class SinkChannel:
+    """A channel that encodes what it is sent (as the real one does) and keeps the last answer."""
+
+    remote_addr = "127.0.0.1:1"
+    is_active = True
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, object] = {}
+        self.last: RemotingCommand | None = None
+        self.bytes = 0
+
+    def send(self, cmd: RemotingCommand) -> None:
+        self.last = cmd
+        self.bytes += sum(len(p) for p in cmd.encode())
+
+    def request_finished(self) -> None:
+        pass
+
+
+def send_request(queue_id: int, body: bytes) -> RemotingCommand:
+    hdr = SendMessageRequestHeader(
+        producer_group="PG",
+        topic=TOPIC,
+        default_topic="TBW102",
+        default_topic_queue_nums=QUEUES,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties="",
+    )
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr.to_v2()), body)
+
+
+def pull_request(queue_id: int, offset: int, commit: int) -> RemotingCommand:
+    ext = {
+        "consumerGroup": GROUP,
+        "topic": TOPIC,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": "3",  # commit offset + suspend; no subscription (the Java push consumer)
+        "commitOffset": str(commit),
+        "suspendTimeoutMillis": "15000",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+
+
+def heartbeat() -> RemotingCommand:
+    body = {
+        "clientID": "127.0.0.1@pullcost",
+        "consumerDataSet": [
+            {
+                "groupName": GROUP,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "subVersion": 1, "expressionType": "TAG"}],
+            }
+        ],
+        "producerDataSet": [],
+    }
+    return RemotingCommand.request(RequestCode.HEART_BEAT, {}, orjson.dumps(body))
+
+
+async def measure(backlog: int, repeat: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="pull-cost-") as tmp:
+        port = free_port()
+        items = {
+            "listenPort": str(port),
+            "namesrvListenPort": str(free_port(avoid=[port])),
+            "brokerIP1": "127.0.0.1",
+            "listenHost": "127.0.0.1",
+            "namesrvListenHost": "127.0.0.1",
+            "storePathRootDir": str(Path(tmp) / "store"),
+            "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
+        }
+        config, _ = build_config(items.items())
+        broker = BrokerController(config)
+        await broker.start()
+        client = RemotingClient()
+        try:
+            await run(broker, client, backlog, repeat)
+        finally:
+            await client.close()
+            await broker.shutdown()
+
+
+async def run(broker: BrokerController, client: RemotingClient, backlog: int, repeat: int) -> None:
+    addr = broker.config.broker_addr
+    body = b"m" * 1024
+    sink = SinkChannel()
+    send = broker.send_processor
+    for i in range(backlog):
+        await send.process_request(sink, send_request(i % QUEUES, body))
+    assert (await client.invoke(addr, heartbeat(), 5)).code == ResponseCode.SUCCESS
+    pull = broker.pull_processor
+    per_queue = backlog // QUEUES
+    drain: list[float] = []
+    for _ in range(repeat):
+        pulls = 0
+        started = time.thread_time()
+        for q in range(QUEUES):
+            offset = 0
+            while offset < per_queue:
+                response = await pull.process_request(sink, pull_request(q, offset, offset))
+                assert response is not None and response.code == ResponseCode.SUCCESS, response
+                sink.send(response)
+                offset = int(response.ext_fields["nextBeginOffset"])
+                pulls += 1
+        drain.append((time.thread_time() - started) / pulls * 1e6)
+    print(f"drain: {min(drain):.1f} us per pull of 32 (best of {repeat}, loop-thread CPU time; {pulls} pulls each)")
+
+    # caught up: park, one arrival, the woken pull answers
+    rounds = 2000
+    cycle: list[float] = []
+    for _ in range(repeat):
+        sink.last = None
+        started = time.thread_time()
+        for _ in range(rounds):
+            offset = broker.store.get_max_offset_in_queue(TOPIC, 0)
+            assert await pull.process_request(sink, pull_request(0, offset, offset)) is None  # parked
+            await send.process_request(sink, send_request(0, body))
+            for _ in range(3):  # the wake-up is deferred to the loop
+                await asyncio.sleep(0)
+        cycle.append((time.thread_time() - started) / rounds * 1e6)
+        assert sink.last is not None and sink.last.code == ResponseCode.SUCCESS
+    alone: list[float] = []
+    for _ in range(repeat):
+        started = time.thread_time()
+        for _ in range(rounds):
+            await send.process_request(sink, send_request(1, body))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        alone.append((time.thread_time() - started) / rounds * 1e6)
+    print(f"caught up: {min(cycle):.1f} us per park + send + wake + answer of one message")
+    print(f"  of which the send alone: {min(alone):.1f} us; the consume side: {min(cycle) - min(alone):.1f} us")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    asyncio.run(measure(args.backlog, args.repeat))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""The read side walks a match-everything pull in chunks of maxMsgNums entries (a drain pull reads 32
+consume-queue entries, not upstream's 800-entry window); the answers must be those of the full window."""
+
+from __future__ import annotations
+
+from store_helpers import make_msg
+
+from store import GetMessageStatus, PutMessageStatus
+from store.results import TagsMessageFilter
+
+
+class EveryEntryFilter:
+    """Matches everything but says so only entry by entry: the store walks one full window for it."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return True
+
+    def is_matched_by_commit_log(self, record, properties) -> bool:
+        return True
+
+
+def _answer(r):
+    return r.status, r.next_begin_offset, r.message_count, list(r.msg_queue_offsets), [bytes(b) for b in r.buffers]
+
+
+async def _fill(s, n: int, body: bytes) -> None:
+    for _ in range(n):
+        assert (await s.put_message(make_msg(body=body))).status == PutMessageStatus.PUT_OK
+
+
+async def test_chunked_walk_answers_as_the_full_window(store_factory):
+    # 100 entries per consume-queue file, 64 KiB commit-log files: 250 messages of 1.5 KiB cross both
+    s = await store_factory()
+    await _fill(s, 250, b"c" * 1500)
+    mfq = s.commit_log.mapped_file_queue
+    # removed records at the head, past the first queue file's end: the walk skips over them
+    mfq._delete_head(mfq.mapped_files[:3])
+    for offset in (0, 1, 30, 68, 95, 99, 100, 150, 199, 240, 249):
+        for max_nums in (1, 3, 32, 64):
+            full = s.get_message("g", "T", 0, offset, max_nums, EveryEntryFilter())
+            for chunked_filter in (None, TagsMessageFilter(None)):
+                chunked = s.get_message("g", "T", 0, offset, max_nums, chunked_filter)
+                assert _answer(chunked) == _answer(full), (offset, max_nums, chunked_filter)
+
+
+async def test_chunked_walk_stops_at_the_queue_file_end(store_factory):
+    s = await store_factory()
+    await _fill(s, 150, b"e" * 100)
+    r = s.get_message("g", "T", 0, 90, 32)
+    # upstream's window ends with the consume-queue file (100 entries): 10 messages, next pull at 100
+    assert (r.status, r.message_count, r.next_begin_offset) == (GetMessageStatus.FOUND, 10, 100)
+
+
+async def test_drain_pull_reads_max_msg_nums_entries(store_factory, monkeypatch):
+    s = await store_factory()
+    await _fill(s, 90, b"d" * 100)
+    cq = s.dispatcher.get_consume_queue("T", 0)
+    asked: list[int | None] = []
+    get_entries = cq.get_entries
+
+    def spy(index, max_entries=None):
+        asked.append(max_entries)
+        return get_entries(index, max_entries)
+
+    monkeypatch.setattr(cq, "get_entries", spy)
+    r = s.get_message("g", "T", 0, 0, 32)
+    assert (r.message_count, r.next_begin_offset) == (32, 32)
+    assert asked == [32]

@@ -24,7 +24,7 @@ import orjson
 
 from broker.config import build_config
 from broker.controller import BrokerController
-from broker.tools.embedded import free_port
+from broker.testing.ports import free_port
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand

@@ -12,29 +12,44 @@ five families, so that every layer between the socket and the store sees bad inp
   opaque out of range, an extFields array, invalid JSON, ROCKETMQ lengths that overrun).
 * ``body``: a plausible header and a body of the kind the code takes (message, batch, heartbeat, lock
   batch, check client config, register broker, subscription group, broker config properties), then
-  mutated: JSON values replaced by wrong types, batch element lengths that lie, random bytes.
+  mutated: JSON values replaced by wrong types, batch element lengths that lie, random bytes (``bench.fuzz_bodies``).
 * ``corpus``: a frame recorded from a real client (``tests/fuzz/corpus/*.frames``) mutated at the byte
   level (bit flips, cuts, splices, keeping the length prefix honest) or field by field.
 * ``valid``: an untouched corpus or template frame, so that state the mutants need (groups, topics,
   consumers) exists.
 
-Names come from small pools: the fuzz topics and groups, upstream's reserved ones and illegal ones, never
-the broker's own name or cluster, so a fuzz run cannot take over the route of the topics it does not own.
+Names come from small pools (``bench.fuzz_vocab``): the fuzz topics and groups, upstream's reserved ones and
+illegal ones, never the broker's own name or cluster, so a fuzz run cannot take over the route of the topics it
+does not own.
 The generator touches nothing but a ``random.Random``; the same seed gives the same frames.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from remoting.codes import LanguageCode, RequestCode
+from bench.fuzz_bodies import BODY_CODES, BodyMaker, mutate_bytes
+from bench.fuzz_vocab import (
+    EXPRESSIONS,
+    FIELD_KINDS,
+    FUZZ_BROKER_NAMES,
+    FUZZ_CLUSTERS,
+    FUZZ_GROUPS,
+    FUZZ_TOPICS,
+    ILLEGAL_NAMES,
+    NAMESRV_CODES,
+    PROPERTY_NAMES,
+    REQUEST_CODES,
+    STATS_NAMES,
+    SYSTEM_GROUPS,
+    SYSTEM_TOPICS,
+)
+from remoting.codes import RequestCode
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingCommandError
 from remoting.frame import DEFAULT_FRAME_MAX, FrameDecoder
@@ -43,356 +58,6 @@ CORPUS_DIR = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus
 
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-
-#: Topics a fuzz run may create and write to; the real-client round trip uses its own fresh topic.
-FUZZ_TOPICS = ("FuzzT0", "FuzzT1", "FuzzT2", "%RETRY%FuzzG0", "%DLQ%FuzzG1")
-FUZZ_GROUPS = ("FuzzG0", "FuzzG1", "FuzzG2", "CID_Fuzz")
-#: Upstream's reserved and system names: sends and admin requests on them must be refused or handled.
-SYSTEM_TOPICS = (
-    "TBW102",
-    "SCHEDULE_TOPIC_XXXX",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
-    "RMQ_SYS_TRACE_TOPIC",
-    "DefaultCluster",
-)
-#: Names no file or folder may be made of (issue 13 item 2); each must be refused before the store.
-ILLEGAL_NAMES = (
-    "",
-    " ",
-    "a/b",
-    "../FuzzEscape",
-    "x/../../FuzzEscape",
-    "N\u0000",
-    "NL\n",
-    "T" * 300,
-    "\u00e9t\u00e9",
-    "%RETRY%",
-    "%DLQ%",
-    ".",
-    "..",
-    "a\\b",
-    "FuzzT0 ",
-    "*",
-    "||",
-)
-FUZZ_BROKER_NAMES = ("FuzzBroker", "FuzzBroker2")
-FUZZ_CLUSTERS = ("FuzzCluster",)
-SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "CID_RMQ_SYS_TRANS", "SELF_TEST_C_GROUP")
-
-_PROPERTY_NAMES = (
-    "KEYS",
-    "TAGS",
-    "DELAY",
-    "WAIT",
-    "UNIQ_KEY",
-    "TRAN_MSG",
-    "PGROUP",
-    "RETRY_TOPIC",
-    "REAL_TOPIC",
-    "REAL_QID",
-    "MAX_OFFSET",
-    "MIN_OFFSET",
-    "TRANSACTION_CHECK_TIMES",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "MSG_REGION",
-    "TRACE_ON",
-    "INSTANCE_ID",
-    "CORRELATION_ID",
-    "REPLY_TO_CLIENT",
-    "__STARTDELIVERTIME",
-    "CLUSTER",
-    "MSG_TYPE",
-    "ORIGIN_MESSAGE_ID",
-    "RECONSUME_TIME",
-    "MAX_RECONSUME_TIMES",
-    "CONSUME_START_TIME",
-    "SHARDING_KEY",
-    "userKey",
-)
-
-_CODES = tuple(int(c) for c in RequestCode)
-#: Codes the name server port serves (the embedded name server answers everything else as unsupported).
-NAMESRV_CODES = tuple(
-    int(c)
-    for c in (
-        RequestCode.GET_ROUTEINFO_BY_TOPIC,
-        RequestCode.REGISTER_BROKER,
-        RequestCode.UNREGISTER_BROKER,
-        RequestCode.GET_BROKER_CLUSTER_INFO,
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-        RequestCode.GET_TOPICS_BY_CLUSTER,
-        RequestCode.DELETE_TOPIC_IN_NAMESRV,
-        RequestCode.PUT_KV_CONFIG,
-        RequestCode.GET_KV_CONFIG,
-        RequestCode.DELETE_KV_CONFIG,
-        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-        RequestCode.ADD_WRITE_PERM_OF_BROKER,
-        RequestCode.GET_KVLIST_BY_NAMESPACE,
-        RequestCode.QUERY_DATA_VERSION,
-        RequestCode.GET_NAMESRV_CONFIG,
-        RequestCode.UPDATE_NAMESRV_CONFIG,
-        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
-        RequestCode.GET_UNIT_TOPIC_LIST,
-    )
-)
-#: The header fields of each request code and the kind of value each takes (see ``FrameMutator._value``).
-_FIELD_KINDS: dict[int, dict[str, str]] = {
-    RequestCode.SEND_MESSAGE: {
-        "producerGroup": "group",
-        "topic": "topic",
-        "defaultTopic": "deftopic",
-        "defaultTopicQueueNums": "qnum",
-        "queueId": "qid",
-        "sysFlag": "sysflag",
-        "bornTimestamp": "ts",
-        "flag": "int",
-        "properties": "props",
-        "reconsumeTimes": "int",
-        "unitMode": "bool",
-        "batch": "bool",
-        "maxReconsumeTimes": "int",
-    },
-    RequestCode.SEND_MESSAGE_V2: {
-        "a": "group",
-        "b": "topic",
-        "c": "deftopic",
-        "d": "qnum",
-        "e": "qid",
-        "f": "sysflag",
-        "g": "ts",
-        "h": "int",
-        "i": "props",
-        "j": "int",
-        "k": "bool",
-        "l": "int",
-        "m": "bool",
-    },
-    RequestCode.PULL_MESSAGE: {
-        "consumerGroup": "group",
-        "topic": "topic",
-        "queueId": "qid",
-        "queueOffset": "offset",
-        "maxMsgNums": "int",
-        "sysFlag": "pullflag",
-        "commitOffset": "offset",
-        "suspendTimeoutMillis": "suspend",
-        "subVersion": "ts",
-        "subscription": "expr",
-        "expressionType": "exprtype",
-    },
-    RequestCode.QUERY_MESSAGE: {
-        "topic": "topic",
-        "key": "key",
-        "maxNum": "int",
-        "beginTimestamp": "ts",
-        "endTimestamp": "ts",
-    },
-    RequestCode.QUERY_CONSUMER_OFFSET: {"consumerGroup": "group", "topic": "topic", "queueId": "qid"},
-    RequestCode.UPDATE_CONSUMER_OFFSET: {
-        "consumerGroup": "group",
-        "topic": "topic",
-        "queueId": "qid",
-        "commitOffset": "offset",
-    },
-    RequestCode.UPDATE_AND_CREATE_TOPIC: {
-        "topic": "topic",
-        "defaultTopic": "deftopic",
-        "readQueueNums": "qnum",
-        "writeQueueNums": "qnum",
-        "perm": "perm",
-        "topicFilterType": "filtertype",
-        "order": "bool",
-        "topicSysFlag": "int",
-    },
-    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {"topic": "topic", "queueId": "qid", "timestamp": "ts"},
-    RequestCode.GET_MAX_OFFSET: {"topic": "topic", "queueId": "qid"},
-    RequestCode.GET_MIN_OFFSET: {"topic": "topic", "queueId": "qid"},
-    RequestCode.GET_EARLIEST_MSG_STORETIME: {"topic": "topic", "queueId": "qid"},
-    RequestCode.VIEW_MESSAGE_BY_ID: {"offset": "offset"},
-    RequestCode.UNREGISTER_CLIENT: {"clientID": "client", "producerGroup": "group", "consumerGroup": "group"},
-    RequestCode.CONSUMER_SEND_MSG_BACK: {
-        "offset": "offset",
-        "group": "group",
-        "delayLevel": "int",
-        "originMsgId": "msgid",
-        "originTopic": "topic",
-        "unitMode": "bool",
-        "maxReconsumeTimes": "int",
-    },
-    RequestCode.END_TRANSACTION: {
-        "producerGroup": "group",
-        "tranStateTableOffset": "offset",
-        "commitLogOffset": "offset",
-        "commitOrRollback": "tranflag",
-        "msgId": "msgid",
-        "fromTransactionCheck": "bool",
-        "transactionId": "key",
-    },
-    RequestCode.GET_CONSUMER_LIST_BY_GROUP: {"consumerGroup": "group"},
-    RequestCode.GET_CONSUMER_CONNECTION_LIST: {"consumerGroup": "group"},
-    RequestCode.GET_PRODUCER_CONNECTION_LIST: {"producerGroup": "group"},
-    RequestCode.GET_CONSUME_STATS: {"consumerGroup": "group", "topic": "topic"},
-    RequestCode.GET_TOPIC_STATS_INFO: {"topic": "topic"},
-    RequestCode.DELETE_TOPIC_IN_BROKER: {"topic": "topic"},
-    RequestCode.DELETE_SUBSCRIPTIONGROUP: {"groupName": "group"},
-    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: {"topic": "topic"},
-    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: {
-        "topic": "topic",
-        "group": "group",
-        "timestamp": "ts",
-        "isForce": "bool",
-    },
-    RequestCode.GET_CONSUMER_RUNNING_INFO: {"consumerGroup": "group", "clientId": "client", "jstackEnable": "bool"},
-    RequestCode.CONSUME_MESSAGE_DIRECTLY: {
-        "consumerGroup": "group",
-        "clientId": "client",
-        "msgId": "msgid",
-        "brokerName": "brokername",
-    },
-    RequestCode.VIEW_BROKER_STATS_DATA: {"statsName": "statsname", "statsKey": "key"},
-    RequestCode.FAULT_INJECT: {"kind": "key", "target": "key", "durationMs": "int", "value": "key"},
-    RequestCode.GET_TOPIC_CONFIG: {"topic": "topic"},
-    RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: {"group": "group"},
-    RequestCode.QUERY_CONSUME_QUEUE: {
-        "topic": "topic",
-        "queueId": "qid",
-        "index": "offset",
-        "count": "int",
-        "consumerGroup": "group",
-    },
-    RequestCode.QUERY_CONSUME_TIME_SPAN: {"topic": "topic", "group": "group"},
-    RequestCode.QUERY_CORRECTION_OFFSET: {"topic": "topic", "compareGroup": "group", "filterGroups": "group"},
-    RequestCode.CLONE_GROUP_OFFSET: {"srcGroup": "group", "destGroup": "group", "topic": "topic", "offline": "bool"},
-    RequestCode.GET_ROUTEINFO_BY_TOPIC: {"topic": "topic", "acceptStandardJsonOnly": "bool"},
-    RequestCode.REGISTER_BROKER: {
-        "brokerName": "brokername",
-        "brokerAddr": "addr",
-        "clusterName": "cluster",
-        "haServerAddr": "addr",
-        "brokerId": "brokerid",
-        "compressed": "bool",
-        "bodyCrc32": "int",
-    },
-    RequestCode.UNREGISTER_BROKER: {
-        "brokerName": "brokername",
-        "brokerAddr": "addr",
-        "clusterName": "cluster",
-        "brokerId": "brokerid",
-    },
-    RequestCode.GET_TOPICS_BY_CLUSTER: {"cluster": "cluster"},
-    RequestCode.DELETE_TOPIC_IN_NAMESRV: {"topic": "topic", "clusterName": "cluster"},
-    RequestCode.PUT_KV_CONFIG: {"namespace": "key", "key": "key", "value": "key"},
-    RequestCode.GET_KV_CONFIG: {"namespace": "key", "key": "key"},
-    RequestCode.DELETE_KV_CONFIG: {"namespace": "key", "key": "key"},
-    RequestCode.GET_KVLIST_BY_NAMESPACE: {"namespace": "key"},
-    RequestCode.WIPE_WRITE_PERM_OF_BROKER: {"brokerName": "brokername"},
-    RequestCode.ADD_WRITE_PERM_OF_BROKER: {"brokerName": "brokername"},
-    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: {
-        "accessKey": "key",
-        "secretKey": "key",
-        "whiteRemoteAddress": "addr",
-        "defaultTopicPerm": "aclperm",
-        "defaultGroupPerm": "aclperm",
-        "admin": "bool",
-        "topicPerms": "key",
-        "groupPerms": "key",
-    },
-    RequestCode.DELETE_ACL_CONFIG: {"accessKey": "key"},
-    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: {"globalWhiteAddrs": "addr"},
-}
-_FIELD_KINDS[RequestCode.SEND_BATCH_MESSAGE] = _FIELD_KINDS[RequestCode.SEND_MESSAGE_V2]
-_FIELD_KINDS[RequestCode.SEND_REPLY_MESSAGE] = _FIELD_KINDS[RequestCode.SEND_MESSAGE]
-_FIELD_KINDS[RequestCode.SEND_REPLY_MESSAGE_V2] = _FIELD_KINDS[RequestCode.SEND_MESSAGE_V2]
-_FIELD_KINDS[RequestCode.LITE_PULL_MESSAGE] = _FIELD_KINDS[RequestCode.PULL_MESSAGE]
-
-#: Keys UPDATE_BROKER_CONFIG may set during a fuzz run: harmless ones, and risky ones only with values no
-#: validation may accept (a fuzz run must not legitimately switch the broker read-only or shrink its limits).
-_SAFE_CONFIG_KEYS = (
-    "flushIntervalCommitLog",
-    "brokerFastFailureEnable",
-    "notAConfigKey",
-    "",
-    "=",
-    "clientCallbackExecutorThreads",
-)
-_RISKY_CONFIG_KEYS = (
-    "brokerPermission",
-    "maxMessageSize",
-    "listenPort",
-    "fileReservedTime",
-    "faultInjectionEnable",
-    "autoCreateTopicEnable",
-    "logLevel",
-    "requestLogEnable",
-    "storePathRootDir",
-    "brokerName",
-    "namesrvAddr",
-    "flushDiskType",
-    "brokerRole",
-    "aclEnable",
-    "maxTransferCountOnMessageInMemory",
-    "sendMessageThreadPoolNums",
-)
-_INVALID_CONFIG_VALUES = (
-    "",
-    "abc",
-    "-1",
-    "99999999999999999999",
-    "1e9",
-    "0x10",
-    "\u0000",
-    "nan",
-    "true false",
-    "-2147483649",
-    " ",
-    "\\",
-    "${x}",
-)
-
-#: Subscription expressions, TAG and SQL92 (the fuzz broker has enablePropertyFilter=true): legal ones, broken
-#: ones, and ones built to exhaust a recursive parser or a cache.
-_EXPRESSIONS = (
-    "*",
-    "",
-    "TagA",
-    "TagA || TagB",
-    "TagA ||",
-    "||",
-    "x" * 500,
-    "\u0000",
-    "a > 1",
-    "a BETWEEN 1 AND",
-    "((((",
-    "a IN ('x')",
-    "a IS NULL",
-    "a IS NOT NULL AND b = 'x'",
-    "a = 'x",
-    "a > 1 AND",
-    "NOT",
-    "a BETWEEN 3 AND 1",
-    "a IN ()",
-    "a > 99999999999999999999",
-    "a > 1e999",
-    "a > -9223372036854775809",
-    "a = TRUE",
-    "a <> b",
-    "(" * 500 + "a > 1" + ")" * 500,
-    "NOT " * 500 + "a > 1",
-    " OR ".join(["a > 1"] * 2000),
-    "a IN (" + ",".join(f"'{i}'" for i in range(3000)) + ")",
-    "'x' = 'x'",
-    "1 = 1",
-    "a > 'x'",
-    "a LIKE '%'",
-    "\u00e9 > 1",
-    "a\u0000 > 1",
-)
-
-_STATS_NAMES = ("TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "SNDBCK_PUT_NUMS", "BROKER_PUT_NUMS", "x")
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +81,7 @@ def load_corpus(directory: Path = CORPUS_DIR, target: str = "broker") -> list[by
     return frames
 
 
-class FrameMutator:
+class FrameMutator(BodyMaker):
     """Deterministic frame source: ``FrameMutator(seed).frames(n)``; ``target`` is "broker" or "namesrv"."""
 
     def __init__(
@@ -472,8 +137,8 @@ class FrameMutator:
         if self.target == "namesrv" and r < 0.75:
             return rng.choice(NAMESRV_CODES)
         if r < 0.45:
-            return rng.choice(tuple(_FIELD_KINDS))
-        return rng.choice(_CODES)
+            return rng.choice(tuple(FIELD_KINDS))
+        return rng.choice(REQUEST_CODES)
 
     def _name(self, pool: Sequence[str]) -> str:
         rng = self.rng
@@ -518,7 +183,7 @@ class FrameMutator:
         if kind == "props":
             return self._properties()
         if kind == "expr":
-            return rng.choice(_EXPRESSIONS)
+            return rng.choice(EXPRESSIONS)
         if kind == "exprtype":
             return rng.choice(("TAG", "SQL92", "", "sql92", "XPATH"))
         if kind == "perm":
@@ -552,14 +217,14 @@ class FrameMutator:
         if kind == "brokerid":
             return str(rng.choice((0, 1, 2, -1, 2**63 - 1)))
         if kind == "statsname":
-            return rng.choice(_STATS_NAMES)
+            return rng.choice(STATS_NAMES)
         return "x"
 
     def _properties(self) -> str:
         rng = self.rng
         parts = []
         for _ in range(rng.randrange(0, 5)):
-            name = rng.choice(_PROPERTY_NAMES)
+            name = rng.choice(PROPERTY_NAMES)
             value = rng.choice(
                 (
                     "1",
@@ -592,7 +257,7 @@ class FrameMutator:
         return self.opaque
 
     def _ext(self, code: int) -> dict[str, str]:
-        kinds = _FIELD_KINDS.get(code)
+        kinds = FIELD_KINDS.get(code)
         if kinds is None:
             return (
                 {self.rng.choice(("topic", "group", "x", "consumerGroup")): self._value("topic")}
@@ -738,7 +403,7 @@ class FrameMutator:
     def _body(self) -> FuzzFrame:
         rng = self.rng
         code = (
-            rng.choice(tuple(_BODY_CODES))
+            rng.choice(tuple(BODY_CODES))
             if self.target == "broker" or rng.random() < 0.3
             else int(RequestCode.REGISTER_BROKER)
         )
@@ -751,156 +416,6 @@ class FrameMutator:
             body = self._mutate_body(body)
         cmd = self._command(code, {k: str(v) for k, v in ext.items()}, body)
         return FuzzFrame(cmd.to_bytes(), "body", code)
-
-    def _mutate_body(self, body: bytes) -> bytes:
-        rng = self.rng
-        if body[:1] in (b"{", b"[") and rng.random() < 0.7:
-            try:
-                obj = json.loads(body)
-            except ValueError:
-                obj = None
-            if obj is not None:
-                for _ in range(rng.randrange(1, 4)):
-                    obj = _mutate_json(rng, obj)
-                return json.dumps(obj).encode()
-        return _mutate_bytes(rng, body)
-
-    def _body_for(self, code: int) -> bytes | None:
-        maker = _BODY_CODES.get(code)
-        if maker is None:
-            return self.rng.choice((None, None, b"", b"{}", b"x" * 10, self.rng.randbytes(16)))
-        return maker(self)
-
-    def _message_body(self) -> bytes:
-        rng = self.rng
-        size = rng.choice((0, 1, 16, 128, 1024, 4096))
-        if self.large_bodies and rng.random() < 0.02:
-            size = rng.choice((256 * 1024, 4 * 1024 * 1024, 4 * 1024 * 1024 + 1))
-        return rng.randbytes(size)
-
-    def _batch_body(self) -> bytes:
-        rng = self.rng
-        out = bytearray()
-        for _ in range(rng.randrange(1, 6)):
-            body = rng.randbytes(rng.choice((0, 1, 20, 300)))
-            props = self._properties().encode()
-            total = 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(props)
-            out += struct.pack(">iiiii", total, 0, zlib.crc32(body) & 0x7FFFFFFF, 0, len(body))
-            out += body + struct.pack(">h", len(props)) + props
-        if rng.random() < 0.1:
-            out = bytearray(zlib.compress(bytes(out)))  # as the C++ client sends a large batch (sysFlag 1)
-        return bytes(out)
-
-    def _heartbeat_body(self) -> bytes:
-        rng = self.rng
-        group = self._value("group")
-        sub = {
-            "classFilterMode": False,
-            "topic": self._value("topic"),
-            "subString": self._value("expr"),
-            "tagsSet": ["TagA"],
-            "codeSet": [12345],
-            "subVersion": 1,
-            "expressionType": self._value("exprtype"),
-        }
-        data = {
-            "clientID": self._value("client"),
-            "producerDataSet": [{"groupName": self._value("group")}],
-            "consumerDataSet": [
-                {
-                    "groupName": group,
-                    "consumeType": rng.choice(("CONSUME_PASSIVELY", "CONSUME_ACTIVELY", "X")),
-                    "messageModel": rng.choice(("CLUSTERING", "BROADCASTING", "X")),
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "subscriptionDataSet": [sub],
-                    "unitMode": False,
-                }
-            ],
-        }
-        return json.dumps(data).encode()
-
-    def _lock_body(self) -> bytes:
-        mqs = [
-            {"topic": self._value("topic"), "brokerName": "broker-a", "queueId": self.rng.randrange(-1, 9)}
-            for _ in range(self.rng.randrange(0, 4))
-        ]
-        return json.dumps(
-            {
-                "consumerGroup": self._value("group"),
-                "clientId": self._value("client"),
-                "onlyThisBroker": False,
-                "mqSet": mqs,
-            }
-        ).encode()
-
-    def _check_config_body(self) -> bytes:
-        return json.dumps(
-            {
-                "clientId": self._value("client"),
-                "group": self._value("group"),
-                "subscriptionData": {
-                    "topic": self._value("topic"),
-                    "subString": self._value("expr"),
-                    "expressionType": self._value("exprtype"),
-                    "subVersion": 1,
-                    "tagsSet": [],
-                    "codeSet": [],
-                    "classFilterMode": False,
-                },
-            }
-        ).encode()
-
-    def _register_body(self) -> bytes:
-        topics = {}
-        for _ in range(self.rng.randrange(0, 3)):
-            name = self.rng.choice(FUZZ_TOPICS + self.illegal_names[:6])
-            topics[name] = {
-                "topicName": name,
-                "readQueueNums": int(self._value("qnum")),
-                "writeQueueNums": int(self._value("qnum")),
-                "perm": int(self._value("perm")),
-                "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0,
-                "order": False,
-            }
-        return json.dumps(
-            {
-                "topicConfigSerializeWrapper": {
-                    "topicConfigTable": topics,
-                    "dataVersion": {"timestamp": 1, "counter": self.rng.randrange(0, 9)},
-                },
-                "filterServerList": [],
-            }
-        ).encode()
-
-    def _group_body(self) -> bytes:
-        return json.dumps(
-            {
-                "groupName": self._value("group"),
-                "consumeEnable": True,
-                "consumeFromMinEnable": True,
-                "consumeBroadcastEnable": True,
-                "retryQueueNums": int(self._value("qnum")),
-                "retryMaxTimes": int(self._value("int")),
-                "brokerId": 0,
-                "whichBrokerWhenConsumeSlowly": 1,
-                "notifyConsumerIdsChangedEnable": True,
-            }
-        ).encode()
-
-    def _config_body(self) -> bytes:
-        rng = self.rng
-        lines = []
-        for _ in range(rng.randrange(1, 4)):
-            if rng.random() < 0.5:
-                value = rng.choice(("1", "true", "false", "100") + _INVALID_CONFIG_VALUES)
-                lines.append(f"{rng.choice(_SAFE_CONFIG_KEYS)}={value}")
-            else:
-                lines.append(f"{rng.choice(_RISKY_CONFIG_KEYS)}={rng.choice(_INVALID_CONFIG_VALUES)}")
-        return "\n".join(lines).encode()
-
-    def _reset_body(self) -> bytes:
-        return json.dumps({"offsetTable": {"x": 1}}).encode()
 
     def _code_of(self, frame: bytes) -> int | None:
         try:
@@ -930,7 +445,7 @@ class FrameMutator:
             cut = rng.randrange(0, len(payload) + 1)
             payload = payload[:cut] + other[rng.randrange(0, len(other) + 1) :]
         else:
-            payload = _mutate_bytes(rng, payload)
+            payload = mutate_bytes(rng, payload)
         if not payload:
             payload = b"\0"
         return FuzzFrame(_I32.pack(len(payload)) + payload, "corpus", code)
@@ -981,73 +496,3 @@ def _closes_connection(data: bytes) -> bool:
 
 def _frame(serialize_type: int, header: bytes, body: bytes) -> bytes:
     return _I32.pack(4 + len(header) + len(body)) + _U32.pack((serialize_type << 24) | len(header)) + header + body
-
-
-def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
-    buf = bytearray(data)
-    for _ in range(rng.randrange(1, 5)):
-        r = rng.random()
-        if not buf or r < 0.15:
-            buf[rng.randrange(0, len(buf) + 1) : 0] = rng.randbytes(rng.randrange(1, 16))
-        elif r < 0.55:
-            i = rng.randrange(len(buf))
-            buf[i] ^= 1 << rng.randrange(8)
-        elif r < 0.7:
-            i = rng.randrange(len(buf))
-            buf[i] = rng.choice((0, 0xFF, 0x7F, 0x80, 0x22, 0x7B, 0x01, 0x02))
-        elif r < 0.85:
-            cut = rng.randrange(len(buf))
-            del buf[cut : cut + rng.randrange(1, 32)]
-        else:
-            i = rng.randrange(max(1, len(buf) - 3))
-            buf[i : i + 4] = _I32.pack(rng.choice((-1, 0, 2**31 - 1, len(buf), 65535)))
-    return bytes(buf)
-
-
-_WRONG_TYPES: tuple = (None, 0, -1, 2**63, 1.5, True, "", "x", [], {}, [1, "a"], {"k": [None]}, "\u0000")
-
-
-def _wrong(rng: random.Random):  # type: ignore[no-untyped-def]
-    """A fresh wrong-typed value (a copy: a shared list mutated later would make the JSON circular)."""
-    return copy.deepcopy(rng.choice(_WRONG_TYPES))
-
-
-def _mutate_json(rng: random.Random, obj):  # type: ignore[no-untyped-def]
-    """Replace one value anywhere in ``obj`` with a value of the wrong type, or drop or add a key."""
-    if isinstance(obj, dict) and obj and rng.random() < 0.7:
-        key = rng.choice(sorted(obj, key=str))
-        r = rng.random()
-        if r < 0.15:
-            del obj[key]
-        elif r < 0.25:
-            obj["unexpected"] = _wrong(rng)
-        elif r < 0.6 or not isinstance(obj[key], (dict, list)):
-            obj[key] = _wrong(rng)
-        else:
-            obj[key] = _mutate_json(rng, obj[key])
-        return obj
-    if isinstance(obj, list) and obj and rng.random() < 0.7:
-        i = rng.randrange(len(obj))
-        obj[i] = _mutate_json(rng, obj[i]) if rng.random() < 0.6 else _wrong(rng)
-        return obj
-    return rng.choice((_wrong(rng), [obj], {"x": obj}))
-
-
-_BODY_CODES = {
-    int(RequestCode.SEND_MESSAGE): FrameMutator._message_body,
-    int(RequestCode.SEND_MESSAGE_V2): FrameMutator._message_body,
-    int(RequestCode.SEND_REPLY_MESSAGE): FrameMutator._message_body,
-    int(RequestCode.SEND_REPLY_MESSAGE_V2): FrameMutator._message_body,
-    int(RequestCode.SEND_BATCH_MESSAGE): FrameMutator._batch_body,
-    int(RequestCode.HEART_BEAT): FrameMutator._heartbeat_body,
-    int(RequestCode.LOCK_BATCH_MQ): FrameMutator._lock_body,
-    int(RequestCode.UNLOCK_BATCH_MQ): FrameMutator._lock_body,
-    int(RequestCode.CHECK_CLIENT_CONFIG): FrameMutator._check_config_body,
-    int(RequestCode.REGISTER_BROKER): FrameMutator._register_body,
-    int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP): FrameMutator._group_body,
-    int(RequestCode.UPDATE_BROKER_CONFIG): FrameMutator._config_body,
-    int(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET): FrameMutator._reset_body,
-    int(RequestCode.CONSUME_MESSAGE_DIRECTLY): FrameMutator._message_body,
-}
-
-LANGUAGES = tuple(lc.name for lc in LanguageCode)

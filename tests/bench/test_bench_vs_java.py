@@ -58,3 +58,21 @@ def test_missing_reference_tools_skip_cleanly(tmp_path, monkeypatch, capsys) -> 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert vs_java.main(["--rmq-bin", str(tmp_path / "nowhere")]) == 0
     assert capsys.readouterr().out.startswith("skipped: Apache RocketMQ 4.9.7 tools not found")
+
+
+def test_the_mixed_topic_exists_before_the_tools_start() -> None:
+    """A consumer started on a missing topic waits out its 30 s route refresh: the mixed phase creates the topic
+    first, 4 queues on every master, as the Producer's auto-creation would."""
+    import asyncio
+
+    from broker.testing.embedded import EmbeddedBroker
+    from mqclient.admin import AdminClient
+
+    async def route(namesrv: str):
+        async with AdminClient(namesrv) as admin:
+            return await admin.route("MixedFirst")
+
+    with EmbeddedBroker() as broker:
+        vs_java.create_topic(broker.namesrv_addr, "MixedFirst", queues=6)  # not a default count: made here
+        created = asyncio.run(route(broker.namesrv_addr))
+    assert created is not None and len(created.write_queues()) == 6

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import structlog
 
 from bench.broker_proc import BrokerProcess, free_port
 from mqclient.admin import AdminClient
@@ -286,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default="ceiling,ours,java", help="comma-separated: ceiling, ours, java")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)
+    # the admin client's debug lines (topic creation) would interleave with the figures
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     bin_dir = find_reference_bin(args.rmq_bin)
     if bin_dir is None:
         print(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hmac
 from hashlib import sha1
 
-import grpc
 import pytest
 import yaml
 from google.protobuf.duration_pb2 import Duration
@@ -19,10 +18,10 @@ from proxy.auth import parse_authorization, signed_metadata
 from proxy.protocol import definition_pb2 as pb
 from proxy.protocol import service_pb2 as spb
 from proxy.protocol.service_pb2_grpc import MessagingServiceStub
-from proxy.server import GrpcServer
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from tests.broker.broker_helpers import FakeChannel, free_port, start_broker
+from tests.broker.broker_helpers import FakeChannel
+from tests.proxy.grpc_endpoint import plaintext_endpoint
 
 AK, SK = "grpc_user", "grpc_user_secret"
 ADMIN_AK, ADMIN_SK = "grpc_admin", "grpc_admin_secret"
@@ -63,26 +62,16 @@ async def acl_endpoint(tmp_path):
     home = tmp_path / "home"
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump(ACL, sort_keys=False))
-    port = free_port()
-    broker = await start_broker(
-        tmp_path,
-        aclEnable="true",
-        rocketmqHome=str(home),
-        grpcServerPort=port,
-        grpcTlsEnable="false",
-        grpcListenHost="127.0.0.1",
-    )
-    for topic in (OWN, READ_ONLY, OTHER):
-        broker._create_topic_for_route(topic)
-    server = GrpcServer(broker)
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
+
+    def create_topics(broker) -> None:
+        for topic in (OWN, READ_ONLY, OTHER):
+            broker._create_topic_for_route(topic)
+
+    async with plaintext_endpoint(tmp_path, prepare=create_topics, aclEnable="true", rocketmqHome=str(home)) as (
+        broker,
+        channel,
+    ):
         yield broker, MessagingServiceStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(1.0)
-        await broker.shutdown()
 
 
 def send_request(topic: str, body: bytes = b"x") -> spb.SendMessageRequest:
@@ -228,25 +217,14 @@ async def test_white_address_passes_without_signature(tmp_path):
     home = tmp_path / "home"
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "plain_acl.yml").write_text(yaml.safe_dump({"globalWhiteRemoteAddresses": ["127.0.0.*"]}))
-    port = free_port()
-    broker = await start_broker(
+    async with plaintext_endpoint(
         tmp_path,
+        prepare=lambda broker: broker._create_topic_for_route(OWN),
         aclEnable="true",
         rocketmqHome=str(home),
-        grpcServerPort=port,
-        grpcTlsEnable="false",
-        grpcListenHost="127.0.0.1",
-    )
-    broker._create_topic_for_route(OWN)
-    server = GrpcServer(broker)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            sent = await MessagingServiceStub(channel).SendMessage(send_request(OWN), metadata=signed(None, None))
-        assert sent.status.code == pb.OK, sent.status
-    finally:
-        await server.stop(1.0)
-        await broker.shutdown()
+    ) as (_broker, channel):
+        sent = await MessagingServiceStub(channel).SendMessage(send_request(OWN), metadata=signed(None, None))
+    assert sent.status.code == pb.OK, sent.status
 
 
 async def test_a_4x_connection_cannot_claim_the_proxy_bypass(acl_endpoint):

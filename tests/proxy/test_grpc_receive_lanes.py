@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 
-import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
@@ -17,8 +16,7 @@ from proxy.consume import receive_order
 from proxy.protocol import definition_pb2 as pb
 from proxy.protocol import service_pb2 as spb
 from proxy.protocol.service_pb2_grpc import MessagingServiceStub
-from proxy.server import GrpcServer
-from tests.broker.broker_helpers import free_port, start_broker
+from tests.proxy.grpc_endpoint import plaintext_endpoint
 
 META = (("x-mq-client-id", "lanes-client"),)
 GROUP = "LanesGroup"
@@ -26,17 +24,8 @@ GROUP = "LanesGroup"
 
 @pytest.fixture
 async def endpoint(tmp_path):
-    port = free_port()
-    broker = await start_broker(tmp_path, grpcServerPort=port, grpcTlsEnable="false", grpcListenHost="127.0.0.1")
-    server = GrpcServer(broker)
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
+    async with plaintext_endpoint(tmp_path) as (broker, channel):
         yield broker, MessagingServiceStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(1.0)
-        await broker.shutdown()
 
 
 def make_topic(broker, name: str, queues: int, perm: int = PERM_READ | PERM_WRITE) -> None:

@@ -7,6 +7,7 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from remoting.command import RemotingCommand
+from remoting.executor import RequestTask
 
 
 class FnProcessor:
@@ -41,6 +42,32 @@ async def expect_silence(reader: asyncio.StreamReader, seconds: float = 0.3) -> 
     except TimeoutError:
         return
     raise AssertionError(f"expected no response, got {data!r}")
+
+
+class FakeChannel:
+    """What an executor needs of a connection: it records the answers and the finished requests."""
+
+    remote_addr = "127.0.0.1:1"
+
+    def __init__(self) -> None:
+        self.sent: list[RemotingCommand] = []
+        self.finished = 0
+
+    def send(self, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+    def request_finished(self) -> None:
+        self.finished += 1
+
+
+def task(channel, opaque, processor=None, create_ms=0, oneway=False) -> RequestTask:
+    """A request task for code 10, as the server's dispatch builds one."""
+    return RequestTask(
+        channel,
+        RemotingCommand.request(10, opaque=opaque, oneway=oneway),
+        create_ms,
+        processor=processor or FnProcessor(),
+    )
 
 
 def raw_frame(

@@ -4,28 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from remoting_helpers import FnProcessor
+from remoting_helpers import FakeChannel, FnProcessor, task
 
-from remoting.command import RemotingCommand
-from remoting.executor import RequestExecutor, RequestTask
-
-
-class FakeChannel:
-    remote_addr = "127.0.0.1:1"
-
-    def __init__(self) -> None:
-        self.sent: list[RemotingCommand] = []
-        self.finished = 0
-
-    def send(self, cmd: RemotingCommand) -> None:
-        self.sent.append(cmd)
-
-    def request_finished(self) -> None:
-        self.finished += 1
-
-
-def task(channel: FakeChannel, opaque: int, processor: FnProcessor) -> RequestTask:
-    return RequestTask(channel, RemotingCommand.request(10, opaque=opaque), 0, processor=processor)
+from remoting.executor import RequestExecutor
 
 
 async def started(workers: int) -> RequestExecutor:

@@ -4,33 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from remoting_helpers import FnProcessor
+from remoting_helpers import FakeChannel, FnProcessor, task
 
-from remoting.command import RemotingCommand
-from remoting.executor import RequestExecutor, RequestTask
-
-
-class FakeChannel:
-    remote_addr = "127.0.0.1:1"
-
-    def __init__(self) -> None:
-        self.sent: list[RemotingCommand] = []
-        self.finished = 0
-
-    def send(self, cmd: RemotingCommand) -> None:
-        self.sent.append(cmd)
-
-    def request_finished(self) -> None:
-        self.finished += 1
-
-
-def task(channel, opaque, processor=None, create_ms=0, oneway=False) -> RequestTask:
-    return RequestTask(
-        channel,
-        RemotingCommand.request(10, opaque=opaque, oneway=oneway),
-        create_ms,
-        processor=processor or FnProcessor(),
-    )
+from remoting.executor import RequestExecutor
 
 
 async def test_bounded_queue_counters_and_fifo_order() -> None:

@@ -14,6 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 
@@ -110,6 +115,25 @@ async def serve(host: str, port: int, advertised: str | None = None) -> asyncio.
     addr = advertised or f"{host}:{server.sockets[0].getsockname()[1]}"
     answers[int(RequestCode.GET_ROUTEINFO_BY_TOPIC)] = _pre_encoded(ResponseCode.SUCCESS, body=route_body(addr))
     return server
+
+
+@contextmanager
+def ceiling_process(port: int) -> Iterator[subprocess.Popen[str]]:
+    """This server as a child process on ``port``, listening when the block starts, stopped when it ends (the
+    benchmarks drive it with the Java tools, which need it in a process of its own)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.ceiling_server", "--port", str(port)],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "listening"
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

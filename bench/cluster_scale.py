@@ -23,7 +23,6 @@ import logging
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import structlog
 
 from bench.broker_proc import BrokerProcess, free_port
+from bench.ceiling_server import ceiling_process
 from bench.vs_java import CONSUME_LINE, REFERENCE_SETUP, SEND_LINE, JavaTool, _median_after_first, find_reference_bin
 from mqclient.admin import AdminClient
 
@@ -252,23 +252,12 @@ def client_cost(rmqjava: Path, seconds: float) -> Phase:
     costs per message when the server costs almost nothing, i.e. at the highest rate it reaches here."""
     phase = Phase()
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.ceiling_server", "--port", str(port)],
-        cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        server.stdout.readline()  # "listening"
+    with ceiling_process(port) as server:
         tool = JavaTool(
             rmqjava, "Producer", ["-n", f"127.0.0.1:{port}", "-t", "CeilingTopic", "-w", "16", "-s", "1024"]
         )
         warm = min(10.0, seconds / 3)
         lines = _metered(tool, {"ceiling": server.pid}, seconds, warm, lambda: 0, phase)
-    finally:
-        server.terminate()
-        server.wait(10)
     # the ceiling stores nothing to count: the 10-second lines inside the metered window give the messages
     rows = [float(m.group(1)) for m in map(SEND_LINE.search, lines) if m]
     phase.tps = _median_after_first(rows)

@@ -27,7 +27,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,6 +36,7 @@ from pathlib import Path
 import structlog
 
 from bench.broker_proc import BrokerProcess, free_port
+from bench.ceiling_server import ceiling_process
 from mqclient.admin import AdminClient
 
 SEND_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
@@ -173,19 +173,8 @@ def run_mixed(rmqjava: Path, namesrv: str, topic: str, seconds: float, fig: Figu
 def measure_ceiling(rmqjava: Path, args: argparse.Namespace) -> Figures:
     fig = Figures("ceiling")
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.ceiling_server", "--port", str(port)],
-        cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        proc.stdout.readline()  # "listening"
+    with ceiling_process(port):
         run_send(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.send_s, fig)
-    finally:
-        proc.terminate()
-        proc.wait(10)
     return fig
 
 

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import orjson
 
-from broker.config import build_config
 from broker.controller import BrokerController
-from broker.testing.ports import free_port
+from broker.testing.in_loop import start_in_loop
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -104,19 +103,7 @@ def heartbeat() -> RemotingCommand:
 
 async def measure(backlog: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="pull-cost-") as tmp:
-        port = free_port()
-        items = {
-            "listenPort": str(port),
-            "namesrvListenPort": str(free_port(avoid=[port])),
-            "brokerIP1": "127.0.0.1",
-            "listenHost": "127.0.0.1",
-            "namesrvListenHost": "127.0.0.1",
-            "storePathRootDir": str(Path(tmp) / "store"),
-            "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
-        }
-        config, _ = build_config(items.items())
-        broker = BrokerController(config)
-        await broker.start()
+        broker = await start_in_loop(Path(tmp) / "store", mappedFileSizeCommitLog=256 * 1024 * 1024)
         client = RemotingClient()
         try:
             await run(broker, client, backlog, repeat)

@@ -24,25 +24,11 @@ from pathlib import Path
 
 
 async def measure(messages: int, window: int, store_dir: Path) -> float:
-    from broker.config import build_config
-    from broker.controller import BrokerController
-    from broker.testing.ports import free_port
+    from broker.testing.in_loop import start_in_loop
     from remoting.command import RemotingCommand
     from remoting.headers import SendMessageRequestHeader, encode_header
 
-    port = free_port()
-    items = {
-        "listenPort": str(port),
-        "namesrvListenPort": str(free_port(avoid=[port])),
-        "brokerIP1": "127.0.0.1",
-        "listenHost": "127.0.0.1",
-        "namesrvListenHost": "127.0.0.1",
-        "storePathRootDir": str(store_dir),
-        "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
-    }
-    config, _ = build_config(items.items())
-    controller = BrokerController(config)
-    await controller.start()
+    controller = await start_in_loop(store_dir, mappedFileSizeCommitLog=256 * 1024 * 1024)
     try:
         hdr = SendMessageRequestHeader(
             producer_group="benchmark_producer",

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from broker.testing.ports import free_port
+from broker.testing.in_loop import loopback_settings
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 
@@ -132,19 +132,12 @@ class EmbeddedBroker:
         from broker.controller import BrokerController
         from remoting import loop as loop_choice
 
-        listen = free_port()
-        namesrv = free_port(avoid=[listen])
         items: dict[str, str] = {
+            **loopback_settings(self.store_dir),
             "brokerName": self.broker_name,
             "brokerClusterName": self.cluster_name,
-            "brokerIP1": "127.0.0.1",
-            "listenHost": "127.0.0.1",
-            "namesrvListenHost": "127.0.0.1",
             "metricsPromExporterHost": "127.0.0.1",
             "metricsPromExporterPort": "0",
-            "listenPort": str(listen),
-            "namesrvListenPort": str(namesrv),
-            "storePathRootDir": str(self.store_dir),
             "faultInjectionEnable": "true",
             "namesrvAddr": "",
             **{k: str(v) for k, v in SMALL_STORE.items()},

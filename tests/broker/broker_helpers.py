@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from broker.config import build_config
 from broker.controller import BrokerController
-from broker.testing.ports import free_port
+from broker.testing.in_loop import start_in_loop
+from broker.testing.ports import free_port  # noqa: F401 - tests take it from here
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader, encode_header
@@ -15,25 +15,15 @@ from store.message import encode_properties
 
 
 async def start_broker(tmp_path, **overrides) -> BrokerController:
-    port = free_port()
-    items = {
-        "listenPort": str(port),
-        "namesrvListenPort": str(free_port(avoid=[port])),
-        "brokerIP1": "127.0.0.1",
-        "listenHost": "127.0.0.1",
-        "namesrvListenHost": "127.0.0.1",
+    """A broker on this test's loop with small store files; ``overrides`` are broker.conf keys."""
+    small = {
         "brokerName": "broker-a",
-        "storePathRootDir": str(tmp_path / "store"),
-        "mappedFileSizeCommitLog": str(1024 * 1024),
-        "mappedFileSizeConsumeQueue": str(20 * 1000),
-        "maxIndexNum": "10000",
-        "maxHashSlotNum": "1000",
+        "mappedFileSizeCommitLog": 1024 * 1024,
+        "mappedFileSizeConsumeQueue": 20 * 1000,
+        "maxIndexNum": 10000,
+        "maxHashSlotNum": 1000,
     }
-    items.update({k: str(v) for k, v in overrides.items()})
-    config, _ = build_config(items.items())
-    controller = BrokerController(config)
-    await controller.start()
-    return controller
+    return await start_in_loop(tmp_path / "store", **(small | overrides))
 
 
 @dataclass

@@ -12,13 +12,18 @@ import asyncio
 import gc
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.config import ConfigError, load_config
-from broker.logging_setup import configure
-from remoting import loop as loop_choice
-from store.config import StoreConfigError
+from broker.deferred_import import defer
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+# imported at their first use, not on the path to the ports (broker.deferred_import): numpy serves the store's
+# consume queues, index and record parser, which an empty store first needs for its first message
+DEFERRED_IMPORTS = ("numpy",)
 
 log = structlog.get_logger("broker")
 
@@ -38,7 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def run(config) -> int:
+async def run(config: BrokerConfig) -> int:
+    from broker.config import ConfigError
     from broker.controller import BrokerController
 
     controller = BrokerController(config)
@@ -88,6 +94,8 @@ async def run(config) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for name in DEFERRED_IMPORTS:  # before anything below imports the store
+        defer(name)
     from mqclient.cli_support import run_cli
 
     return run_cli("mqbroker", lambda: _main(argv))
@@ -95,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
+    from broker.config import ConfigError, load_config
+    from broker.logging_setup import configure
+    from remoting import loop as loop_choice
+    from store.config import StoreConfigError
+
     try:
         config, inert = load_config(args.config, args.assignments)
         config.to_store_config().validate()

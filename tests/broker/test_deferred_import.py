@@ -96,16 +96,19 @@ def test_unknown_or_submodule_names_are_left_alone():
 
 def test_the_modules_a_start_imports_leave_numpy_deferred():
     """Every module on the path to the ports (broker.main's deferral first, then what it imports): a module-level
-    numpy use (a dtype, a table) brings numpy's import back onto the start path and fails this."""
+    numpy use (a dtype, a table) brings numpy's import back onto the start path and fails this, and so does an
+    eager import of the whole client package."""
     code = (
+        "import sys\n"
         "from broker import main\n"
         "for name in main.DEFERRED_IMPORTS: main.defer(name)\n"
-        "import broker.controller, proxy.server\n"
+        "import mqclient.cli_support, broker.controller, proxy.server\n"
         "from broker.deferred_import import is_deferred\n"
-        "print(is_deferred('numpy'))\n"
+        "print(is_deferred('numpy'), sorted(m for m in sys.modules if m.startswith('mqclient')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["True"], out.stderr[-2000:]
+    # and of our client, mqbroker needs only its command-line manners (mqclient's __init__ imports lazily)
+    assert out.stdout.split() == ["True", "['mqclient',", "'mqclient.cli_support']"], out.stderr[-2000:]
 
 
 def numpy_mapped(pid: int) -> bool:

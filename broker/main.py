@@ -100,11 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     # the allocation count triggers during the imports walk a growing heap and free next to nothing (~10 ms of
     # CPU before the ports opened). Off until run() has opened them (issue 15)
     gc.disable()
-    for name in DEFERRED_IMPORTS:  # before anything below imports the store
-        defer(name)
-    from mqclient.cli_support import run_cli
+    try:
+        for name in DEFERRED_IMPORTS:  # before anything below imports the store
+            defer(name)
+        from mqclient.cli_support import run_cli
 
-    return run_cli("mqbroker", lambda: _main(argv))
+        return run_cli("mqbroker", lambda: _main(argv))
+    finally:
+        gc.enable()  # a start that failed, -p, or a caller that goes on after main() returns
 
 
 def _main(argv: list[str] | None) -> int:

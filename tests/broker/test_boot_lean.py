@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,10 @@ def test_no_collection_runs_before_the_ports_open(tmp_path):
     lines = [line.split(maxsplit=1)[1] for line in out.stdout.splitlines() if line.startswith("FIGURES ")]
     # the first collection after main() began is the full one after the ports opened; then the collector is on
     assert lines == ["[2] True"], out.stdout[-2000:]
+
+
+def test_the_collector_is_on_again_when_main_returns(capsys):
+    from broker import main
+
+    assert main.main(["-p"]) == 0 and "listenPort=" in capsys.readouterr().out
+    assert gc.isenabled()

@@ -13,14 +13,11 @@ import asyncio
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
 
-from broker.acl.errors import AclError
-from broker.acl.permission_manager import PlainPermissionManager
-from broker.acl.validator import PlainAccessValidator
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.producer_manager import ProducerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
@@ -62,6 +59,9 @@ from remoting.command import RemotingCommand
 from remoting.executor import RequestExecutor
 from remoting.server import RemotingServer
 from store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from broker.acl.permission_manager import PlainPermissionManager
 
 log = structlog.get_logger(__name__)
 
@@ -168,7 +168,10 @@ class BrokerController:
         self.fault_injector = FaultInjector(executors=lambda: self.executors, store=self.store, now_ms=now_ms)
         # ACL 1.0: checked in the worker before every broker processor (never on the name server's port).
         self.acl: PlainPermissionManager | None = None
-        if config.acl_enable:
+        if config.acl_enable:  # imported only then: aclEnable is false by default (issue 15, start time)
+            from broker.acl.permission_manager import PlainPermissionManager
+            from broker.acl.validator import PlainAccessValidator
+
             self.acl = PlainPermissionManager(config.rocketmq_home or config.store_path_root_dir, now_ms=now_ms)
             self.server.set_request_hook(PlainAccessValidator(self.acl))
         self._register_processors()
@@ -390,6 +393,8 @@ class BrokerController:
     async def start(self) -> None:
         self.runtime_info.mark_boot()
         if self.acl is not None:
+            from broker.acl.errors import AclError
+
             try:
                 self.acl.load()
             except AclError as exc:

@@ -5,19 +5,56 @@ client's rules where they matter for measurements: send retries and timeouts, UN
 long-polling pulls, rebalance and offset commits.
 """
 
-from mqclient.admin import AdminClient, AdminError, BrokerInfo
-from mqclient.consumer import ConsumerConfig, PushConsumer, allocate_averagely
-from mqclient.errors import (
-    AttemptError,
-    MQBrokerError,
-    MQClientError,
-    NameServerUnreachableError,
-    SendFailedError,
-    TopicRouteError,
-)
-from mqclient.message import Message, MessageExt, decode_messages
-from mqclient.producer import Producer, ProducerConfig, SendResult, error_kind
-from mqclient.route import MessageQueue, TopicRoute
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mqclient.admin import AdminClient, AdminError, BrokerInfo
+    from mqclient.consumer import ConsumerConfig, PushConsumer, allocate_averagely
+    from mqclient.errors import (
+        AttemptError,
+        MQBrokerError,
+        MQClientError,
+        NameServerUnreachableError,
+        SendFailedError,
+        TopicRouteError,
+    )
+    from mqclient.message import Message, MessageExt, decode_messages
+    from mqclient.producer import Producer, ProducerConfig, SendResult, error_kind
+    from mqclient.route import MessageQueue, TopicRoute
+
+# the public names and the module of each, imported at the first lookup: ``mqbroker`` imports only
+# ``mqclient.cli_support`` (its command-line manners), and importing a submodule runs this file first
+_HOME = {
+    **dict.fromkeys(("AdminClient", "AdminError", "BrokerInfo"), "admin"),
+    **dict.fromkeys(("ConsumerConfig", "PushConsumer", "allocate_averagely"), "consumer"),
+    **dict.fromkeys(
+        (
+            "AttemptError",
+            "MQBrokerError",
+            "MQClientError",
+            "NameServerUnreachableError",
+            "SendFailedError",
+            "TopicRouteError",
+        ),
+        "errors",
+    ),
+    **dict.fromkeys(("Message", "MessageExt", "decode_messages"), "message"),
+    **dict.fromkeys(("Producer", "ProducerConfig", "SendResult", "error_kind"), "producer"),
+    **dict.fromkeys(("MessageQueue", "TopicRoute"), "route"),
+}
+
+
+def __getattr__(name: str):
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"mqclient.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AdminClient",

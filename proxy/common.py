@@ -12,7 +12,6 @@ import structlog
 
 from broker.message_const import MessageConst
 from broker.topic import MESSAGE_TYPE_ATTRIBUTE, TopicConfig, check_topic_name
-from proxy.auth import GrpcAccessChecker
 from proxy.channel import ProxyChannel
 from proxy.convert import BadMessage
 from proxy.protocol import definition_pb2 as pb
@@ -22,6 +21,7 @@ from remoting.command import RemotingCommand
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+    from proxy.auth import GrpcAccessChecker
 
 
 log = structlog.get_logger(__name__)
@@ -98,8 +98,12 @@ class ServiceBase:
         self.config = controller.config
         self.clients: dict[str, ClientState] = {}
         self._round_robin = 0
-        # None when aclEnable is false: the calls then pay nothing for ACL
-        self.acl = GrpcAccessChecker(controller.acl) if getattr(controller, "acl", None) is not None else None
+        # None when aclEnable is false: the calls then pay nothing for ACL, and a start imports none of it
+        self.acl: GrpcAccessChecker | None = None
+        if getattr(controller, "acl", None) is not None:
+            from proxy.auth import GrpcAccessChecker
+
+            self.acl = GrpcAccessChecker(controller.acl)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _client(self, context: grpc.aio.ServicerContext) -> ClientState:

@@ -9,6 +9,7 @@ first file starts late are filled with (0, 2**31-1, 0) as upstream does.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Callable, Collection
@@ -23,8 +24,22 @@ from store.path_guard import queue_dir
 
 log = structlog.get_logger(__name__)
 
-CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-assert CQ_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
+
+@functools.cache
+def cq_dtype() -> np.dtype:
+    """One consume-queue entry as numpy sees it. Built at first use, not at import: a start that reads no consume
+    queue does not import numpy (``broker.deferred_import``)."""
+    dtype = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+    assert dtype.itemsize == CQ_STORE_UNIT_SIZE
+    return dtype
+
+
+def __getattr__(name: str):
+    if name == "CQ_DTYPE":
+        return cq_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _ENTRY = struct.Struct(">qiq")
 _OFFSET = struct.Struct(">q")
 _BLANK_ENTRY = _ENTRY.pack(0, 0x7FFFFFFF, 0)
@@ -86,7 +101,7 @@ class ConsumeQueue:
     def array_of(self, mf: MappedFile) -> np.ndarray:
         arr = self._arrays.get(mf.file_from_offset)
         if arr is None or arr.base is None:
-            arr = np.frombuffer(mf.view, dtype=CQ_DTYPE)
+            arr = np.frombuffer(mf.view, dtype=cq_dtype())
             self._arrays[mf.file_from_offset] = arr
         return arr
 

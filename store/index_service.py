@@ -16,7 +16,7 @@ import os
 import struct
 import time
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 import structlog
@@ -54,8 +54,14 @@ def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
 
 
 # an index entry as numpy sees it (for the vectorised batch insert)
-_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time", ">i4"), ("prev", ">i4")])
-assert _ENTRY_DTYPE.itemsize == INDEX_SIZE
+@cache
+def _entry_dtype() -> np.dtype:
+    # built at first use, not at import: a start that indexes nothing does not import numpy (broker.deferred_import)
+    dtype = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time", ">i4"), ("prev", ">i4")])
+    assert dtype.itemsize == INDEX_SIZE
+    return dtype
+
+
 _VECTOR_MIN = 16  # below this many keys the scalar insert is cheaper
 
 
@@ -170,7 +176,7 @@ class IndexFile:
         slots_arr = np.frombuffer(view, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
         entries = np.frombuffer(
             view,
-            dtype=_ENTRY_DTYPE,
+            dtype=_entry_dtype(),
             count=self.index_num,
             offset=INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE,
         )

@@ -66,13 +66,14 @@ class JavaHasher:
     CHUNK_UNITS = 1 << 20  # code units per pass: bounds the temporary arrays (4 MiB each)
 
     def __init__(self) -> None:
-        # (powers of 31, powers of its inverse), replaced as one tuple: parses in worker threads share it
-        self._tables = (_power_table(31, 1), _power_table(_INV31, 1))
+        # (powers of 31, powers of its inverse), replaced as one tuple: parses in worker threads share it. Empty
+        # until the first hash: a module-level hasher must not import numpy at start (broker.deferred_import)
+        self._tables: tuple[np.ndarray, np.ndarray] | tuple[()] = ()
 
     def _powers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         tables = self._tables
-        if len(tables[0]) < n:
-            size = max(n, min(2 * len(tables[0]), 2 * self.CHUNK_UNITS))
+        if not tables or len(tables[0]) < n:
+            size = max(n, min(2 * len(tables[0]) if tables else 1, 2 * self.CHUNK_UNITS))
             tables = self._tables = (_power_table(31, size), _power_table(_INV31, size))
         return tables
 

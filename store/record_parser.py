@@ -11,6 +11,7 @@ levels (the consume queue's tags code of a delayed message is its delivery time)
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,27 +43,40 @@ log = structlog.get_logger(__name__)
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
-# the fixed part as numpy sees it (the bulk parser gathers it for many records at once)
-RECORD_DTYPE = np.dtype(
-    [
-        ("total", ">i4"),
-        ("magic", ">i4"),
-        ("crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("phy", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_ts", ">i8"),
-        ("born_host", "V8"),
-        ("store_ts", ">i8"),
-        ("store_host", "V8"),
-        ("reconsume", ">i4"),
-        ("prepared", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)
-assert RECORD_DTYPE.itemsize == FIXED_PART_LENGTH
+# the fixed part as numpy sees it (the bulk parser gathers it for many records at once). Built at first use, not
+# at import: a start that parses no record does not import numpy (broker.deferred_import)
+_RECORD_FIELDS = [
+    ("total", ">i4"),
+    ("magic", ">i4"),
+    ("crc", ">i4"),
+    ("queue_id", ">i4"),
+    ("flag", ">i4"),
+    ("queue_offset", ">i8"),
+    ("phy", ">i8"),
+    ("sys_flag", ">i4"),
+    ("born_ts", ">i8"),
+    ("born_host", "V8"),
+    ("store_ts", ">i8"),
+    ("store_host", "V8"),
+    ("reconsume", ">i4"),
+    ("prepared", ">i8"),
+    ("body_len", ">i4"),
+]
+
+
+@functools.cache
+def record_dtype() -> np.dtype:
+    dtype = np.dtype(_RECORD_FIELDS)
+    assert dtype.itemsize == FIXED_PART_LENGTH
+    return dtype
+
+
+def __getattr__(name: str):
+    if name == "RECORD_DTYPE":
+        return record_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 BULK_RECORDS = 32768  # records per bulk parse (bounds the temporary arrays; the reput yields between)
 _PROPERTY_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 
@@ -287,7 +301,7 @@ class RecordParser:
         last = len(u8) - 1
         pos = np.array(positions, dtype=np.int64)
         # each fixed part copied as one 88-byte row of a sliding-window view (walk: pos + 91 <= len)
-        hdr = _windows(u8, FIXED_PART_LENGTH)[pos].view(RECORD_DTYPE).reshape(-1)
+        hdr = _windows(u8, FIXED_PART_LENGTH)[pos].view(record_dtype()).reshape(-1)
         total = hdr["total"].astype(np.int64)
         body_len = hdr["body_len"].astype(np.int64)
         tpos = pos + FIXED_PART_LENGTH + body_len
@@ -398,7 +412,7 @@ def consistent_sizes(u8: np.ndarray, positions: list[int]) -> tuple[int, tuple[n
     magic and the total size), and their (body start, body end, stored CRC) arrays."""
     last = len(u8) - 1
     pos = np.array(positions, dtype=np.int64)
-    hdr = _windows(u8, FIXED_PART_LENGTH)[pos].view(RECORD_DTYPE).reshape(-1)
+    hdr = _windows(u8, FIXED_PART_LENGTH)[pos].view(record_dtype()).reshape(-1)
     total = hdr["total"].astype(np.int64)
     crc = hdr["crc"].astype(np.int64)
     body_len = hdr["body_len"].astype(np.int64)

@@ -30,6 +30,10 @@ def test_optional_libraries_are_not_imported_at_boot():
     assert "yaml" not in modules
     assert "broker.filter_sql" not in modules
     assert not any(m == "cryptography" or m.startswith("cryptography.") for m in modules)
+    # ACL 1.0 (aclEnable=false by default): the accounts, permissions and validator, for both endpoints; only
+    # its small error module (the admin processor names AclError) is left
+    assert {m for m in modules if m.startswith("broker.acl.")} == {"broker.acl.errors"}
+    assert "proxy.auth" not in modules
 
 
 def test_acl_files_still_read_and_written(tmp_path):

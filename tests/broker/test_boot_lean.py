@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,61 @@ def test_grpc_is_not_imported_when_the_endpoint_is_off(tmp_path):
 
 def test_grpc_is_imported_when_the_endpoint_is_on(tmp_path):
     assert boot(tmp_path, free_port()) == ["True", "True"]
+
+
+# runs mqbroker's main() in a child and counts the collections that ran after main() was entered: the collector is
+# off until the ports are open, then main collects once (generation 2) and turns it back on
+COLLECTIONS = """
+import gc, os, signal, sys, threading
+from broker import main
+
+counts = []
+def count(phase, info):
+    if phase == "stop" and counting:
+        counts.append(info["generation"])
+gc.callbacks.append(count)
+counting = False
+real_disable = gc.disable
+def disable():
+    global counting
+    real_disable()
+    counting = True  # main() has just started
+gc.disable = disable
+
+def report():
+    while not gc.get_freeze_count():
+        threading.Event().wait(0.05)
+    print("FIGURES", counts[:1], gc.isenabled(), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=report, daemon=True).start()
+sys.exit(main.main(sys.argv[1:]))
+"""
+
+
+def test_no_collection_runs_before_the_ports_open(tmp_path):
+    sets = [
+        f"namesrvListenPort={free_port()}",
+        f"listenPort={free_port()}",
+        f"grpcServerPort={free_port()}",
+        "grpcListenHost=127.0.0.1",
+        "listenHost=127.0.0.1",
+        "namesrvListenHost=127.0.0.1",
+        "brokerIP1=127.0.0.1",
+        f"storePathRootDir={tmp_path}",
+        f"mappedFileSizeCommitLog={4 * 1024 * 1024}",
+    ]
+    args = [arg for kv in sets for arg in ("--set", kv)]
+    out = subprocess.run(
+        [sys.executable, "-c", COLLECTIONS, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line.split(maxsplit=1)[1] for line in out.stdout.splitlines() if line.startswith("FIGURES ")]
+    # the first collection after main() began is the full one after the ports opened; then the collector is on
+    assert lines == ["[2] True"], out.stdout[-2000:]
+
+
+def test_the_collector_is_on_again_when_main_returns(capsys):
+    from broker import main
+
+    assert main.main(["-p"]) == 0 and "listenPort=" in capsys.readouterr().out
+    assert gc.isenabled()

@@ -94,3 +94,12 @@ async def test_a_refused_send_costs_only_its_own_answer_and_a_batch_keeps_its_pl
     assert sizes[0] == 2 and sum(sizes) <= 3
     bodies = [m.body for m in decode_records(broker.store.get_message("G", "GroupT2", 0, 0, 32).body)]
     assert bodies == [b"a", b"b", b"c1", b"c2", b"d"]
+    # the request metrics saw each send once, the refused ones under their own answer
+    cells = broker.metrics.requests.latency
+    v2 = int(RequestCode.SEND_MESSAGE_V2)
+    assert cells[(v2, int(ResponseCode.SUCCESS), False, "success")].count == 3
+    # (the request without a header is counted "process_request_failed" when it ran alone, as a lone request
+    # whose processor raised is; inside a group the processor answers it itself)
+    refused = [cells.get((v2, int(ResponseCode.SYSTEM_ERROR), False, r)) for r in ("success", "process_request_failed")]
+    assert sum(c.count for c in refused if c is not None) == 2
+    assert cells[(int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS), False, "success")].count == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from broker_helpers import send_request
+from broker_helpers import send_request, start_broker
 
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -103,3 +103,17 @@ async def test_a_refused_send_costs_only_its_own_answer_and_a_batch_keeps_its_pl
     refused = [cells.get((v2, int(ResponseCode.SYSTEM_ERROR), False, r)) for r in ("success", "process_request_failed")]
     assert sum(c.count for c in refused if c is not None) == 2
     assert cells[(int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS), False, "success")].count == 1
+
+
+async def test_a_group_under_sync_flush_is_answered_after_its_fsync(tmp_path) -> None:
+    broker = await start_broker(tmp_path, flushDiskType="SYNC_FLUSH")
+    try:
+        sizes = spy_groups(broker)
+        answers = await exchange(broker, [send_request("GroupSync", f"s{i}".encode(), queue_id=2) for i in range(6)])
+        assert sizes == [6]
+        assert [answers[o].code for o in range(1, 7)] == [ResponseCode.SUCCESS] * 6
+        assert [answers[o].ext_fields["queueOffset"] for o in range(1, 7)] == [str(i) for i in range(6)]
+        mfq = broker.store.commit_log.mapped_file_queue
+        assert mfq.flushed_where >= mfq.max_offset() > 0  # answered only once an fsync covered them
+    finally:
+        await broker.shutdown()

@@ -1,9 +1,10 @@
 """CPU cost of one SEND_MESSAGE_V2 through the broker, in process: decode, dispatch, processor, store, encode.
 
 No sockets and no client: a broker (``BrokerController``, default store settings) on this process's loop, and
-``RemotingServer.dispatch`` fed decoded copies of one 1 KiB ROCKETMQ-serialized send, ``--window`` at a time
-before the loop gets a turn (the 16 in flight of the benchmark Producer); every answer is encoded as the channel
-would. The figure is the event-loop thread's CPU time per message (``time.thread_time``), which another process
+its server fed decoded copies of one 1 KiB ROCKETMQ-serialized send, ``--window`` at a time before the loop gets
+a turn (the 16 in flight of the benchmark Producer), as the connection hands them over: each window in one
+``RemotingServer.dispatch_many`` call ("as one read", where the tree has it), else one ``dispatch`` per request
+(also with ``--per-request``); every answer is encoded as the channel would. The figure is the event-loop thread's CPU time per message (``time.thread_time``), which another process
 taking the core does not change much: the way to compare two checkouts on a busy machine. ``--a``/``--b`` run
 each tree in its own interpreter, interleaved::
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 
-async def measure(messages: int, window: int, store_dir: Path) -> float:
+async def measure(messages: int, window: int, store_dir: Path, per_request: bool = False) -> float:
     from broker.testing.in_loop import start_in_loop
     from remoting.command import RemotingCommand
     from remoting.headers import SendMessageRequestHeader, encode_header
@@ -48,6 +49,7 @@ async def measure(messages: int, window: int, store_dir: Path) -> float:
         frame = request.to_bytes()[4:]
         channel = _Channel()
         dispatch = controller.server.dispatch
+        dispatch_many = None if per_request else getattr(controller.server, "dispatch_many", None)
         decode = RemotingCommand.decode
         for warm in range(2000):  # topic auto-creation, compiled header codecs, first mapped file
             dispatch(channel, decode(frame))
@@ -56,11 +58,21 @@ async def measure(messages: int, window: int, store_dir: Path) -> float:
         while channel.inflight:
             await asyncio.sleep(0.001)
         t0 = time.thread_time()
-        for i in range(messages):
-            cmd = decode(frame)
-            cmd.opaque = i
-            dispatch(channel, cmd)
-            if i % window == window - 1:
+        if dispatch_many is None:
+            for i in range(messages):
+                cmd = decode(frame)
+                cmd.opaque = i
+                dispatch(channel, cmd)
+                if i % window == window - 1:
+                    await asyncio.sleep(0)
+        else:
+            for first in range(0, messages, window):
+                read = []
+                for i in range(first, min(first + window, messages)):
+                    cmd = decode(frame)
+                    cmd.opaque = i
+                    read.append(cmd)
+                dispatch_many(channel, read)
                 await asyncio.sleep(0)
         while channel.inflight:
             await asyncio.sleep(0)
@@ -103,7 +115,7 @@ def child(args: argparse.Namespace) -> int:
     except ImportError:
         runner = asyncio.run
     with tempfile.TemporaryDirectory(prefix="send-cost-") as tmp:
-        print(f"{runner(measure(args.messages, args.window, Path(tmp))):.2f}")
+        print(f"{runner(measure(args.messages, args.window, Path(tmp), args.per_request)):.2f}")
     return 0
 
 
@@ -114,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--window", type=int, default=16, help="sends dispatched before the loop gets a turn")
+    parser.add_argument("--per-request", action="store_true", help="one dispatch per request on both sides")
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
     args = parser.parse_args(argv)
     if args.root is not None:
@@ -124,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides if i % 2 == 0 else reversed(sides):
             out = subprocess.run(
                 [sys.executable, __file__, "--root", str(sides[side]), "--messages", str(args.messages)]
-                + ["--window", str(args.window)],
+                + ["--window", str(args.window)]
+                + (["--per-request"] if args.per_request else []),
                 capture_output=True,
                 text=True,
                 check=True,

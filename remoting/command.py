@@ -139,14 +139,17 @@ class RemotingCommand:
         body: bytes | memoryview | None = None,
     ) -> RemotingCommand:
         """The answer to this request: same opaque, response bit, same serialization type."""
+        # positional (one per answer): a slotted dataclass builds about twice as fast that way
         return RemotingCommand(
-            code=int(code),
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=ext_fields if ext_fields is not None else {},
-            body=body,
-            serialize_type=self.serialize_type,
+            int(code),
+            self.opaque,
+            FLAG_RESPONSE,
+            remark,
+            ext_fields if ext_fields is not None else {},
+            body,
+            "JAVA",
+            DEFAULT_VERSION,
+            self.serialize_type,
         )
 
     @property

@@ -110,6 +110,96 @@ class RequestTask:
             self.finish()
 
 
+@dataclass(slots=True)
+class RequestGroup:
+    """Several requests of one connection and one processor run as one (``processor.process_requests``): the
+    SEND requests decoded from one read, stored with one group put and answered in one write. Built only when
+    the executor can run it at once (``RequestExecutor.run_now``): a group is never queued, so the fast-failure
+    sweep (which reads the queue) sees nothing new, and it holds one worker while it runs, as a worker that took
+    several tasks at once would. Each request was counted in flight on its channel and is released here."""
+
+    channel: Channel
+    requests: list[RemotingCommand]
+    processor: Any  # has process_requests(channel, requests) -> list[RemotingCommand | None], one per request
+    hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None
+    finished: bool = False
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            release = self.channel.request_finished
+            for _ in self.requests:
+                release()
+
+    async def run(self) -> None:
+        """Run the group and write each answer (in request order). Never raises (except cancellation)."""
+        channel = self.channel
+        requests = self.requests
+        try:
+            if self.hook is not None:
+                requests = self._run_hook(requests)
+            responses = await self.processor.process_requests(channel, requests) if requests else []
+        except asyncio.CancelledError:
+            self.finish()
+            raise
+        except Exception as exc:  # a bug in the group path: every request of it gets the SYSTEM_ERROR
+            log.warning(
+                "request group processing failed",
+                code=requests[0].code,
+                requests=len(requests),
+                remote=channel.remote_addr,
+                error=exception_remark(exc),
+                exc_info=not isinstance(exc, RemotingError),
+            )
+            remark = exception_remark(exc)
+            responses = [request.response(ResponseCode.SYSTEM_ERROR, remark) for request in requests]
+        try:
+            for request, response in zip(requests, responses):
+                if response is not None and not request.flag & FLAG_ONEWAY:
+                    self._answer(request, response)
+        finally:
+            self.finish()
+
+    def _run_hook(self, requests: list[RemotingCommand]) -> list[RemotingCommand]:
+        """The request hook (ACL) of each request, as ``RequestTask.run`` runs it: a request it answers (or that
+        it fails on) leaves the group."""
+        hook = self.hook
+        assert hook is not None
+        kept = []
+        for request in requests:
+            try:
+                response = hook(self.channel, request)
+            except Exception as exc:  # noqa: BLE001 - same answer as a failing processor
+                log.warning(
+                    "request processing failed",
+                    code=request.code,
+                    opaque=request.opaque,
+                    remote=self.channel.remote_addr,
+                    error=exception_remark(exc),
+                    exc_info=not isinstance(exc, RemotingError),
+                )
+                response = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+            if response is None:
+                kept.append(request)
+            elif not request.flag & FLAG_ONEWAY:
+                self._answer(request, response)
+        return kept
+
+    def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        try:
+            response.opaque = request.opaque
+            response.flag |= FLAG_RESPONSE
+            self.channel.send(response)
+        except Exception as exc:  # noqa: BLE001 - e.g. an unencodable header: log it, answer the others
+            log.error(
+                "cannot write response",
+                code=request.code,
+                opaque=request.opaque,
+                remote=self.channel.remote_addr,
+                error=exception_remark(exc),
+            )
+
+
 class RequestExecutor:
     """Bounded FIFO of ``RequestTask`` plus ``workers`` coroutines running them."""
 
@@ -194,29 +284,30 @@ class RequestExecutor:
         idle = self._idle
         return not self.queue and bool(idle) and self._accepting and not self._paused_until and not idle[-1].done()
 
-    def run_now(self, task: RequestTask) -> None:
+    def run_now(self, task: RequestTask | RequestGroup, requests: int = 1) -> None:
         """Run ``task`` at once in the place of a parked worker (call only when ``can_run_now()``).
 
         The task runs on the caller's stack up to its first real wait; if it has one, the rest runs as an
         asyncio task. Until it is done the worker stays lent (off the idle list), so at most ``workers``
-        requests of this executor run at a time, whichever way they started."""
+        tasks of this executor run at a time, whichever way they started. ``requests``: how many requests
+        the task answers (a ``RequestGroup``'s), for the ``completed`` counter."""
         waiter = self._idle.pop()
         self.active += 1
         coro = task.run()
         try:
             yielded = coro.send(None)
         except StopIteration:
-            self._run_now_done(waiter)
+            self._run_now_done(waiter, requests)
             return
         except BaseException:
-            self._run_now_done(waiter)
+            self._run_now_done(waiter, requests)
             raise
         pending = [coro, waiter]  # emptied by _resume once it owns the clean-up
-        resumed = asyncio.get_running_loop().create_task(self._resume(coro, yielded, waiter, pending))
+        resumed = asyncio.get_running_loop().create_task(self._resume(coro, yielded, waiter, pending, requests))
         self._eager.add(resumed)
-        resumed.add_done_callback(lambda t: self._resumed_done(t, pending))
+        resumed.add_done_callback(lambda t: self._resumed_done(t, pending, requests))
 
-    def _resumed_done(self, resumed: asyncio.Task[None], pending: list[Any]) -> None:
+    def _resumed_done(self, resumed: asyncio.Task[None], pending: list[Any], requests: int) -> None:
         self._eager.discard(resumed)
         if pending:  # cancelled before its first step: _resume never ran, so finish the request here
             coro, waiter = pending
@@ -225,9 +316,11 @@ class RequestExecutor:
                 coro.throw(asyncio.CancelledError())  # task.run answers nothing and releases the channel
             except BaseException:  # noqa: BLE001, S110 - CancelledError (or StopIteration) is the expected end
                 pass
-            self._run_now_done(waiter)
+            self._run_now_done(waiter, requests)
 
-    async def _resume(self, coro: Any, yielded: Any, waiter: asyncio.Future[None], pending: list[Any]) -> None:
+    async def _resume(
+        self, coro: Any, yielded: Any, waiter: asyncio.Future[None], pending: list[Any], requests: int
+    ) -> None:
         """Drive a request's coroutine from its first wait on: await what it awaited, hand it back, repeat
         (what an asyncio task does; ``task.run`` never raises but for cancellation)."""
         pending.clear()
@@ -254,11 +347,11 @@ class RequestExecutor:
             pass
         finally:
             coro.close()
-            self._run_now_done(waiter)
+            self._run_now_done(waiter, requests)
 
-    def _run_now_done(self, waiter: asyncio.Future[None]) -> None:
+    def _run_now_done(self, waiter: asyncio.Future[None], requests: int = 1) -> None:
         self.active -= 1
-        self.completed += 1
+        self.completed += requests
         if waiter.done():
             pass
         elif self.queue:

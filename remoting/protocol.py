@@ -29,6 +29,8 @@ log = structlog.get_logger(__name__)
 DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
 DEFAULT_WRITE_LOW_WATER = 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 1024
+#: requests decoded from one read handed to the dispatcher in one call at most
+_RUN_MAX = 64
 
 
 class Dispatcher(Protocol):
@@ -36,6 +38,8 @@ class Dispatcher(Protocol):
 
     def channel_connected(self, channel: Channel) -> None: ...
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
+    # optional, together: def groups(self, request: RemotingCommand) -> bool
+    #                     def dispatch_many(self, channel: Channel, requests: list[RemotingCommand]) -> None
     def channel_error(self, channel: Channel, exc: BaseException) -> None: ...
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None: ...
 
@@ -64,6 +68,10 @@ class RemotingProtocol(asyncio.Protocol):
         self._process_scheduled = False
         self._broken = False
         self.channel: Channel | None = None
+        #: the dispatcher's optional groups(code) and dispatch_many(channel, requests) (the server's): consecutive
+        #: requests of a code it groups (the sends) go to it in one call; every other request one by one
+        self._groups = getattr(dispatcher, "groups", None)
+        self._dispatch_many = getattr(dispatcher, "dispatch_many", None)
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -138,22 +146,36 @@ class RemotingProtocol(asyncio.Protocol):
             self._process()
 
     def _process(self) -> None:
+        """Decode every complete frame: responses complete our invokes, requests go to the dispatcher. Requests
+        of a code the dispatcher groups (``groups``: the server's sends) are collected into a run handed over in
+        one call (``dispatch_many``) before anything else happens: before another request, a response, an
+        error answer, the end of the buffered bytes, ``_RUN_MAX`` requests or the in-flight bound. Reading
+        pauses between requests and runs as before."""
         decoder = self._decoder
         flow = self._flow
         channel = self.channel
         dispatcher = self._dispatcher
+        groups = self._groups
         assert flow is not None and channel is not None
+        run: list[RemotingCommand] = []
         while not flow.read_paused:
             try:
                 frame = decoder.next_frame()
             except FrameError as exc:
+                if run:
+                    self._dispatch_run(run)
                 self._fail(exc, "bad frame")
                 return
             if frame is None:
+                if run:
+                    self._dispatch_run(run)
                 return
             try:
                 cmd = RemotingCommand.decode(frame)
             except RemotingCommandError as exc:
+                if run:
+                    self._dispatch_run(run)
+                    run = []
                 if exc.opaque is None or exc.flag & FLAG_RESPONSE:
                     self._fail(exc, "undecodable command")
                     return
@@ -171,9 +193,31 @@ class RemotingProtocol(asyncio.Protocol):
             finally:
                 del frame
             if cmd.flag & FLAG_RESPONSE:
+                if run:
+                    self._dispatch_run(run)
+                    run = []
                 channel.response_received(cmd)
-            else:
+            elif groups is None or not groups(cmd):
+                if run:
+                    self._dispatch_run(run)
+                    run = []
                 dispatcher.dispatch(channel, cmd)
+            else:
+                run.append(cmd)
+                # a run never takes the connection past its in-flight bound (reading pauses between runs)
+                if len(run) >= _RUN_MAX or len(run) >= self._max_inflight - self._inflight:
+                    self._dispatch_run(run)
+                    run = []
+        if run:
+            self._dispatch_run(run)
+
+    def _dispatch_run(self, run: list[RemotingCommand]) -> None:
+        channel = self.channel
+        assert channel is not None
+        if len(run) == 1:
+            self._dispatcher.dispatch(channel, run[0])
+        else:
+            self._dispatch_many(channel, run)  # type: ignore[misc]
 
     def _fail(self, exc: Exception, what: str) -> None:
         self._broken = True

@@ -8,6 +8,11 @@ Dispatch order for each request (J ``NettyRemotingAbstract.processRequestCommand
    place: ``RequestExecutor.run_now``) runs the request hook, if one is set (the broker's ACL check, J ``RPCHook``), then the
    processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
 Oneway requests are never answered, not even with an error.
+
+``dispatch_many`` takes consecutive requests decoded from one read that ``groups`` (their processor has
+``process_requests`` and its ``groupable`` takes each: the send processor's single sends): when the executor can
+run them at once they go to that processor in one call (``RequestGroup``), after steps 1-3 for each request;
+otherwise, and for every other request, ``dispatch`` one by one, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import structlog
 from remoting.channel import Channel
 from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
-from remoting.executor import RequestExecutor, RequestTask, wall_ms
+from remoting.executor import RequestExecutor, RequestGroup, RequestTask, wall_ms
 from remoting.frame import DEFAULT_FRAME_MAX
 from remoting.protocol import (
     DEFAULT_MAX_INFLIGHT,
@@ -72,6 +77,10 @@ class _Route:
     processor: Any
     executor: RequestExecutor
     reject: Callable[[], bool] | None
+    #: the processor's optional ``process_requests(channel, requests)``: several requests answered as one
+    group: Callable[[Channel, list[RemotingCommand]], Any] | None = None
+    #: with it, the processor's ``groupable(request)``: whether this request may go in such a group
+    groupable: Callable[[RemotingCommand], bool] | None = None
 
 
 class RemotingServer:
@@ -122,7 +131,11 @@ class RemotingServer:
             self._executors.append(executor)
             if self._server is not None:
                 executor.start()
-        return _Route(processor, executor, getattr(processor, "reject_request", None))
+        group = getattr(processor, "process_requests", None)
+        groupable = getattr(processor, "groupable", None)
+        if group is None or groupable is None:
+            group = groupable = None
+        return _Route(processor, executor, getattr(processor, "reject_request", None), group, groupable)
 
     @property
     def executors(self) -> tuple[RequestExecutor, ...]:
@@ -211,6 +224,57 @@ class RemotingServer:
             # A broken busy check must not take the connection down with it; let the request in.
             log.exception("reject_request failed", code=request.code)
             return False
+
+    def groups(self, request: RemotingCommand) -> bool:
+        """Whether ``request`` may be handed over with others (``dispatch_many``): its processor groups
+        requests and takes this one (the send processor: a single send, no fault injection)."""
+        route = self._routes.get(request.code) or self._default
+        return route is not None and route.groupable is not None and route.groupable(request)
+
+    def dispatch_many(self, channel: Channel, requests: list[RemotingCommand]) -> None:
+        """Dispatch requests decoded from one read, in order, each of which ``groups``: consecutive ones of one
+        processor (and executor) run as one ``RequestGroup`` when the executor can run it now, else one by
+        one (they queue as before)."""
+        routes = self._routes
+        default = self._default
+        n = len(requests)
+        i = 0
+        while i < n:
+            route = routes.get(requests[i].code) or default
+            j = i + 1
+            if route is not None and route.group is not None:
+                while j < n:
+                    following = routes.get(requests[j].code) or default
+                    if following is None or following.processor is not route.processor:
+                        break
+                    if following.executor is not route.executor:
+                        break
+                    j += 1
+                if j - i > 1 and route.executor.can_run_now():
+                    self._dispatch_group(channel, route, requests[i:j])
+                    i = j
+                    continue
+            for k in range(i, j):
+                self.dispatch(channel, requests[k])
+            i = j
+
+    def _dispatch_group(self, channel: Channel, route: _Route, requests: list[RemotingCommand]) -> None:
+        """Steps 2-4 for a run of requests of one processor whose executor can run them now: each is checked
+        against ``reject_request`` and counted in flight, then they run as one ``RequestGroup``."""
+        if route.reject is not None:
+            kept = []
+            for request in requests:
+                if self._rejects(route, request):
+                    if not request.flag & FLAG_ONEWAY:
+                        channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
+                else:
+                    kept.append(request)
+            requests = kept
+            if not requests:
+                return
+        for _ in requests:
+            channel.request_started()
+        route.executor.run_now(RequestGroup(channel, requests, route.processor, self._hook), len(requests))
 
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None:
         route = self._routes.get(request.code) or self._default

@@ -34,6 +34,8 @@ from broker.topic import (
 )
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.errors import RemotingError
+from remoting.executor import exception_remark
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -78,6 +80,7 @@ _STORED_CODES = {
     PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
+_SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 _CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
 _VALID_TOPICS_MAX = 4096  # names that passed check_topic_name, remembered so each is checked once
@@ -204,35 +207,125 @@ class SendMessageProcessor:
         code = request.code
         if code == _CONSUMER_SEND_MSG_BACK:
             return await self.consumer_send_msg_back(channel, request)
-        ext = request.ext_fields
-        hdr = decode_header(SendMessageRequestHeader, ext) if code == _SEND_MESSAGE else decode_send_message_v2(ext)
-        # the C++ client flags a batch sent as code 10 with batch="1" (not "true")
-        is_batch = code == _SEND_BATCH_MESSAGE or hdr.batch or (ext.get("batch") or ext.get("m")) == "1"
+        hdr = self._header(request)
         try:
-            if is_batch:
+            if self._is_batch(request, hdr):
                 response = await self.send_batch_message(channel, request, hdr)
             else:
                 response = await self.send_message(channel, request, hdr)
         except SendError as exc:
-            response = request.response(exc.code, exc.remark)
-            if exc.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR):
-                # a malformed request (a client's mistake): one warning line, no traceback
-                log.warning(
-                    "send refused",
-                    topic=hdr.topic[:200],
-                    code=int(exc.code),
-                    remark=exc.remark[:300],
-                    remote=channel.remote_addr,
-                )
-                return response
+            return self._refused(channel, request, hdr, exc)
         if response.code != ResponseCode.SUCCESS:
-            log.debug(
+            _log_not_stored(channel, hdr, response)
+        return response
+
+    def groupable(self, request: RemotingCommand) -> bool:
+        """Whether the server may hand this request over with others (``process_requests``): a single send
+        (not a batch, not a send-back) while fault injection is off. Anything else keeps the one-request path,
+        where a request that cannot run at once waits in the send queue, seen by the fast-failure sweep."""
+        code = request.code
+        if code != _SEND_MESSAGE_V2 and code != _SEND_MESSAGE or self.config.fault_injection_enable:
+            return False
+        ext = request.ext_fields
+        batch = ext.get("m") or ext.get("batch")
+        return batch is None or batch == "false"
+
+    async def process_requests(self, channel, requests: list[RemotingCommand]) -> list[RemotingCommand | None]:
+        """Several requests of one connection (the SEND requests decoded from one read), answered as
+        ``process_request`` answers each: the single sends are checked one by one and stored with one
+        ``put_message_group`` (one status check, one clock read, one dispatch wait, one fsync with SYNC_FLUSH);
+        anything else (a batch, a send-back) goes through ``process_request`` in its place, after the sends
+        held before it are stored, so the store sees the requests in their order. Responses in request order."""
+        responses: list[RemotingCommand | None] = [None] * len(requests)
+        if self.config.fault_injection_enable:  # per-message stalls and sleeps: the one-at-a-time path
+            for i, request in enumerate(requests):
+                responses[i] = await self._process_guarded(channel, request)
+            return responses
+        msgs: list[MessageExtBrokerInner] = []
+        held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
+        for i, request in enumerate(requests):
+            code = request.code
+            if code == _SEND_MESSAGE_V2 or code == _SEND_MESSAGE:
+                hdr = None
+                try:
+                    hdr = self._header(request)
+                    if not self._is_batch(request, hdr):
+                        msg, queue_id, _ = self._message(channel, request, hdr)
+                        msgs.append(msg)
+                        held.append((i, request, hdr, queue_id))
+                        continue
+                except SendError as exc:
+                    responses[i] = self._refused(channel, request, hdr, exc)  # type: ignore[arg-type]
+                    continue
+                except Exception as exc:  # noqa: BLE001 - as RequestTask.run answers a failing processor
+                    responses[i] = _failed(channel, request, exc)
+                    continue
+            if msgs:
+                await self._put_group(channel, msgs, held, responses)
+                msgs, held = [], []
+            responses[i] = await self._process_guarded(channel, request)
+        if msgs:
+            await self._put_group(channel, msgs, held, responses)
+        return responses
+
+    async def _put_group(
+        self,
+        channel,
+        msgs: list[MessageExtBrokerInner],
+        held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
+        responses: list[RemotingCommand | None],
+    ) -> None:
+        try:
+            results = await self.store.put_message_group(msgs)
+        except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
+            for i, request, _hdr, _queue_id in held:
+                responses[i] = _failed(channel, request, exc)
+            return
+        for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
+            response = self._put_result_to_response(request, result, msg, queue_id)
+            if response.code != ResponseCode.SUCCESS:
+                _log_not_stored(channel, hdr, response)
+            responses[i] = response
+
+    async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | None:
+        """``process_request`` for one request of a group: an exception costs that request a SYSTEM_ERROR, as
+        ``RequestTask.run`` would answer it, not the group."""
+        try:
+            return await self.process_request(channel, request)
+        except Exception as exc:  # noqa: BLE001
+            return _failed(channel, request, exc)
+
+    @staticmethod
+    def _header(request: RemotingCommand) -> SendMessageRequestHeader:
+        ext = request.ext_fields
+        return (
+            decode_header(SendMessageRequestHeader, ext)
+            if request.code == _SEND_MESSAGE
+            else decode_send_message_v2(ext)
+        )
+
+    @staticmethod
+    def _is_batch(request: RemotingCommand, hdr: SendMessageRequestHeader) -> bool:
+        if request.code == _SEND_BATCH_MESSAGE or hdr.batch:
+            return True
+        # the C++ client flags a batch sent as code 10 with batch="1" (not "true")
+        ext = request.ext_fields
+        return (ext.get("batch") or ext.get("m")) == "1"
+
+    @staticmethod
+    def _refused(channel, request: RemotingCommand, hdr: SendMessageRequestHeader, exc: SendError) -> RemotingCommand:
+        response = request.response(exc.code, exc.remark)
+        if exc.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR):
+            # a malformed request (a client's mistake): one warning line, no traceback
+            log.warning(
                 "send refused",
-                topic=hdr.topic,
-                code=int(response.code),
-                remark=response.remark,
+                topic=hdr.topic[:200],
+                code=int(exc.code),
+                remark=exc.remark[:300],
                 remote=channel.remote_addr,
             )
+        else:
+            _log_not_stored(channel, hdr, response)
         return response
 
     # -- checks ---------------------------------------------------------------------------
@@ -361,6 +454,16 @@ class SendMessageProcessor:
 
     # -- single message ---------------------------------------------------------------------
     async def send_message(self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader) -> RemotingCommand:
+        msg, queue_id, props = self._message(channel, request, hdr)
+        stall_ms = await self._fault_sleep(props) if self.config.fault_injection_enable else 0
+        result = await self.store.put_message(msg, stall_append_ms=stall_ms)
+        return self._put_result_to_response(request, result, msg, queue_id)
+
+    def _message(
+        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader
+    ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
+        """The checks of one single send and the message to store (with its queue id for the answer and the
+        properties as sent, for fault injection); SendError when refused."""
         tc = self._msg_check(channel, hdr)
         body = bytes(request.body) if request.body is not None else b""
         props_text = hdr.properties or ""
@@ -389,9 +492,7 @@ class SendMessageProcessor:
                 except TimerPropertyError as exc:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
-        stall_ms = await self._fault_sleep(props) if self.config.fault_injection_enable else 0
-        result = await self.store.put_message(msg, stall_append_ms=stall_ms)
-        return self._put_result_to_response(request, result, msg, queue_id)
+        return msg, queue_id, props
 
     # -- batch ------------------------------------------------------------------------------
     async def send_batch_message(
@@ -534,6 +635,25 @@ class SendMessageProcessor:
             self.stats.on_send_back(hdr.group, msg_ext.topic)
             return request.response(ResponseCode.SUCCESS)
         return request.response(ResponseCode.SYSTEM_ERROR, result.status.name)
+
+
+def _log_not_stored(channel: Any, hdr: SendMessageRequestHeader, response: RemotingCommand) -> None:
+    log.debug(
+        "send refused", topic=hdr.topic, code=int(response.code), remark=response.remark, remote=channel.remote_addr
+    )
+
+
+def _failed(channel: Any, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    """The SYSTEM_ERROR answer and the log line ``RequestTask.run`` gives a request whose processor raised."""
+    log.warning(
+        "request processing failed",
+        code=request.code,
+        opaque=request.opaque,
+        remote=channel.remote_addr,
+        error=exception_remark(exc),
+        exc_info=not isinstance(exc, RemotingError),
+    )
+    return request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
 
 
 def _int_or_zero(value: str | None) -> int:

@@ -1,0 +1,119 @@
+"""The SEND requests decoded from one read: checked one by one, stored with one ``put_message_group``, each
+answered as a lone send would be (``SendMessageProcessor.process_requests`` behind the server's grouping).
+
+The frames go out in one write, so the broker decodes them from one read. Without the grouping the store's
+``put_message_group`` is never called and the first test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from broker_helpers import send_request, start_broker
+
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from store.message import decode_records, encode_properties
+
+
+async def read_answer(reader) -> RemotingCommand:
+    (length,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+    return RemotingCommand.decode(memoryview(await asyncio.wait_for(reader.readexactly(length), 5)))
+
+
+def spy_groups(broker) -> list[int]:
+    """Sizes of the store's group puts, recorded from here on."""
+    sizes: list[int] = []
+    store = broker.store
+    real = store.put_message_group
+
+    def put_message_group(msgs, **kw):
+        sizes.append(len(msgs))
+        return real(msgs, **kw)
+
+    store.put_message_group = put_message_group
+    return sizes
+
+
+async def exchange(broker, requests: list[RemotingCommand]) -> dict[int, RemotingCommand]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.server.port)
+    try:
+        for opaque, request in enumerate(requests, 1):
+            request.opaque = opaque
+        writer.write(b"".join(r.to_bytes() for r in requests))  # one write: one read on the broker's side
+        answers = [await read_answer(reader) for _ in requests]
+    finally:
+        writer.close()
+    return {a.opaque: a for a in answers}
+
+
+def batch_body(bodies) -> bytes:
+    out = bytearray()
+    for body in bodies:
+        p = encode_properties({}).encode()
+        out += struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, 0, len(body)) + body
+        out += struct.pack(">h", len(p)) + p
+    return bytes(out)
+
+
+async def test_sends_of_one_read_are_stored_in_one_group_put_in_request_order(broker) -> None:
+    sizes = spy_groups(broker)
+    requests = [send_request("GroupT", f"m{i}".encode(), queue_id=1) for i in range(8)]
+    answers = await exchange(broker, requests)
+    assert sizes == [8]
+    assert [answers[o].code for o in range(1, 9)] == [ResponseCode.SUCCESS] * 8
+    # queue offsets follow the order of the requests, and each answer carries its own message id
+    assert [int(answers[o].ext_fields["queueOffset"]) for o in range(1, 9)] == list(range(8))
+    assert len({answers[o].ext_fields["msgId"] for o in range(1, 9)}) == 8
+    stored = decode_records(broker.store.get_message("G", "GroupT", 1, 0, 32).body)
+    assert [m.body for m in stored] == [f"m{i}".encode() for i in range(8)]
+    # the request metrics and the put statistics saw each send
+    cells = broker.metrics.requests.latency
+    assert cells[(int(RequestCode.SEND_MESSAGE_V2), int(ResponseCode.SUCCESS), False, "success")].count == 8
+
+
+async def test_a_refused_send_costs_only_its_own_answer_and_a_batch_keeps_its_place(broker) -> None:
+    sizes = spy_groups(broker)
+    requests = [
+        send_request("GroupT2", b"a", queue_id=0),
+        send_request("bad topic!", b"x"),  # refused by the topic-name check (SYSTEM_ERROR, one warning)
+        send_request("GroupT2", b"b", queue_id=0),
+        send_request("GroupT2", batch_body([b"c1", b"c2"]), queue_id=0, code=RequestCode.SEND_BATCH_MESSAGE),
+        send_request("GroupT2", b"d", queue_id=0),
+        RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "GroupT2"}, b"no header"),  # header incomplete
+    ]
+    answers = await exchange(broker, requests)
+    assert answers[2].code == ResponseCode.SYSTEM_ERROR and "illegal characters" in answers[2].remark
+    assert answers[6].code == ResponseCode.SYSTEM_ERROR and "missing" in answers[6].remark
+    assert [answers[o].code for o in (1, 3, 4, 5)] == [ResponseCode.SUCCESS] * 4
+    # a and b are stored before the batch (which goes through the lone-request path), d after it
+    assert [answers[o].ext_fields["queueOffset"] for o in (1, 3, 4, 5)] == ["0", "1", "2", "4"]
+    # a, the refused one and b were one group (the batch and what follows it go one by one while it holds the
+    # send worker, or as a group of their own)
+    assert sizes[0] == 2 and sum(sizes) <= 3
+    bodies = [m.body for m in decode_records(broker.store.get_message("G", "GroupT2", 0, 0, 32).body)]
+    assert bodies == [b"a", b"b", b"c1", b"c2", b"d"]
+    # the request metrics saw each send once, the refused ones under their own answer
+    cells = broker.metrics.requests.latency
+    v2 = int(RequestCode.SEND_MESSAGE_V2)
+    assert cells[(v2, int(ResponseCode.SUCCESS), False, "success")].count == 3
+    # (the request without a header is counted "process_request_failed" when it ran alone, as a lone request
+    # whose processor raised is; inside a group the processor answers it itself)
+    refused = [cells.get((v2, int(ResponseCode.SYSTEM_ERROR), False, r)) for r in ("success", "process_request_failed")]
+    assert sum(c.count for c in refused if c is not None) == 2
+    assert cells[(int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS), False, "success")].count == 1
+
+
+async def test_a_group_under_sync_flush_is_answered_after_its_fsync(tmp_path) -> None:
+    broker = await start_broker(tmp_path, flushDiskType="SYNC_FLUSH")
+    try:
+        sizes = spy_groups(broker)
+        answers = await exchange(broker, [send_request("GroupSync", f"s{i}".encode(), queue_id=2) for i in range(6)])
+        assert sizes == [6]
+        assert [answers[o].code for o in range(1, 7)] == [ResponseCode.SUCCESS] * 6
+        assert [answers[o].ext_fields["queueOffset"] for o in range(1, 7)] == [str(i) for i in range(6)]
+        mfq = broker.store.commit_log.mapped_file_queue
+        assert mfq.flushed_where >= mfq.max_offset() > 0  # answered only once an fsync covered them
+    finally:
+        await broker.shutdown()

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import struct
-import subprocess
 import tempfile
 import threading
 import time
@@ -35,10 +33,11 @@ from bench import consume_ab
 from bench.backlog import fill_backlog
 from bench.broker_proc import BrokerProcess, free_port
 from bench.consume_ab import BACKLOG_TOPIC
+from bench.java_broker import JavaBroker
 from bench.vs_java import CONSUME_LINE, JavaTool, find_reference_bin
+from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 
-PULL_MESSAGE = 11
 _LEN = struct.Struct(">i")
 
 
@@ -132,8 +131,8 @@ class Proxy:
 
     async def _ns(self, reader, writer) -> None:
         up_r, up_w = await asyncio.open_connection("127.0.0.1", self.ns_real)
-        real = f"127.0.0.1:{self.broker_real}".encode()
-        mine = f"127.0.0.1:{self.broker_port}".encode()
+        real = f'"127.0.0.1:{self.broker_real}"'.encode()  # quoted: port 1091 must not match 10911
+        mine = f'"127.0.0.1:{self.broker_port}"'.encode()
         await asyncio.gather(
             pump(reader, up_w, lambda f: f), pump(up_r, writer, lambda f: rewrite_route(f, real, mine))
         )
@@ -144,7 +143,7 @@ class Proxy:
 
         def request(frame: bytes) -> bytes:
             cmd = RemotingCommand.decode(memoryview(frame)[4:])
-            if cmd.code == PULL_MESSAGE:
+            if cmd.code == RequestCode.PULL_MESSAGE:
                 trace.pulls[cmd.opaque] = (time.perf_counter(), cmd.ext_fields)
             else:
                 trace.others[cmd.code] += 1
@@ -268,19 +267,14 @@ def run_ours(rmqjava: Path, args: argparse.Namespace, tmp: Path) -> str:
 
 
 def run_java(bin_dir: Path, args: argparse.Namespace) -> str:
-    ns, br = free_port(), free_port()
-    env = dict(os.environ, RMQ_NS_PORT=str(ns), RMQ_BROKER_PORT=str(br))
-    anchor = str(bin_dir / "rmq-anchor")
+    broker = JavaBroker(bin_dir).start()
     try:
-        subprocess.run([anchor, "start"], env=env, check=True, capture_output=True, timeout=180)
-        asyncio.run(fill_backlog(f"127.0.0.1:{ns}", BACKLOG_TOPIC, args.backlog))
+        asyncio.run(fill_backlog(broker.namesrv, BACKLOG_TOPIC, args.backlog))
         if args.direct:
-            run_dir = bin_dir.parent / "logs" / "run"
-            pids = [int((run_dir / f"{n}.pid").read_text()) for n in ("namesrv", "broker")]
-            return run_direct("java", bin_dir / "rmqjava", ns, pids, args.seconds)
-        return run_target("java", bin_dir / "rmqjava", ns, br, args.seconds)
+            return run_direct("java", bin_dir / "rmqjava", broker.ns_port, [broker.pid], args.seconds)
+        return run_target("java", bin_dir / "rmqjava", broker.ns_port, broker.broker_port, args.seconds)
     finally:
-        subprocess.run([anchor, "stop"], env=env, capture_output=True, timeout=120)
+        broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

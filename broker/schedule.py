@@ -41,6 +41,7 @@ import structlog
 from broker.config_file import dumps, read_config, write_atomically
 from broker.inner_message import inner_from
 from broker.message_const import MessageConst
+from broker.parked_record import ParkedRecordReader
 from broker.topic import SCHEDULE_TOPIC
 from store.message import (
     POS_STORE_TIMESTAMP as _POS_STORE_TIMESTAMP,
@@ -160,6 +161,7 @@ class ScheduleMessageService:
         self._persisted_below = 0
         self._loaded_below: int | None = None
         self._write_lock: asyncio.Lock | None = None
+        self._reader = ParkedRecordReader()
 
     @property
     def delivered(self) -> int:
@@ -402,20 +404,31 @@ class ScheduleMessageService:
         now = self._now_ms()
         phys = entries["offset"].tolist()
         sizes = entries["size"].tolist()
-        read = self.store.commit_log.get_message
         ahead = self._ahead.get(level, ())
+        build = self._reader.inner
+        get_data = self.store.commit_log.get_data
         restored: list[MessageExtBrokerInner | None] = []
         dues: list[int] = []
-        # Due = store time + this level's delay, read from each record (the entry's tags code holds the
-        # store's own computation, which need not use the same level table); the level's queue falls
-        # due in arrival order, so the round stops at the first entry not yet due.
+        # One view per CommitLog file the round reads (its readable part), sliced per entry, instead of
+        # a file lookup per entry. Due = store time + this level's delay, read from each record (the
+        # entry's tags code holds the store's own computation, which need not use the same level table);
+        # the level's queue falls due in arrival order, so the round stops at the first entry not yet due.
+        base = end = 0
+        data: memoryview | None = None
         for i, (phy, size) in enumerate(zip(phys, sizes)):
-            view = read(phy, size)
-            if view is None or size < _POS_STORE_TIMESTAMP + 8:
+            if data is None or phy < base or phy + size > end:
+                got = get_data(phy)
+                data = None
+                if got is not None:
+                    base, data = got
+                    end = base + len(data)
+            if data is None or phy + size > end or size < _POS_STORE_TIMESTAMP + 8:
+                data = None
                 log.warning("schedule entry unreadable, skipped", level=level, offset=offset + i)
                 restored.append(None)
                 dues.append(now)
                 continue
+            view = data[phy - base : phy - base + size]
             due = _LONG.unpack_from(view, _POS_STORE_TIMESTAMP)[0] + delay_ms
             if due > now:
                 if not restored:
@@ -426,16 +439,15 @@ class ScheduleMessageService:
                 restored.append(None)
                 continue
             try:
-                parked = decode_record(view)
-                if MessageConst.REAL_TOPIC not in parked.properties:
-                    # put back as it is, it would land in this topic again: a loop, not a delivery
-                    log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
-                    restored.append(None)
-                    continue
-                restored.append(self.restore(parked))
+                inner = build(view)
             except Exception as exc:  # a corrupt record must not stall the level
                 log.warning("schedule entry undecodable, skipped", level=level, offset=offset + i, error=str(exc))
-                restored.append(None)
+                inner = None
+            else:
+                if inner is None:
+                    # put back as it is, it would land in this topic again: a loop, not a delivery
+                    log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
+            restored.append(inner)
         done = [m is None for m in restored]
         failed = False
         try:

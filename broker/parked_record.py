@@ -14,7 +14,6 @@ crash recovery, which still matches copies through ``restore``, sees the same me
 from __future__ import annotations
 
 import socket
-from operator import methodcaller
 
 from broker.message_const import MessageConst
 from store.message import (
@@ -33,7 +32,6 @@ from store.message import (
 )
 
 _CACHE_MAX = 4096  # hosts and tags remembered (each cache starts over when full)
-_SPLIT_PAIR = methodcaller("split", NAME_VALUE_SEPARATOR, 1)
 _JOIN_PAIR = NAME_VALUE_SEPARATOR.join
 _V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _DELAY = MessageConst.DELAY
@@ -43,17 +41,16 @@ _TAGS = MessageConst.TAGS
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """`decode_properties` (J string2messageProperties) for a well-formed string in C-level passes; the
-    pieces J skips (no separator, an empty name or value) send it to `decode_properties` itself."""
+    """`decode_properties` (J string2messageProperties) in C-level passes for a well-formed string (one
+    NAME_VALUE_SEPARATOR per piece, no empty name or value): split on both separators, names and values
+    alternate. Any other string (a separator inside a value, a trailing one, junk) goes to
+    `decode_properties` itself."""
     if not text:
         return {}
-    try:
-        props = dict(map(_SPLIT_PAIR, text.split(PROPERTY_SEPARATOR)))
-    except ValueError:  # a piece without NAME_VALUE_SEPARATOR (a trailing separator, junk)
+    parts = text.replace(PROPERTY_SEPARATOR, NAME_VALUE_SEPARATOR).split(NAME_VALUE_SEPARATOR)
+    if len(parts) != 2 * text.count(PROPERTY_SEPARATOR) + 2 or "" in parts:
         return decode_properties(text)
-    if "" in props or "" in props.values():
-        return decode_properties(text)
-    return props
+    return dict(zip(parts[::2], parts[1::2]))
 
 
 class ParkedRecordReader:

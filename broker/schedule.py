@@ -21,8 +21,8 @@ event loop, and on shutdown after the last round has finished (a stop never inte
 way). So that a crash does not repeat the runs put after the last write either, the file also holds
 ``commitLogOffset``: a CommitLog position below which no delivery the offsets do not count was
 written. On start, the records from there to the end (a short stretch: the file is written after each
-round, before a put and every ``STALE_CHECK_S`` whenever that stretch would exceed
-``RECOVERY_SCAN_LIMIT``) are matched against each level's next entries, and the offsets move past the
+round, and, whenever that stretch would exceed ``RECOVERY_SCAN_LIMIT``, every ``STALE_CHECK_S`` and from
+a state taken before a put, written without the put waiting for it) are matched against each level's next entries, and the offsets move past the
 ones already delivered (upstream repeats them: at-least-once). A put that fails after others of its round
 succeeded is handled the same way: the offset stops before it, the entries delivered beyond are skipped
 when the round is retried.
@@ -161,6 +161,9 @@ class ScheduleMessageService:
         self._persisted_below = 0
         self._loaded_below: int | None = None
         self._write_lock: asyncio.Lock | None = None
+        self._snapshot_seq = 0
+        self._written_seq = 0
+        self._early_write: asyncio.Task[None] | None = None  # the write started ahead of a put
         self._reader = ParkedRecordReader()
 
     @property
@@ -186,16 +189,18 @@ class ScheduleMessageService:
             self._loaded_below = int(below) if isinstance(below, int) and below >= 0 else None
 
     def persist(self) -> None:
-        payload, below = self._snapshot()
+        payload, below, seq = self._snapshot()
         write_atomically(self._path, payload)
+        self._written_seq = seq
         self._persisted_below = below
 
-    def _snapshot(self) -> tuple[bytes, int]:
-        """The file's content now, and its ``commitLogOffset``. Taken on the event loop, between puts'
-        awaits, so the offsets and the position agree."""
+    def _snapshot(self) -> tuple[bytes, int, int]:
+        """The file's content now, its ``commitLogOffset`` and a number that orders snapshots. Taken on
+        the event loop, between puts' awaits, so the offsets and the position agree."""
         below = self._safe_commit_log_offset()
         offsets = {str(k): v for k, v in sorted(self.offset_table.items())}
-        return dumps({"offsetTable": offsets, "commitLogOffset": below}), below
+        self._snapshot_seq += 1
+        return dumps({"offsetTable": offsets, "commitLogOffset": below}), below, self._snapshot_seq
 
     def _safe_commit_log_offset(self) -> int:
         """A CommitLog position below which every delivery put so far is counted in ``offset_table``:
@@ -203,12 +208,17 @@ class ScheduleMessageService:
         round in progress, or entries delivered beyond the offset)."""
         return min([self.store.commit_log.get_max_offset(), *self._uncounted_from.values()])
 
-    async def _write(self) -> None:
-        """One write of the file off the event loop; writes never overlap (they share a tmp file)."""
+    async def _write(self, snapshot: tuple[bytes, int, int] | None = None) -> None:
+        """One write of the file off the event loop, of `snapshot` or of the state once no other write
+        runs; writes never overlap, and a snapshot older than the one last written is dropped (every
+        snapshot is a consistent state, a newer one only says more)."""
         assert self._write_lock is not None
         async with self._write_lock:
-            payload, below = self._snapshot()
+            payload, below, seq = snapshot if snapshot is not None else self._snapshot()
+            if seq < self._written_seq:
+                return
             await asyncio.to_thread(write_atomically, self._path, payload)
+            self._written_seq = seq
             self._persisted_below = below
 
     def correct_delay_offsets(self) -> None:
@@ -322,6 +332,9 @@ class ScheduleMessageService:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self._early_write is not None:
+            await asyncio.gather(self._early_write, return_exceptions=True)
+            self._early_write = None
         if self._persister is not None:
             # Not cancelled: a write in its worker thread would go on and race the final one.
             assert self._persist_wanted is not None
@@ -455,7 +468,7 @@ class ScheduleMessageService:
                 if level not in self._uncounted_from:
                     self._uncounted_from[level] = self.store.commit_log.get_max_offset()
                 if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
-                    await self._write_ahead(level)
+                    self._write_ahead(level)
                 msgs = [restored[i] for i in run]
                 if len(msgs) == 1:
                     put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
@@ -502,13 +515,23 @@ class ScheduleMessageService:
             self._advance(level, offset + prefix)
         return prefix
 
-    async def _write_ahead(self, level: int) -> None:
-        """Write the file before a put when its ``commitLogOffset`` fell far behind: keeps what a start
-        after a crash reads short. A failed write only makes that read longer: the put goes on."""
-        try:
-            await self._write()
-        except OSError as exc:
-            log.error("cannot write delayOffset.json ahead of a delivery", level=level, error=str(exc))
+    def _write_ahead(self, level: int) -> None:
+        """Before a put when the file's ``commitLogOffset`` fell far behind: the state is taken now, so
+        the file will say the CommitLog was read up to where this put begins, and written in the
+        background (unless such a write still runs). The put does not wait for it: the bound is only on
+        what a start after a crash reads, and an fsync on a busy disk takes up to a second (that wait was
+        the lateness of a burst). A failed write only makes that read longer."""
+        if self._early_write is not None and not self._early_write.done():
+            return
+        snapshot = self._snapshot()
+
+        async def write() -> None:
+            try:
+                await self._write(snapshot)
+            except OSError as exc:
+                log.error("cannot write delayOffset.json ahead of a delivery", level=level, error=str(exc))
+
+        self._early_write = asyncio.get_running_loop().create_task(write(), name="schedule-write-ahead")
 
     def _runs(self, restored: list[MessageExtBrokerInner | None]) -> list[list[int]]:
         """Indexes of `restored` to put in one append each: the messages of one real queue in their level

@@ -26,7 +26,8 @@ tree), Apache RocketMQ's benchmark Producer (`rmqjava org.apache.rocketmq.exampl
 -e LEVEL -q COUNT`, 16 threads by default) as the client, then, once the broker's runtime info says the level
 delivered everything, the broker is stopped and the same figures are read from its store (paired by UNIQ_KEY).
 `--baseline-root DIR` runs the same burst first through a broker from another checkout (e.g. main). It needs
-`rmqjava` on PATH (`../shared/apache-rocketmq-4.9.7/setup.sh`) and skips otherwise.
+`rmqjava` (`--rmq-bin`, else PATH, else where `../shared/apache-rocketmq-4.9.7/setup.sh` puts it) and skips
+otherwise.
 
     python -m bench.delay_burst [--count 100000] [--level 1] [--body 128] [--baseline-rev REV | --no-baseline]
     python -m bench.delay_burst --cost [--count 50000] [--repeat 3] [--baseline-rev REV]
@@ -302,12 +303,14 @@ async def run_broker_burst(args: argparse.Namespace, name: str, tree: Path) -> B
     """The burst through a broker process running the source `tree`, sent by the Java benchmark Producer;
     figures from its store once it delivered everything and stopped. None when rmqjava is not installed."""
     from bench.broker_proc import BrokerProcess
+    from bench.vs_java import find_reference_bin
     from mqclient.admin import AdminClient
 
-    rmqjava = shutil.which("rmqjava")
-    if rmqjava is None:
-        print("broker mode skipped: rmqjava is not on PATH (../shared/apache-rocketmq-4.9.7/setup.sh)")
+    folder = find_reference_bin(getattr(args, "rmq_bin", None))
+    if folder is None:
+        print("broker mode skipped: no rmqjava (../shared/apache-rocketmq-4.9.7/setup.sh, or --rmq-bin)")
         return None
+    rmqjava = str(folder / "rmqjava")
     root = Path(tempfile.mkdtemp(prefix="delay-burst-broker-"))
     broker = BrokerProcess(
         store_dir=root,
@@ -448,6 +451,7 @@ def main() -> None:
     mode.add_argument("--broker", action="store_true", help="through a broker process and the Java Producer")
     parser.add_argument("--repeat", type=int, default=3, help="--cost: runs of each tree")
     parser.add_argument("--threads", type=int, default=16, help="--broker: Java Producer threads")
+    parser.add_argument("--rmq-bin", help="--broker: the folder holding rmqjava (default: PATH, then setup.sh's)")
     parser.add_argument(
         "--baseline-root", help="--broker: first the same burst through a broker running this source tree"
     )

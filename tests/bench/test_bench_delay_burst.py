@@ -3,7 +3,9 @@ none early), and the baseline loads from git as a module of its own. No figure i
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +29,19 @@ async def test_the_baseline_is_the_schedule_service_at_a_git_revision() -> None:
     assert module.ScheduleMessageService is not ScheduleMessageService
     result = await delay_burst.run_burst(module.ScheduleMessageService, "before", 100, 1, b"y", 30.0)
     assert result.count == 100 and result.early == 0
+
+
+async def test_the_cost_mode_gives_cpu_per_put_and_per_delivery() -> None:
+    put_us, deliver_us = await delay_burst.run_cost(ScheduleMessageService, 200, 1, b"z" * 16, 30.0)
+    assert put_us > 0 and deliver_us > 0
+
+
+async def test_the_broker_mode_measures_a_burst_sent_by_the_java_producer(tmp_path) -> None:
+    from bench.vs_java import find_reference_bin
+
+    if find_reference_bin(None) is None:
+        pytest.skip("no rmqjava (the Apache RocketMQ 4.9.7 reference)")
+    args = argparse.Namespace(count=200, level=1, body=32, queues=2, threads=4, timeout=120.0, rmq_bin=None)
+    result = await delay_burst.run_broker_burst(args, "after", Path(delay_burst.__file__).resolve().parents[1])
+    assert result is not None and result.name == "after"
+    assert result.count == 200 and result.early == 0  # paired by the Java client's UNIQ_KEY

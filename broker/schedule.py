@@ -461,6 +461,7 @@ class ScheduleMessageService:
                     # put back as it is, it would land in this topic again: a loop, not a delivery
                     log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
             restored.append(inner)
+        data = view = None  # no view of a CommitLog file held across the puts' awaits
         done = [m is None for m in restored]
         failed = False
         try:

@@ -114,6 +114,18 @@ def scan_delivered_copies(store, below: int, is_copy: Callable[[MessageExt], boo
     return copies, scanned
 
 
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Until `event` is set (True) or `timeout_s` passed (False). Not ``asyncio.wait_for(event.wait())``:
+    on Python 3.11 that returns normally when the task is cancelled just as the event is set, and a
+    cancelled level or writer loop would go on forever (a crash test's gather hung until its timeout)."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait((waiter,), timeout=timeout_s)
+    finally:
+        waiter.cancel()
+    return bool(done)
+
+
 @dataclass(slots=True)
 class DeliveryStats:
     delivered: int = 0
@@ -346,9 +358,7 @@ class ScheduleMessageService:
     async def _persist_loop(self) -> None:
         assert self._persist_wanted is not None
         while True:
-            try:
-                await asyncio.wait_for(self._persist_wanted.wait(), STALE_CHECK_S)
-            except TimeoutError:
+            if not await wait_event(self._persist_wanted, STALE_CHECK_S):
                 # no delivery lately: still keep commitLogOffset near the end, or a start after a crash
                 # would read everything written since the last delivery
                 if self.store.commit_log.get_max_offset() - self._persisted_below <= RECOVERY_SCAN_LIMIT:
@@ -378,10 +388,7 @@ class ScheduleMessageService:
                 wait_s = RETRY_AFTER_FAILURE_S
             if self._stopping:
                 break
-            try:
-                await asyncio.wait_for(event.wait(), wait_s)
-            except TimeoutError:
-                pass
+            await wait_event(event, wait_s)
 
     async def _deliver_due(self, level: int) -> float:
         """Deliver the due messages of a level, a bounded batch per round, yielding between rounds;

@@ -391,3 +391,17 @@ async def test_a_round_reads_parked_records_across_commit_log_files(tmp_path):
         assert rig.service.delivered == n and len(got) == n
     finally:
         await rig.close()
+
+
+async def test_a_level_or_the_writer_cancelled_as_it_is_woken_stops(rig):
+    """A cancel that meets a wake-up in the same loop step ends the task (asyncio.wait_for on 3.11 returned
+    normally then, and the level went on delivering: a crash test's gather of the cancelled tasks hung)."""
+    await asyncio.sleep(0.1)  # the levels are idle, waiting for an arrival; the writer for a delivery
+    level_task, writer = rig.service._tasks[0], rig.service._persister
+    rig.service._wakeups[1].set()
+    rig.service._persist_wanted.set()
+    level_task.cancel()
+    writer.cancel()
+    await asyncio.wait([level_task, writer], timeout=2.0)
+    assert level_task.cancelled() and writer.cancelled()
+    rig.service._persister = None  # (the fixture's stop waits for the rest)

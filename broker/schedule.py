@@ -22,10 +22,10 @@ way). So that a crash does not repeat the runs put after the last write either, 
 ``commitLogOffset``: a CommitLog position below which no delivery the offsets do not count was
 written. On start, the records from there to the end (a short stretch: the file is written after each
 round, and, whenever that stretch would exceed ``RECOVERY_SCAN_LIMIT``, every ``STALE_CHECK_S`` and from
-a state taken before a put, written without the put waiting for it) are matched against each level's next entries, and the offsets move past the
-ones already delivered (upstream repeats them: at-least-once). A put that fails after others of its round
-succeeded is handled the same way: the offset stops before it, the entries delivered beyond are skipped
-when the round is retried.
+a state taken before a put, written without the put waiting for it) are matched against each level's
+next entries, and the offsets move past the ones already delivered (upstream repeats them:
+at-least-once). A put that fails after others of its round succeeded is handled the same way: the offset
+stops before it, the entries delivered beyond are skipped when the round is retried.
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ class TimerMessageService:
                 wait_s = RETRY_AFTER_FAILURE_S
             if self._stopping:
                 break
-            await wait_event(self._wakeup, wait_s)  # (a cancel is never lost, as with asyncio.wait_for)
+            await wait_event(self._wakeup, wait_s)  # (unlike asyncio.wait_for, never loses a cancel)
 
     async def _deliver_due(self) -> float:
         """Puts the due entries in due order (a bounded batch, then a yield); returns how long to sleep."""

@@ -7,13 +7,15 @@ Each target gets the same load, in turn, on this machine:
    best 10-second line counts, as a backlog drains fastest before it runs dry.
 3. **mixed**: Producer and Consumer together on a fresh topic; the consumer's median TPS and send-to-consume
    latency.
-The protocol ceiling (``bench/ceiling_server.py``: pre-encoded SEND_OK, no store) gets phase 1 only, and each
+4. **latency**: ``bench/send_latency.py``'s own Java program, the send phase's load for ``--latency-s`` seconds after
+   a 5 s warm-up, every send's latency recorded: p50/p99/p99.9/max (the benchmark Producer prints only average/max).
+The protocol ceiling (``bench/ceiling_server.py``: pre-encoded SEND_OK, no store) gets phases 1 and 4, and each
 broker's send TPS is printed as a share of it. Start time and idle private memory are read too.
 
 The reference comes from ``../shared/apache-rocketmq-4.9.7/setup.sh`` (``rmq-anchor``, ``rmqjava``): the script
 prints how to install it and exits 0 when it is missing, so it never fails on a machine without Java.
 
-    python -m bench.vs_java [--send-s 40] [--drain-s 20] [--mixed-s 30] [--targets ceiling,ours,java]
+    python -m bench.vs_java [--send-s 40] [--drain-s 20] [--mixed-s 30] [--latency-s 30] [--targets ceiling,ours,java]
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import structlog
 
 from bench.broker_proc import BrokerProcess, free_port
 from bench.ceiling_server import ceiling_process
+from bench.send_latency import LatencyFigures, ceiling_lines, report_lines
+from bench.send_latency import measure as measure_latency
 from mqclient.admin import AdminClient
 
 SEND_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
@@ -117,6 +121,7 @@ class Figures:
     start_s: float | None = None
     idle_private_mb: float | None = None
     idle_anon_mb: float | None = None
+    latency: LatencyFigures | None = None  # bench/send_latency.py's percentiles, when --latency-s > 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -175,6 +180,7 @@ def measure_ceiling(rmqjava: Path, args: argparse.Namespace) -> Figures:
     port = free_port()
     with ceiling_process(port):
         run_send(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.send_s, fig)
+        fig.latency = measure_latency(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.latency_s, fig.notes)
     return fig
 
 
@@ -228,6 +234,7 @@ def run_phases(rmqjava: Path, namesrv: str, args: argparse.Namespace, fig: Figur
     run_send(rmqjava, namesrv, f"SendT{stamp}", args.send_s, fig)
     run_drain(rmqjava, namesrv, f"SendT{stamp}", args.drain_s, fig)
     run_mixed(rmqjava, namesrv, f"MixT{stamp}", args.mixed_s, fig)
+    fig.latency = measure_latency(rmqjava, namesrv, f"LatT{stamp}", args.latency_s, fig.notes)
 
 
 def _fmt(value: float | None, spec: str = ",.0f") -> str:
@@ -255,11 +262,13 @@ def report(figs: dict[str, Figures]) -> str:
         j = getattr(java, attr) if java else None
         o = getattr(ours, attr) if ours else None
         out.append(f"{label:38} {_fmt(j, spec):>14} {_fmt(o, spec):>14} {_ratio(o, j):>10}")
+    out.extend(report_lines(java.latency if java else None, ours.latency if ours else None))
     if ceiling and ceiling.send_tps:
         out.append(f"\nprotocol ceiling (pre-encoded SEND_OK, no store): {ceiling.send_tps:,.0f} send TPS")
         for fig in (java, ours):
             if fig and fig.send_tps:
                 out.append(f"  {fig.name}: {fig.send_tps / ceiling.send_tps:.0%} of the ceiling")
+        out.extend(ceiling_lines(ceiling.latency))
     for fig in figs.values():
         for note in fig.notes:
             out.append(f"note ({fig.name}): {note}")
@@ -275,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--send-s", type=float, default=40.0, help="seconds of the send phase (lines every 10 s)")
     parser.add_argument("--drain-s", type=float, default=25.0)
     parser.add_argument("--mixed-s", type=float, default=35.0)
+    parser.add_argument("--latency-s", type=float, default=30.0, help="latency phase (SendLatency.java); 0: off")
     parser.add_argument("--targets", default="ceiling,ours,java", help="comma-separated: ceiling, ours, java")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)

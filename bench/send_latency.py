@@ -1,4 +1,4 @@
-"""Send latency percentiles under the issue-15 load, from a small Java program of ours (``bench/java/SendLatency.java``).
+"""Send latency percentiles under the issue-15 load, from a Java program of ours (``bench/java/SendLatency.java``).
 
 RocketMQ's ``benchmark.Producer`` prints only average and max RT, which cannot show the goal "p99 send latency no
 worse than Java's". ``SendLatency`` applies the same load (N threads, synchronous sends of S-byte bodies through one
@@ -10,20 +10,25 @@ the ``bin`` holding ``rmqjava``, found as ``bench.vs_java`` finds it) into a cac
 keyed by the source's hash, and run through ``rmqjava`` itself, so it gets the same JVM options as RocketMQ's own
 benchmark tools (java uses the last ``-cp``: ours, which adds the classes to the same jars).
 
-    python -m bench.send_latency [--namesrv HOST:PORT] [--threads 16] [--size 1024] [--seconds 30] [--warmup 5]
+    python -m bench.send_latency [--namesrv HOST:PORT | --vs-java ROUNDS] [--threads 16] [--size 1024] [--seconds 30]
 
-Without ``--namesrv`` it starts our broker on free ports and measures it. ``bench.vs_java`` runs it on both brokers
-in one run (``--latency-s``). Without Java, javac or the reference folder it says so and exits 0.
+Without ``--namesrv`` it starts our broker on free ports and measures it; ``--vs-java N`` starts ours and Java's
+(``rmq-anchor``) and alternates N rounds between them, printing the medians and ours/Java. ``bench.vs_java`` runs
+it on both brokers in one run (``--latency-s``). Without Java, javac or the reference folder it says so, exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,11 +233,69 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+@contextlib.contextmanager
+def our_broker() -> Iterator[str]:
+    """A fresh broker of this tree on free ports (small commit-log files); yields its name server address."""
+    from bench.broker_proc import SMALL_STORE, BrokerProcess
+
+    with tempfile.TemporaryDirectory(prefix="send-latency-") as tmp:
+        broker = BrokerProcess(store_dir=Path(tmp), fault_injection=False, config=dict(SMALL_STORE)).start()
+        try:
+            yield broker.namesrv
+        finally:
+            broker.stop()
+
+
+@contextlib.contextmanager
+def java_broker(bin_dir: Path) -> Iterator[str]:
+    """Apache RocketMQ 4.9.7 from ``rmq-anchor`` on RMQ_NS_PORT/RMQ_BROKER_PORT, else free ports. rmq-anchor keeps
+    one store and pid folder per install: it stops whatever that install already runs, so use an idle install."""
+    from bench.broker_proc import free_port
+
+    ns_port = os.environ.get("RMQ_NS_PORT") or str(free_port())
+    env = dict(os.environ, RMQ_NS_PORT=ns_port, RMQ_BROKER_PORT=os.environ.get("RMQ_BROKER_PORT") or str(free_port()))
+    anchor = str(bin_dir / "rmq-anchor")
+    try:
+        up = subprocess.run([anchor, "start"], env=env, capture_output=True, text=True, timeout=180, check=False)
+        if up.returncode != 0:
+            raise LatencyToolError(f"rmq-anchor start failed: {_tail(up.stdout + up.stderr)}")
+        yield f"127.0.0.1:{ns_port}"
+    finally:  # also after a failed start: a JVM that was only slow boots later and must not be left running
+        subprocess.run([anchor, "stop"], env=env, capture_output=True, timeout=120, check=False)
+
+
+def compare_rounds(tool: SendLatencyTool, bin_dir: Path, rounds: int, topic: str, load: dict) -> list[str]:
+    """Both brokers up at once, rounds alternating ours / Java, so a noisy machine hits both alike; the medians of
+    the rounds with ours/Java (latencies above 1.00x: ours is slower; TPS above 1.00x: ours is faster)."""
+    results: dict[str, list[LatencyFigures]] = {"java": [], "ours": []}
+    out = []
+    with our_broker() as ours_ns, java_broker(bin_dir) as java_ns:
+        for n in range(rounds):
+            for name, namesrv in (("ours", ours_ns), ("java", java_ns)):
+                fig = tool.run(namesrv, topic, **load)
+                results[name].append(fig)
+                line = f"round {n + 1} {name:4}: {orjson.dumps(fig).decode()}"
+                print(line, flush=True)
+                out.append(line)
+    medians = {name: _median_figures(figs) for name, figs in results.items()}
+    title = f"medians of {rounds} rounds"
+    out.append(f"{title:38} {'Java 4.9.7':>14} {'mini-rocketmq':>14} {'ours/Java':>10}")
+    out.extend(report_lines(medians["java"], medians["ours"]))
+    return out
+
+
+def _median_figures(figs: list[LatencyFigures]) -> LatencyFigures:
+    fields = ("seconds", "tps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms")
+    medians = {f: statistics.median(getattr(fig, f) for fig in figs) for f in fields}
+    return dataclasses.replace(figs[0], sent=sum(f.sent for f in figs), failed=sum(f.failed for f in figs), **medians)
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.vs_java import REFERENCE_SETUP, find_reference_bin
 
     parser = argparse.ArgumentParser(description="Send latency percentiles from our Java load program.")
     parser.add_argument("--namesrv", help="name server to measure (default: start our broker on free ports)")
+    parser.add_argument("--vs-java", type=int, metavar="ROUNDS", help="our broker and Java's, rounds alternating")
     parser.add_argument("--topic", default="SendLatencyTopic")
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--size", type=int, default=1024)
@@ -250,17 +313,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {exc}")
         return 0
     load = {"threads": args.threads, "size": args.size, "seconds": args.seconds, "warmup": args.warmup}
+    if args.vs_java:
+        print("\n".join(compare_rounds(tool, bin_dir, args.vs_java, args.topic, load)[-len(LATENCY_ROWS) - 1 :]))
+        return 0
     if args.namesrv:
         figures = tool.run(args.namesrv, args.topic, **load)
     else:
-        from bench.broker_proc import SMALL_STORE, BrokerProcess
-
-        with tempfile.TemporaryDirectory(prefix="send-latency-") as tmp:
-            broker = BrokerProcess(store_dir=Path(tmp), fault_injection=False, config=dict(SMALL_STORE)).start()
-            try:
-                figures = tool.run(broker.namesrv, args.topic, **load)
-            finally:
-                broker.stop()
+        with our_broker() as namesrv:
+            figures = tool.run(namesrv, args.topic, **load)
     print(orjson.dumps(figures).decode())
     return 0
 

@@ -5,6 +5,7 @@ The Java tests skip unless javac and the Apache RocketMQ 4.9.7 reference jars ar
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -101,3 +102,18 @@ def test_report_rows_sit_under_the_vs_java_table() -> None:
     assert p99.split()[-3:] == ["4.000", "6.000", "1.50x"]
     assert send_latency.report_lines(None, None) == []
     assert send_latency.report_lines(None, ours)[0].split()[-3:] == ["-", "1.000", "-"]
+
+
+def test_interleaved_rounds_report_the_median_of_each_figure() -> None:
+    base = LatencyFigures.from_json(
+        b'{"threads":16,"size":1024,"seconds":20.0,"sent":100,"failed":0,"not_ok":0,"tps":5.0,'
+        b'"latency_ms":{"p50":1.0,"p90":2.0,"p99":3.0,"p999":4.0,"max":9.0,"mean":1.0}}'
+    )
+    rounds = [
+        base,
+        dataclasses.replace(base, p99_ms=30.0, max_ms=90.0, failed=1),  # one noisy round does not set the figure
+        dataclasses.replace(base, p99_ms=5.0, tps=7.0),
+    ]
+    median = send_latency._median_figures(rounds)
+    assert (median.p99_ms, median.max_ms, median.tps, median.p50_ms) == (5.0, 9.0, 5.0, 1.0)
+    assert (median.sent, median.failed) == (300, 1)

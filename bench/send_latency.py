@@ -59,6 +59,7 @@ class LatencyFigures:
     p999_ms: float
     max_ms: float
     mean_ms: float
+    rate: float = 0.0  # the open load's target sends/s; 0: closed load (each thread sends when answered)
     warmup_sent: int = 0
     warmup_failed: int = 0
     last_error: str | None = None
@@ -81,6 +82,7 @@ class LatencyFigures:
             p999_ms=float(lat["p999"]),
             max_ms=float(lat["max"]),
             mean_ms=float(lat["mean"]),
+            rate=float(data.get("rate", 0.0)),
             warmup_sent=int(data.get("warmup_sent", 0)),
             warmup_failed=int(data.get("warmup_failed", 0)),
             last_error=data.get("last_error"),
@@ -106,7 +108,9 @@ class SendLatencyTool:
             raise LatencyToolError("javac not found on PATH (needs a JDK 17)")
         return cls(rmqjava, lib, compile_classes(javac, lib, cache_root or default_cache_root()))
 
-    def command(self, namesrv: str, topic: str, *, threads: int, size: int, seconds: float, warmup: float) -> list[str]:
+    def command(
+        self, namesrv: str, topic: str, *, threads: int, size: int, seconds: float, warmup: float, rate: float = 0.0
+    ) -> list[str]:
         classpath = f"{self.classes}{os.pathsep}{self.lib}/*"
         return [
             str(self.rmqjava),
@@ -114,7 +118,7 @@ class SendLatencyTool:
             classpath,
             MAIN_CLASS,
             *("-n", namesrv, "-t", topic, "-w", str(threads), "-s", str(size)),
-            *("-d", str(seconds), "-u", str(warmup)),
+            *("-d", str(seconds), "-u", str(warmup), "-r", str(rate)),
         ]
 
     def run(
@@ -126,9 +130,11 @@ class SendLatencyTool:
         size: int = 1024,
         seconds: float = 30.0,
         warmup: float = 5.0,
+        rate: float = 0.0,
     ) -> LatencyFigures:
-        """One load run, blocking for ``warmup + seconds`` plus the JVM's start and stop."""
-        cmd = self.command(namesrv, topic, threads=threads, size=size, seconds=seconds, warmup=warmup)
+        """One load run, blocking for ``warmup + seconds`` plus the JVM's start and stop. ``rate`` > 0: an open load
+        of that many sends/s in all, each send's latency counted from when it was due (SendLatency.java says why)."""
+        cmd = self.command(namesrv, topic, threads=threads, size=size, seconds=seconds, warmup=warmup, rate=rate)
         try:
             done = subprocess.run(
                 cmd, capture_output=True, stdin=subprocess.DEVNULL, timeout=warmup + seconds + 90, check=False
@@ -301,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=0.0, help="open load: sends/s in all (default: closed load)")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)
     bin_dir = find_reference_bin(args.rmq_bin)
@@ -312,7 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     except LatencyToolError as exc:
         print(f"skipped: {exc}")
         return 0
-    load = {"threads": args.threads, "size": args.size, "seconds": args.seconds, "warmup": args.warmup}
+    load = {
+        "threads": args.threads,
+        "size": args.size,
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+        "rate": args.rate,
+    }
     if args.vs_java:
         print("\n".join(compare_rounds(tool, bin_dir, args.vs_java, args.topic, load)[-len(LATENCY_ROWS) - 1 :]))
         return 0

@@ -6,7 +6,12 @@
  * headers, no compression) and records every send's latency after a warm-up in a per-thread log-linear histogram.
  * At the end it prints one JSON line on stdout; the client's own logs go to stderr (rmqjava's logback config).
  *
- * Usage: SendLatency -n NAMESRV -t TOPIC [-w THREADS] [-s SIZE] [-d SECONDS] [-u WARMUP_SECONDS]
+ * With -r RATE the load is open instead of closed: each thread sends on a fixed schedule (RATE/THREADS a second, from
+ * a staggered start) and a send's latency runs from when it was due, not from when a late thread got to it, so a
+ * stalled broker is charged for the sends it held up (no "coordinated omission"). That compares the tails of two
+ * brokers at the same offered load, where the closed load's latency is bound to its throughput (mean = THREADS/TPS).
+ *
+ * Usage: SendLatency -n NAMESRV -t TOPIC [-w THREADS] [-s SIZE] [-d SECONDS] [-u WARMUP_SECONDS] [-r RATE]
  */
 
 import java.io.BufferedReader;
@@ -14,6 +19,7 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.Locale;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.locks.LockSupport;
 
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -91,6 +97,8 @@ public final class SendLatency {
         final byte[] body;
         final long measureFromNanos;
         final long stopAtNanos;
+        final long intervalNanos; // 0: closed load, the next send as soon as the last one is answered
+        long dueNanos;
         final CountDownLatch done;
         final Histogram histogram = new Histogram();
         long warmupSent;
@@ -100,12 +108,14 @@ public final class SendLatency {
         String lastError;
 
         Sender(DefaultMQProducer producer, String topic, byte[] body, long measureFromNanos, long stopAtNanos,
-            CountDownLatch done) {
+            long intervalNanos, long firstDueNanos, CountDownLatch done) {
             this.producer = producer;
             this.topic = topic;
             this.body = body;
             this.measureFromNanos = measureFromNanos;
             this.stopAtNanos = stopAtNanos;
+            this.intervalNanos = intervalNanos;
+            this.dueNanos = firstDueNanos;
             this.done = done;
         }
 
@@ -114,6 +124,14 @@ public final class SendLatency {
             try {
                 while (true) {
                     long begin = System.nanoTime();
+                    if (intervalNanos > 0) {
+                        while (begin < dueNanos) {
+                            LockSupport.parkNanos(dueNanos - begin);
+                            begin = System.nanoTime();
+                        }
+                        begin = dueNanos;
+                        dueNanos += intervalNanos;
+                    }
                     if (begin >= stopAtNanos) {
                         return;
                     }
@@ -211,6 +229,7 @@ public final class SendLatency {
         int size = Integer.parseInt(option(args, "-s", "1024"));
         double seconds = Double.parseDouble(option(args, "-d", "30"));
         double warmup = Double.parseDouble(option(args, "-u", "5"));
+        double rate = Double.parseDouble(option(args, "-r", "0"));
 
         byte[] body = new byte[size];
         for (int i = 0; i < size; i++) {
@@ -228,7 +247,9 @@ public final class SendLatency {
         CountDownLatch done = new CountDownLatch(threads);
         Sender[] senders = new Sender[threads];
         for (int i = 0; i < threads; i++) {
-            senders[i] = new Sender(producer, topic, body, measureFrom, stopAt, done);
+            long interval = rate > 0 ? (long) (threads * 1e9 / rate) : 0;
+            long firstDue = start + interval * i / threads;
+            senders[i] = new Sender(producer, topic, body, measureFrom, stopAt, interval, firstDue, done);
             Thread thread = new Thread(senders[i], "send-latency-" + i);
             thread.setDaemon(true);
             thread.start();
@@ -257,6 +278,7 @@ public final class SendLatency {
         StringBuilder json = new StringBuilder(256);
         json.append("{\"threads\":").append(threads)
             .append(",\"size\":").append(size)
+            .append(",\"rate\":").append(String.format(Locale.ROOT, "%.1f", rate))
             .append(",\"seconds\":").append(String.format(Locale.ROOT, "%.3f", measuredSeconds))
             .append(",\"warmup_sent\":").append(warmupSent)
             .append(",\"warmup_failed\":").append(warmupFailed)

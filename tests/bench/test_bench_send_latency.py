@@ -69,6 +69,19 @@ def test_a_short_run_against_our_broker(tool: SendLatencyTool, tmp_path: Path) -
     assert figures.p50_ms <= figures.mean_ms * 10
 
 
+def test_an_open_load_sends_at_its_rate(tool: SendLatencyTool, tmp_path: Path) -> None:
+    """-r: 300 sends/s over 4 threads for 3 s is ~900 sends whatever the broker could take (a closed load of 4
+    threads sends thousands a second to an idle broker); latencies still ordered."""
+    broker = BrokerProcess(store_dir=tmp_path / "store", fault_injection=False, config=dict(SMALL_STORE)).start()
+    try:
+        figures = tool.run(broker.namesrv, "SendLatencyOpen", threads=4, size=256, seconds=3.0, warmup=1.0, rate=300)
+    finally:
+        broker.stop()
+    assert figures.rate == 300.0 and figures.failed == 0
+    assert 800 <= figures.sent <= 920, figures
+    assert 0 < figures.p50_ms <= figures.p99_ms <= figures.max_ms
+
+
 def test_without_javac_the_phase_is_a_note_not_a_failure(tmp_path: Path, monkeypatch) -> None:
     lib, bin_dir = tmp_path / "lib", tmp_path / "bin"
     lib.mkdir()

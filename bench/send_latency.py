@@ -241,11 +241,12 @@ def _fmt(value: float | None, spec: str) -> str:
 
 @contextlib.contextmanager
 def our_broker() -> Iterator[str]:
-    """A fresh broker of this tree on free ports (small commit-log files); yields its name server address."""
-    from bench.broker_proc import SMALL_STORE, BrokerProcess
+    """A fresh broker of this tree on free ports; yields its name server address. Default 1 GiB commit-log files,
+    as the Java broker's: with 64 MiB ones, ours rolled to a new file every ~10 s of this load and Java never did."""
+    from bench.broker_proc import BrokerProcess
 
     with tempfile.TemporaryDirectory(prefix="send-latency-") as tmp:
-        broker = BrokerProcess(store_dir=Path(tmp), fault_injection=False, config=dict(SMALL_STORE)).start()
+        broker = BrokerProcess(store_dir=Path(tmp), fault_injection=False).start()
         try:
             yield broker.namesrv
         finally:

@@ -10,13 +10,15 @@ Each target gets the same load, in turn, on this machine:
    "37k msg/s" line, against Java's 780k).
 3. **mixed**: Producer and Consumer together on a fresh topic; the consumer's median TPS and send-to-consume
    latency, and the producer's TPS meanwhile (a consumer that keeps up consumes what is sent).
-The protocol ceiling (``bench/ceiling_server.py``: pre-encoded SEND_OK, no store) gets phase 1 only, and each
+4. **latency**: ``bench/send_latency.py``'s own Java program, the send phase's load for ``--latency-s`` seconds after
+   a 5 s warm-up, every send's latency recorded: p50/p99/p99.9/max (the benchmark Producer prints only average/max).
+The protocol ceiling (``bench/ceiling_server.py``: pre-encoded SEND_OK, no store) gets phases 1 and 4, and each
 broker's send TPS is printed as a share of it. Start time and idle private memory are read too.
 
 The reference comes from ``../shared/apache-rocketmq-4.9.7/setup.sh`` (``rmq-anchor``, ``rmqjava``): the script
 prints how to install it and exits 0 when it is missing, so it never fails on a machine without Java.
 
-    python -m bench.vs_java [--send-s 40] [--drain-s 20] [--mixed-s 30] [--targets ceiling,ours,java]
+    python -m bench.vs_java [--send-s 40] [--drain-s 20] [--mixed-s 30] [--latency-s 30] [--targets ceiling,ours,java]
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import structlog
 from bench.backlog import drain_ran_dry, fill_backlog
 from bench.broker_proc import BrokerProcess, free_port
 from bench.ceiling_server import ceiling_process
+from bench.send_latency import LatencyFigures, ceiling_lines, report_lines
+from bench.send_latency import measure as measure_latency
 from mqclient.admin import AdminClient
 
 SEND_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
@@ -123,6 +127,7 @@ class Figures:
     start_s: float | None = None
     idle_private_mb: float | None = None
     idle_anon_mb: float | None = None
+    latency: LatencyFigures | None = None  # bench/send_latency.py's percentiles, when --latency-s > 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -184,7 +189,10 @@ def measure_ceiling(rmqjava: Path, args: argparse.Namespace) -> Figures:
     fig = Figures("ceiling")
     port = free_port()
     with ceiling_process(port):
-        run_send(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.send_s, fig)
+        if "send" in args.phases:
+            run_send(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.send_s, fig)
+        if "latency" in args.phases:
+            fig.latency = measure_latency(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.latency_s, fig.notes)
     return fig
 
 
@@ -241,6 +249,8 @@ def run_phases(rmqjava: Path, namesrv: str, args: argparse.Namespace, fig: Figur
         run_drain(rmqjava, namesrv, f"DrainT{stamp}", args, fig)
     if "mixed" in args.phases:
         run_mixed(rmqjava, namesrv, f"MixT{stamp}", args.mixed_s, fig)
+    if "latency" in args.phases:
+        fig.latency = measure_latency(rmqjava, namesrv, f"LatT{stamp}", args.latency_s, fig.notes)
 
 
 def _fmt(value: float | None, spec: str = ",.0f") -> str:
@@ -269,11 +279,13 @@ def report(figs: dict[str, Figures]) -> str:
         j = getattr(java, attr) if java else None
         o = getattr(ours, attr) if ours else None
         out.append(f"{label:38} {_fmt(j, spec):>14} {_fmt(o, spec):>14} {_ratio(o, j):>10}")
+    out.extend(report_lines(java.latency if java else None, ours.latency if ours else None))
     if ceiling and ceiling.send_tps:
         out.append(f"\nprotocol ceiling (pre-encoded SEND_OK, no store): {ceiling.send_tps:,.0f} send TPS")
         for fig in (java, ours):
             if fig and fig.send_tps:
                 out.append(f"  {fig.name}: {fig.send_tps / ceiling.send_tps:.0%} of the ceiling")
+        out.extend(ceiling_lines(ceiling.latency))
     for fig in figs.values():
         for note in fig.notes:
             out.append(f"note ({fig.name}): {note}")
@@ -292,7 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--drain-backlog", type=int, default=1_500_000, help="1 KiB messages to drain (≥ 10 s at the drain rate)"
     )
-    parser.add_argument("--phases", default="send,drain,mixed", help="comma-separated: send, drain, mixed")
+    parser.add_argument("--latency-s", type=float, default=30.0, help="latency phase (SendLatency.java); 0: off")
+    parser.add_argument(
+        "--phases", default="send,drain,mixed,latency", help="comma-separated: send, drain, mixed, latency"
+    )
     parser.add_argument("--targets", default="ceiling,ours,java", help="comma-separated: ceiling, ours, java")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)

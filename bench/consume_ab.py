@@ -11,7 +11,8 @@ the brokers, round by round, so a noisy machine hurts both alike:
   topic (created beforehand); the consumer's median TPS after the first line, and its send-to-consume latency.
 
 ``--profile DIR`` also records each phase with py-spy (raw collapsed stacks) and prints the broker's CPU share.
-Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``.
+Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``. A root named ``java`` is Apache RocketMQ
+4.9.7 (``rmq-anchor`` on free ports, one at a time): ``--roots .,java`` interleaves ours with the reference.
 
     python -m bench.consume_ab --roots ../main-clone,. [--rounds 2] [--drain-s 22] [--mixed-s 32]
 """
@@ -28,53 +29,30 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.backlog import create_topic, drain_ran_dry, fill_backlog
 from bench.broker_proc import BrokerProcess
+from bench.java_broker import JavaBroker
 from bench.vs_java import CONSUME_LINE, SEND_LINE, JavaTool, find_reference_bin
-from mqclient.admin import AdminClient
-from mqclient.errors import MQClientError
-from mqclient.message import Message
-from mqclient.producer import Producer
 
 BACKLOG_TOPIC = "ConsumeBacklog"
-BATCH = 32
 
 
 @dataclass
 class Target:
     label: str
-    broker: BrokerProcess
+    broker: BrokerProcess | JavaBroker
     drain: list[float] = field(default_factory=list)
     mixed: list[float] = field(default_factory=list)
     mixed_s2c: list[float] = field(default_factory=list)
     mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
     cpu: dict[str, list[float]] = field(default_factory=dict)
 
-
-async def create_topic(namesrv: str, topic: str) -> list:
-    async with AdminClient(namesrv) as admin:
-        return (await admin.create_topic_everywhere(topic, 4)).write_queues()
-
-
-async def fill_backlog(namesrv: str, count: int, size: int) -> None:
-    queues = await create_topic(namesrv, BACKLOG_TOPIC)
-    body = os.urandom(size // 2).hex().encode()[:size]
-    batch = [Message(BACKLOG_TOPIC, body) for _ in range(BATCH)]
-    async with Producer(namesrv) as producer:
-        sent = 0
-
-        async def worker(k: int) -> None:
-            nonlocal sent
-            i = k
-            while sent < count:
-                try:
-                    await producer.send_batch(batch, queue=queues[i % len(queues)])
-                except MQClientError:  # e.g. the broker's fast failure on a loaded machine: back off, go on
-                    await asyncio.sleep(0.2)
-                    continue
-                sent += BATCH
-                i += 1
-
-        await asyncio.gather(*(worker(k) for k in range(8)))
+    @property
+    def pid(self) -> int:
+        if isinstance(self.broker, JavaBroker):
+            return self.broker.pid
+        assert self.broker.proc is not None
+        return self.broker.proc.pid
 
 
 def cpu_seconds(pid: int) -> float:
@@ -87,13 +65,12 @@ class Recorder:
     """py-spy over a phase (when profiling) and the broker's CPU share over it."""
 
     def __init__(self, target: Target, phase: str, profile: Path | None, seconds: float) -> None:
-        assert target.broker.proc is not None
-        self.pid = target.broker.proc.pid
+        self.pid = target.pid
         self.target, self.phase = target, phase
         self.started = time.monotonic()
         self.cpu0 = cpu_seconds(self.pid)
         self.spy = None
-        if profile is not None:
+        if profile is not None and not isinstance(target.broker, JavaBroker):
             out = profile / f"{target.label}-{phase}-{int(time.time())}.txt"
             cmd = ["py-spy", "record", "-f", "raw", "-r", "100", "-d", str(int(seconds)), "-o", str(out)]
             self.spy = subprocess.Popen(
@@ -148,9 +125,15 @@ def _label(root: str, used: set[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--roots", default=".", help="comma-separated checkouts to compare (first is the baseline)")
+    parser.add_argument(
+        "--roots",
+        default=".",
+        help="comma-separated checkouts to compare (first is the baseline); 'java' is Apache RocketMQ 4.9.7",
+    )
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--backlog", type=int, default=400_000, help="1 KiB messages in each broker's backlog")
+    parser.add_argument(
+        "--backlog", type=int, default=1_200_000, help="1 KiB messages in each broker's backlog (≥ 10 s of drain)"
+    )
     parser.add_argument("--drain-s", type=float, default=22.0)
     parser.add_argument("--mixed-s", type=float, default=32.0)
     parser.add_argument("--phases", default="drain,mixed")
@@ -170,14 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="consume-ab-") as tmp:
         try:
             for i, root in enumerate(r.strip() for r in args.roots.split(",") if r.strip()):
-                label = _label(root, used)
-                broker = BrokerProcess(
-                    store_dir=Path(tmp) / f"store{i}", fault_injection=False, root=Path(root).resolve()
-                )
-                targets.append(Target(label, broker.start()))
+                if root == "java":
+                    label, broker = _label("java", used), JavaBroker(bin_dir).start()
+                else:
+                    label = _label(root, used)
+                    broker = BrokerProcess(
+                        store_dir=Path(tmp) / f"store{i}", fault_injection=False, root=Path(root).resolve()
+                    ).start()
+                targets.append(Target(label, broker))
                 started = time.monotonic()
                 if "drain" in phases:
-                    asyncio.run(fill_backlog(broker.namesrv, args.backlog, 1024))
+                    asyncio.run(fill_backlog(broker.namesrv, BACKLOG_TOPIC, args.backlog, 1024))
                 print(f"{label}: backlog of {args.backlog:,} in {time.monotonic() - started:.1f} s", flush=True)
             for n in range(args.rounds):
                 for phase in phases:
@@ -195,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for target in targets:
                 target.broker.stop()
-    print(report(targets))
+    print(report(targets, args.backlog))
     return 0
 
 
-def report(targets: list[Target]) -> str:
+def report(targets: list[Target], backlog: int) -> str:
     base = targets[0]
     out = [f"{'':10} {'drain TPS (each round)':>34} {'mixed consume TPS (each round)':>34} {'S2C ms':>8}"]
     for t in targets:
@@ -211,6 +197,8 @@ def report(targets: list[Target]) -> str:
             out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
         cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
         out.append(f"{'':10} broker CPU (median): {cpu}")
+        if t.drain and drain_ran_dry(max(t.drain), backlog):
+            out.append(f"{'':10} the backlog may have run dry inside a line: raise --backlog")
     for t in targets[1:]:
         for name in ("drain", "mixed"):
             a, b = getattr(base, name), getattr(t, name)

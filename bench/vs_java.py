@@ -3,17 +3,22 @@
 Each target gets the same load, in turn, on this machine:
 1. **send**: ``benchmark.Producer -w 16 -s 1024`` (16 threads, synchronous 1 KiB sends over the client's one
    connection) for ``--send-s`` seconds; TPS is the median of the 10-second lines after the first (warm-up).
-2. **drain**: a fresh group's ``benchmark.Consumer`` (20 threads) drains the backlog the send phase left; the
-   best 10-second line counts, as a backlog drains fastest before it runs dry.
+2. **drain**: a fresh group's ``benchmark.Consumer`` (20 threads) drains a backlog of ``--drain-backlog`` 1 KiB
+   messages, the same for every target (``bench/backlog.py``, sent in batches by our client); the best 10-second
+   line counts. Not the send phase's leftover: that is send TPS x ``--send-s``, so a broker that sends slower
+   gets a smaller backlog, which runs dry inside the line and caps its drain figure (it did: 365k messages, a
+   "37k msg/s" line, against Java's 780k).
 3. **mixed**: Producer and Consumer together on a fresh topic; the consumer's median TPS and send-to-consume
-   latency.
-The protocol ceiling (``bench/ceiling_server.py``: pre-encoded SEND_OK, no store) gets phase 1 only, and each
+   latency, and the producer's TPS meanwhile (a consumer that keeps up consumes what is sent).
+4. **latency**: ``bench/send_latency.py``'s own Java program, the send phase's load for ``--latency-s`` seconds after
+   a 5 s warm-up, every send's latency recorded: p50/p99/p99.9/max (the benchmark Producer prints only average/max).
+The protocol ceiling (``bench/ceiling_server.py``: pre-encoded SEND_OK, no store) gets phases 1 and 4, and each
 broker's send TPS is printed as a share of it. Start time and idle private memory are read too.
 
 The reference comes from ``../shared/apache-rocketmq-4.9.7/setup.sh`` (``rmq-anchor``, ``rmqjava``): the script
 prints how to install it and exits 0 when it is missing, so it never fails on a machine without Java.
 
-    python -m bench.vs_java [--send-s 40] [--drain-s 20] [--mixed-s 30] [--targets ceiling,ours,java]
+    python -m bench.vs_java [--send-s 40] [--drain-s 20] [--mixed-s 30] [--latency-s 30] [--targets ceiling,ours,java]
 """
 
 from __future__ import annotations
@@ -35,8 +40,11 @@ from pathlib import Path
 
 import structlog
 
+from bench.backlog import drain_ran_dry, fill_backlog
 from bench.broker_proc import BrokerProcess, free_port
 from bench.ceiling_server import ceiling_process
+from bench.send_latency import LatencyFigures, ceiling_lines, report_lines
+from bench.send_latency import measure as measure_latency
 from mqclient.admin import AdminClient
 
 SEND_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
@@ -112,11 +120,14 @@ class Figures:
     send_avg_rt_ms: float | None = None
     send_failed: int = 0
     drain_tps: float | None = None
+    drain_lines: list[float] = field(default_factory=list)
     mixed_consume_tps: float | None = None
     mixed_s2c_ms: float | None = None
+    mixed_send_tps: float | None = None
     start_s: float | None = None
     idle_private_mb: float | None = None
     idle_anon_mb: float | None = None
+    latency: LatencyFigures | None = None  # bench/send_latency.py's percentiles, when --latency-s > 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -137,11 +148,14 @@ def run_send(rmqjava: Path, namesrv: str, topic: str, seconds: float, fig: Figur
         fig.notes.append("the producer printed no TPS line")
 
 
-def run_drain(rmqjava: Path, namesrv: str, topic: str, seconds: float, fig: Figures) -> None:
+def run_drain(rmqjava: Path, namesrv: str, topic: str, args: argparse.Namespace, fig: Figures) -> None:
+    asyncio.run(fill_backlog(namesrv, topic, args.drain_backlog))
     tool = JavaTool(rmqjava, "Consumer", ["-n", namesrv, "-t", topic, "-g", f"drain_{int(time.time())}"])
-    time.sleep(seconds)
-    tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, tool.stop()) if m]
-    fig.drain_tps = max(tps, default=None)
+    time.sleep(args.drain_s)
+    fig.drain_lines = [float(m.group(1)) for m in map(CONSUME_LINE.search, tool.stop()) if m]
+    fig.drain_tps = max(fig.drain_lines, default=None)
+    if fig.drain_tps and drain_ran_dry(fig.drain_tps, args.drain_backlog):
+        fig.notes.append(f"the drain backlog may have run dry inside a line (lines {fig.drain_lines}): raise it")
 
 
 def create_topic(namesrv: str, topic: str, queues: int = 4) -> None:
@@ -164,7 +178,8 @@ def run_mixed(rmqjava: Path, namesrv: str, topic: str, seconds: float, fig: Figu
     consumer = JavaTool(rmqjava, "Consumer", ["-n", namesrv, "-t", topic, "-g", f"mixed_{int(time.time())}"])
     producer = JavaTool(rmqjava, "Producer", ["-n", namesrv, "-t", topic, "-w", "16", "-s", "1024"])
     time.sleep(seconds)
-    producer.stop()
+    sent = [float(m.group(1)) for m in map(SEND_LINE.search, producer.stop()) if m]
+    fig.mixed_send_tps = _median_after_first(sent)
     rows = [m for m in map(CONSUME_LINE.search, consumer.stop()) if m]
     fig.mixed_consume_tps = _median_after_first([float(m.group(1)) for m in rows])
     fig.mixed_s2c_ms = _median_after_first([float(m.group(4)) for m in rows])
@@ -174,7 +189,10 @@ def measure_ceiling(rmqjava: Path, args: argparse.Namespace) -> Figures:
     fig = Figures("ceiling")
     port = free_port()
     with ceiling_process(port):
-        run_send(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.send_s, fig)
+        if "send" in args.phases:
+            run_send(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.send_s, fig)
+        if "latency" in args.phases:
+            fig.latency = measure_latency(rmqjava, f"127.0.0.1:{port}", "CeilingTopic", args.latency_s, fig.notes)
     return fig
 
 
@@ -225,9 +243,14 @@ def measure_java(bin_dir: Path, args: argparse.Namespace) -> Figures:
 
 def run_phases(rmqjava: Path, namesrv: str, args: argparse.Namespace, fig: Figures) -> None:
     stamp = int(time.time())
-    run_send(rmqjava, namesrv, f"SendT{stamp}", args.send_s, fig)
-    run_drain(rmqjava, namesrv, f"SendT{stamp}", args.drain_s, fig)
-    run_mixed(rmqjava, namesrv, f"MixT{stamp}", args.mixed_s, fig)
+    if "send" in args.phases:
+        run_send(rmqjava, namesrv, f"SendT{stamp}", args.send_s, fig)
+    if "drain" in args.phases:
+        run_drain(rmqjava, namesrv, f"DrainT{stamp}", args, fig)
+    if "mixed" in args.phases:
+        run_mixed(rmqjava, namesrv, f"MixT{stamp}", args.mixed_s, fig)
+    if "latency" in args.phases:
+        fig.latency = measure_latency(rmqjava, namesrv, f"LatT{stamp}", args.latency_s, fig.notes)
 
 
 def _fmt(value: float | None, spec: str = ",.0f") -> str:
@@ -246,6 +269,7 @@ def report(figs: dict[str, Figures]) -> str:
         ("drain TPS (fresh group, best 10 s)", "drain_tps", ",.0f"),
         ("consume TPS while producing", "mixed_consume_tps", ",.0f"),
         ("send-to-consume ms while producing", "mixed_s2c_ms", ".1f"),
+        ("  producer TPS meanwhile", "mixed_send_tps", ",.0f"),
         ("start to ports open s", "start_s", ".2f"),
         ("idle private memory MB", "idle_private_mb", ".0f"),
         ("  of which anonymous MB", "idle_anon_mb", ".0f"),
@@ -255,11 +279,13 @@ def report(figs: dict[str, Figures]) -> str:
         j = getattr(java, attr) if java else None
         o = getattr(ours, attr) if ours else None
         out.append(f"{label:38} {_fmt(j, spec):>14} {_fmt(o, spec):>14} {_ratio(o, j):>10}")
+    out.extend(report_lines(java.latency if java else None, ours.latency if ours else None))
     if ceiling and ceiling.send_tps:
         out.append(f"\nprotocol ceiling (pre-encoded SEND_OK, no store): {ceiling.send_tps:,.0f} send TPS")
         for fig in (java, ours):
             if fig and fig.send_tps:
                 out.append(f"  {fig.name}: {fig.send_tps / ceiling.send_tps:.0%} of the ceiling")
+        out.extend(ceiling_lines(ceiling.latency))
     for fig in figs.values():
         for note in fig.notes:
             out.append(f"note ({fig.name}): {note}")
@@ -275,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--send-s", type=float, default=40.0, help="seconds of the send phase (lines every 10 s)")
     parser.add_argument("--drain-s", type=float, default=25.0)
     parser.add_argument("--mixed-s", type=float, default=35.0)
+    parser.add_argument(
+        "--drain-backlog", type=int, default=1_500_000, help="1 KiB messages to drain (≥ 10 s at the drain rate)"
+    )
+    parser.add_argument("--latency-s", type=float, default=30.0, help="latency phase (SendLatency.java); 0: off")
+    parser.add_argument(
+        "--phases", default="send,drain,mixed,latency", help="comma-separated: send, drain, mixed, latency"
+    )
     parser.add_argument("--targets", default="ceiling,ours,java", help="comma-separated: ceiling, ours, java")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)
@@ -287,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(needs Java 17), then run again"
         )
         return 0
+    args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = set(targets) - {"ceiling", "ours", "java"}
     if unknown:

@@ -21,11 +21,11 @@ event loop, and on shutdown after the last round has finished (a stop never inte
 way). So that a crash does not repeat the runs put after the last write either, the file also holds
 ``commitLogOffset``: a CommitLog position below which no delivery the offsets do not count was
 written. On start, the records from there to the end (a short stretch: the file is written after each
-round, before a put and every ``STALE_CHECK_S`` whenever that stretch would exceed
-``RECOVERY_SCAN_LIMIT``) are matched against each level's next entries, and the offsets move past the
-ones already delivered (upstream repeats them: at-least-once). A put that fails after others of its round
-succeeded is handled the same way: the offset stops before it, the entries delivered beyond are skipped
-when the round is retried.
+round, and, whenever that stretch would exceed ``RECOVERY_SCAN_LIMIT``, every ``STALE_CHECK_S`` and from
+a state taken before a put, written without the put waiting for it) are matched against each level's
+next entries, and the offsets move past the ones already delivered (upstream repeats them:
+at-least-once). A put that fails after others of its round succeeded is handled the same way: the offset
+stops before it, the entries delivered beyond are skipped when the round is retried.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import structlog
 from broker.config_file import dumps, read_config, write_atomically
 from broker.inner_message import inner_from
 from broker.message_const import MessageConst
+from broker.parked_record import ParkedRecordReader
 from broker.topic import SCHEDULE_TOPIC
 from store.message import (
     POS_STORE_TIMESTAMP as _POS_STORE_TIMESTAMP,
@@ -113,6 +114,18 @@ def scan_delivered_copies(store, below: int, is_copy: Callable[[MessageExt], boo
     return copies, scanned
 
 
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Until `event` is set (True) or `timeout_s` passed (False). Not ``asyncio.wait_for(event.wait())``:
+    on Python 3.11 that returns normally when the task is cancelled just as the event is set, and a
+    cancelled level or writer loop would go on forever (a crash test's gather hung until its timeout)."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait((waiter,), timeout=timeout_s)
+    finally:
+        waiter.cancel()
+    return bool(done)
+
+
 @dataclass(slots=True)
 class DeliveryStats:
     delivered: int = 0
@@ -160,6 +173,10 @@ class ScheduleMessageService:
         self._persisted_below = 0
         self._loaded_below: int | None = None
         self._write_lock: asyncio.Lock | None = None
+        self._snapshot_seq = 0
+        self._written_seq = 0
+        self._early_write: asyncio.Task[None] | None = None  # the write started ahead of a put
+        self._reader = ParkedRecordReader()
 
     @property
     def delivered(self) -> int:
@@ -184,16 +201,18 @@ class ScheduleMessageService:
             self._loaded_below = int(below) if isinstance(below, int) and below >= 0 else None
 
     def persist(self) -> None:
-        payload, below = self._snapshot()
+        payload, below, seq = self._snapshot()
         write_atomically(self._path, payload)
+        self._written_seq = seq
         self._persisted_below = below
 
-    def _snapshot(self) -> tuple[bytes, int]:
-        """The file's content now, and its ``commitLogOffset``. Taken on the event loop, between puts'
-        awaits, so the offsets and the position agree."""
+    def _snapshot(self) -> tuple[bytes, int, int]:
+        """The file's content now, its ``commitLogOffset`` and a number that orders snapshots. Taken on
+        the event loop, between puts' awaits, so the offsets and the position agree."""
         below = self._safe_commit_log_offset()
         offsets = {str(k): v for k, v in sorted(self.offset_table.items())}
-        return dumps({"offsetTable": offsets, "commitLogOffset": below}), below
+        self._snapshot_seq += 1
+        return dumps({"offsetTable": offsets, "commitLogOffset": below}), below, self._snapshot_seq
 
     def _safe_commit_log_offset(self) -> int:
         """A CommitLog position below which every delivery put so far is counted in ``offset_table``:
@@ -201,12 +220,17 @@ class ScheduleMessageService:
         round in progress, or entries delivered beyond the offset)."""
         return min([self.store.commit_log.get_max_offset(), *self._uncounted_from.values()])
 
-    async def _write(self) -> None:
-        """One write of the file off the event loop; writes never overlap (they share a tmp file)."""
+    async def _write(self, snapshot: tuple[bytes, int, int] | None = None) -> None:
+        """One write of the file off the event loop, of `snapshot` or of the state once no other write
+        runs; writes never overlap, and a snapshot older than the one last written is dropped (every
+        snapshot is a consistent state, a newer one only says more)."""
         assert self._write_lock is not None
         async with self._write_lock:
-            payload, below = self._snapshot()
+            payload, below, seq = snapshot if snapshot is not None else self._snapshot()
+            if seq < self._written_seq:
+                return
             await asyncio.to_thread(write_atomically, self._path, payload)
+            self._written_seq = seq
             self._persisted_below = below
 
     def correct_delay_offsets(self) -> None:
@@ -320,6 +344,9 @@ class ScheduleMessageService:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self._early_write is not None:
+            await asyncio.gather(self._early_write, return_exceptions=True)
+            self._early_write = None
         if self._persister is not None:
             # Not cancelled: a write in its worker thread would go on and race the final one.
             assert self._persist_wanted is not None
@@ -331,9 +358,7 @@ class ScheduleMessageService:
     async def _persist_loop(self) -> None:
         assert self._persist_wanted is not None
         while True:
-            try:
-                await asyncio.wait_for(self._persist_wanted.wait(), STALE_CHECK_S)
-            except TimeoutError:
+            if not await wait_event(self._persist_wanted, STALE_CHECK_S):
                 # no delivery lately: still keep commitLogOffset near the end, or a start after a crash
                 # would read everything written since the last delivery
                 if self.store.commit_log.get_max_offset() - self._persisted_below <= RECOVERY_SCAN_LIMIT:
@@ -363,10 +388,7 @@ class ScheduleMessageService:
                 wait_s = RETRY_AFTER_FAILURE_S
             if self._stopping:
                 break
-            try:
-                await asyncio.wait_for(event.wait(), wait_s)
-            except TimeoutError:
-                pass
+            await wait_event(event, wait_s)
 
     async def _deliver_due(self, level: int) -> float:
         """Deliver the due messages of a level, a bounded batch per round, yielding between rounds;
@@ -402,20 +424,31 @@ class ScheduleMessageService:
         now = self._now_ms()
         phys = entries["offset"].tolist()
         sizes = entries["size"].tolist()
-        read = self.store.commit_log.get_message
         ahead = self._ahead.get(level, ())
+        build = self._reader.inner
+        get_data = self.store.commit_log.get_data
         restored: list[MessageExtBrokerInner | None] = []
         dues: list[int] = []
-        # Due = store time + this level's delay, read from each record (the entry's tags code holds the
-        # store's own computation, which need not use the same level table); the level's queue falls
-        # due in arrival order, so the round stops at the first entry not yet due.
+        # One view per CommitLog file the round reads (its readable part), sliced per entry, instead of
+        # a file lookup per entry. Due = store time + this level's delay, read from each record (the
+        # entry's tags code holds the store's own computation, which need not use the same level table);
+        # the level's queue falls due in arrival order, so the round stops at the first entry not yet due.
+        base = end = 0
+        data: memoryview | None = None
         for i, (phy, size) in enumerate(zip(phys, sizes)):
-            view = read(phy, size)
-            if view is None or size < _POS_STORE_TIMESTAMP + 8:
+            if data is None or phy < base or phy + size > end:
+                got = get_data(phy)
+                data = None
+                if got is not None:
+                    base, data = got
+                    end = base + len(data)
+            if data is None or phy + size > end or size < _POS_STORE_TIMESTAMP + 8:
+                data = None
                 log.warning("schedule entry unreadable, skipped", level=level, offset=offset + i)
                 restored.append(None)
                 dues.append(now)
                 continue
+            view = data[phy - base : phy - base + size]
             due = _LONG.unpack_from(view, _POS_STORE_TIMESTAMP)[0] + delay_ms
             if due > now:
                 if not restored:
@@ -426,16 +459,16 @@ class ScheduleMessageService:
                 restored.append(None)
                 continue
             try:
-                parked = decode_record(view)
-                if MessageConst.REAL_TOPIC not in parked.properties:
-                    # put back as it is, it would land in this topic again: a loop, not a delivery
-                    log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
-                    restored.append(None)
-                    continue
-                restored.append(self.restore(parked))
+                inner = build(view)
             except Exception as exc:  # a corrupt record must not stall the level
                 log.warning("schedule entry undecodable, skipped", level=level, offset=offset + i, error=str(exc))
-                restored.append(None)
+                inner = None
+            else:
+                if inner is None:
+                    # put back as it is, it would land in this topic again: a loop, not a delivery
+                    log.warning("schedule entry without REAL_TOPIC, skipped", level=level, offset=offset + i)
+            restored.append(inner)
+        data = view = None  # no view of a CommitLog file held across the puts' awaits
         done = [m is None for m in restored]
         failed = False
         try:
@@ -443,7 +476,7 @@ class ScheduleMessageService:
                 if level not in self._uncounted_from:
                     self._uncounted_from[level] = self.store.commit_log.get_max_offset()
                 if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
-                    await self._write_ahead(level)
+                    self._write_ahead(level)
                 msgs = [restored[i] for i in run]
                 if len(msgs) == 1:
                     put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
@@ -490,13 +523,23 @@ class ScheduleMessageService:
             self._advance(level, offset + prefix)
         return prefix
 
-    async def _write_ahead(self, level: int) -> None:
-        """Write the file before a put when its ``commitLogOffset`` fell far behind: keeps what a start
-        after a crash reads short. A failed write only makes that read longer: the put goes on."""
-        try:
-            await self._write()
-        except OSError as exc:
-            log.error("cannot write delayOffset.json ahead of a delivery", level=level, error=str(exc))
+    def _write_ahead(self, level: int) -> None:
+        """Before a put when the file's ``commitLogOffset`` fell far behind: the state is taken now, so
+        the file will say the CommitLog was read up to where this put begins, and written in the
+        background (unless such a write still runs). The put does not wait for it: the bound is only on
+        what a start after a crash reads, and an fsync on a busy disk takes up to a second (that wait was
+        the lateness of a burst). A failed write only makes that read longer."""
+        if self._early_write is not None and not self._early_write.done():
+            return
+        snapshot = self._snapshot()
+
+        async def write() -> None:
+            try:
+                await self._write(snapshot)
+            except OSError as exc:
+                log.error("cannot write delayOffset.json ahead of a delivery", level=level, error=str(exc))
+
+        self._early_write = asyncio.get_running_loop().create_task(write(), name="schedule-write-ahead")
 
     def _runs(self, restored: list[MessageExtBrokerInner | None]) -> list[list[int]]:
         """Indexes of `restored` to put in one append each: the messages of one real queue in their level

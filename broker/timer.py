@@ -27,7 +27,7 @@ import structlog
 
 from broker.config_file import dumps, read_config, write_atomically
 from broker.message_const import MessageConst
-from broker.schedule import ScheduleMessageService, _copy_key, scan_delivered_copies
+from broker.schedule import ScheduleMessageService, _copy_key, scan_delivered_copies, wait_event
 from store.message import MessageExt, MessageExtBrokerInner, decode_record
 from store.results import GetMessageStatus, PutMessageStatus
 
@@ -274,10 +274,7 @@ class TimerMessageService:
                 wait_s = RETRY_AFTER_FAILURE_S
             if self._stopping:
                 break
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), wait_s)
-            except TimeoutError:
-                pass
+            await wait_event(self._wakeup, wait_s)  # (unlike asyncio.wait_for, never loses a cancel)
 
     async def _deliver_due(self) -> float:
         """Puts the due entries in due order (a bounded batch, then a yield); returns how long to sleep."""

@@ -147,13 +147,17 @@ class MessageReader:
         file_size = commit_log.mapped_file_size
         mf: Any = None
         mf_from = mf_to = -1  # the commit-log file of the previous record (consecutive records share one)
+        # Once a record of that file was selected, the next ones below its read position (which only grows) are
+        # cut from its view here, without a select() call each: a drain pull of 32 made 32 of them.
+        mf_view: Any = None
+        mf_readable = -1  # commit-log offset up to which mf_view may be cut
+        append_buffer = result.buffers.append
+        append_queue_offset = result.msg_queue_offsets.append
         entries_per_file = cq.entries_per_file
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         next_phy_file_start = -1
         total_size = 0
         count = 0
-        buffers = result.buffers
-        queue_offsets = result.msg_queue_offsets
         max_phy_pulling = 0
         i = 0  # entries walked, over all chunks
         while True:
@@ -191,17 +195,21 @@ class MessageReader:
                         status = GetMessageStatus.NO_MATCHED_MESSAGE
                     i += 1
                     continue
-                if mf_from <= offset_py < mf_to:
-                    view = mf.select(offset_py - mf_from, size_py)
+                if mf_from <= offset_py and offset_py + size_py <= mf_readable and size_py > 0:
+                    view = mf_view[offset_py - mf_from : offset_py - mf_from + size_py]
                 else:
-                    mf = find_file(offset_py)
-                    if mf is None:
-                        mf_from = mf_to = -1
-                        view = None
-                    else:
-                        mf_from = mf.file_from_offset
-                        mf_to = mf_from + file_size
-                        view = mf.select(offset_py - mf_from, size_py)
+                    if not mf_from <= offset_py < mf_to:
+                        mf = find_file(offset_py)
+                        mf_readable = -1  # the fast cut above is only for a view select() has just vouched for
+                        if mf is None:
+                            mf_from = mf_to = -1
+                        else:
+                            mf_from = mf.file_from_offset
+                            mf_to = mf_from + file_size
+                    view = mf.select(offset_py - mf_from, size_py) if mf is not None else None
+                    if view is not None:  # select checked the file is open: cut the next records here
+                        mf_view = mf.view
+                        mf_readable = mf_from + mf.read_position
                 if view is None:
                     if not total_size:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -213,8 +221,8 @@ class MessageReader:
                         status = GetMessageStatus.NO_MATCHED_MESSAGE
                     i += 1
                     continue
-                buffers.append(view)
-                queue_offsets.append(offset + i)
+                append_buffer(view)
+                append_queue_offset(offset + i)
                 total_size += size_py
                 count += 1
                 status = GetMessageStatus.FOUND

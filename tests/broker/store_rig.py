@@ -34,11 +34,13 @@ class StoreRig:
         self.store = MessageStore(
             MessageStoreConfig(
                 store_path_root_dir=str(self.root),
-                mapped_file_size_commit_log=256 * 1024,
-                mapped_file_size_consume_queue=1000 * 20,
-                max_hash_slot_num=64,
-                max_index_num=256,
-                **self.store_config,
+                **{
+                    "mapped_file_size_commit_log": 256 * 1024,
+                    "mapped_file_size_consume_queue": 1000 * 20,
+                    "max_hash_slot_num": 64,
+                    "max_index_num": 256,
+                    **self.store_config,  # a test's own settings win
+                },
             )
         )
         assert await self.store.load()

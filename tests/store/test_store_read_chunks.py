@@ -66,3 +66,24 @@ async def test_drain_pull_reads_max_msg_nums_entries(store_factory, monkeypatch)
     r = s.get_message("g", "T", 0, 0, 32)
     assert (r.message_count, r.next_begin_offset) == (32, 32)
     assert asked == [32]
+
+
+async def test_each_record_is_cut_at_its_consume_queue_entry_across_commit_log_files(store_factory):
+    """The walk cuts consecutive records from the view of the file it selected last: every record must still be
+    the bytes its consume-queue entry points at, whichever of the 64 KiB commit-log files holds it, with
+    records of other queues between them (two queues, alternating)."""
+    s = await store_factory()
+    for n in range(240):
+        msg = make_msg(body=bytes([65 + n % 26]) * (700 + 13 * (n % 7)), queue_id=n % 2)
+        assert (await s.put_message(msg)).status == PutMessageStatus.PUT_OK
+    mfq = s.commit_log.mapped_file_queue
+    assert len(mfq.mapped_files) > 2
+    for queue_id in (0, 1):
+        cq = s.dispatcher.get_consume_queue("T", queue_id)
+        for offset in (0, 7, 31, 60, 99, 119):
+            r = s.get_message("g", "T", queue_id, offset, 32)
+            assert r.status == GetMessageStatus.FOUND and r.message_count == min(32, 120 - offset, 100 - offset % 100)
+            for queue_offset, record in zip(r.msg_queue_offsets, r.buffers, strict=True):
+                phy, size, _ = cq.get_entry(queue_offset)
+                mf = mfq.find_mapped_file_by_offset(phy)
+                assert bytes(record) == bytes(mf.select(phy - mf.file_from_offset, size))

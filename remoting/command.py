@@ -69,11 +69,11 @@ def _key_bytes(key: object) -> bytes:
     return prefixed
 
 
+_STR_ONLY = frozenset((str,))
+
+
 def _normalise_ext(ext: dict[str, Any]) -> dict[str, str]:
-    for value in ext.values():
-        if type(value) is not str:
-            break
-    else:
+    if _STR_ONLY.issuperset(map(type, ext.values())):  # (one pass in C)
         return ext  # the common case (J, G, our own client): already str → str, no copy
     out: dict[str, str] = {}
     for key, value in ext.items():
@@ -84,10 +84,7 @@ def _normalise_ext(ext: dict[str, Any]) -> dict[str, str]:
 
 
 def _outbound_ext(ext: dict[str, str]) -> dict[str, str]:
-    for value in ext.values():
-        if type(value) is not str:
-            break
-    else:
+    if _STR_ONLY.issuperset(map(type, ext.values())):
         return ext
     out: dict[str, str] = {}
     for key, value in ext.items():

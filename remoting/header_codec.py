@@ -13,6 +13,7 @@ use, and stored on the class. The declarations themselves live in ``remoting.hea
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 import types
 import typing
@@ -106,7 +107,7 @@ def header(cls: type[H]) -> type[H]:
     dc.__hash__ = None  # as a dataclass with eq: mutable, so not hashable
     plan = _build_plan(dc)
     setattr(dc, _PLAN_ATTR, plan)
-    setattr(dc, _DECODE_ATTR, _first_use(dc, _DECODE_ATTR, _compile_decoder))
+    setattr(dc, _DECODE_ATTR, _first_use(dc, _DECODE_ATTR, _compile_fast_decoder))
     setattr(dc, _ENCODE_ATTR, _first_use(dc, _ENCODE_ATTR, _compile_encoder))
     return dc
 
@@ -202,6 +203,85 @@ def _compile_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | None =
     return ns["decode"]
 
 
+_STR_ONLY = frozenset((str,))
+_INT_MAX = _INT_RANGE[1]
+_LONG_MAX = _LONG_RANGE[1]
+
+
+def _compile_fast_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | None = None) -> Any:
+    """The decoder of ``_compile_decoder`` behind a fast path for the common request (every value a str, the
+    required fields present, the numbers plain non-negative ASCII digits within range): the required fields
+    fetched with one ``itemgetter`` call, the digits of all number fields checked with one ``isdigit`` on their
+    concatenation, their range with one ``max``. Anything else takes the field-by-field decoder, which gives
+    the same header or raises the same error: the fast path only ever returns what that one would."""
+    slow = _compile_decoder(cls, plan, name)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    if any(
+        fp.kind in (_KIND_INT, _KIND_LONG)
+        and not fp.required
+        and defaults[fp.attr] is not None
+        and type(defaults[fp.attr]) is not int
+        for fp in plan
+    ):
+        return slow
+    required = [(i, fp) for i, fp in enumerate(plan) if fp.required]
+    ns: dict[str, Any] = {"_cls": cls, "_slow": slow, "_STR_ONLY": _STR_ONLY, "max": max, "int": int}
+    lines = ["def decode(ext):", "    if not _STR_ONLY.issuperset(map(type, ext.values())): return _slow(ext)"]
+    if required:
+        ns["_required"] = operator.itemgetter(*(fp.wire for _, fp in required))
+        targets = ", ".join(f"v{i}" for i, _ in required)  # (one name: itemgetter returns the value itself)
+        lines += [
+            "    try:",
+            f"        {targets} = _required(ext)",
+            "    except KeyError:",
+            "        return _slow(ext)",
+        ]
+    if len(required) < len(plan):
+        lines.append("    get = ext.get")
+    digits: list[str] = []
+    ints: list[str] = []
+    longs: list[str] = []
+    converts: list[str] = []
+    bools: list[str] = []
+    for i, fp in enumerate(plan):
+        v = f"v{i}"
+        number = fp.kind in (_KIND_INT, _KIND_LONG)
+        if not fp.required:
+            ns[f"d{i}"] = defaults[fp.attr]
+            lines.append(
+                f"    {v} = get({fp.wire!r})"
+                if number or fp.kind == _KIND_BOOL
+                else f"    {v} = get({fp.wire!r}, d{i})"
+            )
+        if number:
+            digits.append(v if fp.required else f"({v} or '')")
+            (ints if fp.kind == _KIND_INT else longs).append(v if fp.required else f"({v} or 0)")
+            converts.append(
+                f"        {v} = int({v})" if fp.required else f"        {v} = d{i} if {v} is None else int({v})"
+            )
+        elif fp.kind == _KIND_BOOL:
+            bools.append(
+                f"    {v} = {v}.lower() == 'true'"
+                if fp.required
+                else f"    {v} = d{i} if {v} is None else {v}.lower() == 'true'"
+            )
+    if digits:
+        lines.append(f"    digits = {' + '.join(digits)}")
+        lines.append("    if not (digits.isdigit() and digits.isascii()): return _slow(ext)")
+        lines += ["    try:", *converts, "    except ValueError:", "        return _slow(ext)"]
+        # (an empty value adds no digit and fails int(); a huge one converts and fails the range)
+        checks = []
+        if ints:
+            checks.append(f"max({', '.join(ints)}, 0) > {_INT_MAX}")
+        if longs:
+            checks.append(f"max({', '.join(longs)}, 0) > {_LONG_MAX}")
+        lines.append(f"    if {' or '.join(checks)}: return _slow(ext)")
+    lines += bools
+    lines.append(f"    return _cls({', '.join(f'v{i}' for i in range(len(plan)))})")
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from our own declarations only
+    return ns["decode"]
+
+
 def _compile_encoder(cls: type, plan: tuple[_FieldPlan, ...]) -> Any:
     ns: dict[str, Any] = {"_as_str": _as_str}
     lines = ["def encode(h):", "    out = {}"]
@@ -248,7 +328,7 @@ def decoder_with_wire_names(
             plan = tuple(
                 dataclasses.replace(fp, wire=wire_names.get(fp.attr, fp.wire)) for fp in getattr(cls, _PLAN_ATTR)
             )
-            compiled = _compile_decoder(cls, plan, name)
+            compiled = _compile_fast_decoder(cls, plan, name)
         return compiled(ext)  # type: ignore[misc]
 
     return decode

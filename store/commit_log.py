@@ -239,6 +239,34 @@ class CommitLog:
         finally:
             self.begin_time_in_lock = 0
 
+    def append_group_now(self, reqs: list[AppendRequest], now: int) -> list[AppendMessageResult | AppendFailure]:
+        """`append_now` for several requests in one pass (the single sends of one read, any topics and queues):
+        the idle check, the file lookup and the section's accounting once for the group, each request its own
+        record, queue offset and result, in order. Returns the results of the leading requests it appended:
+        fewer than `reqs` when the file ran out (a BLANK was written: the next file may need an await) or the
+        writer is not idle; the caller queues the rest, in order, with `submit`."""
+        results: list[AppendMessageResult | AppendFailure] = []
+        if self._pending or self._in_section or self._closed or self._writer_task is None:
+            return results
+        if self.fault.stall_append_until_ms:
+            return results
+        mf = self.mapped_file_queue.last_mapped_file()
+        if mf is None:
+            return results
+        self.begin_time_in_lock = now
+        try:
+            for req in reqs:
+                if req.stall_ms > 0 or mf.is_full():
+                    break
+                result = self._do_append(mf, req, now)
+                if result is None:  # END_OF_FILE: the blank is written; this one and the rest go to the writer
+                    break
+                results.append(result)
+        finally:
+            self.begin_time_in_lock = 0
+        self._account(now)
+        return results
+
     async def _writer_loop(self) -> None:
         while True:
             if not self._pending:

@@ -256,22 +256,30 @@ class MessagePutter:
         begin = self.now_ms()
         cl = self.commit_log
         results: list[PutMessageResult | AppendMessageResult | AppendFailure | None] = []
-        queued: list[tuple[int, AppendRequest]] = []
-        inline_end = -1
+        reqs: list[AppendRequest] = []
+        at: list[int] = []  # where each of reqs is in msgs
         for i, msg in enumerate(msgs):
             req = self._request(msg, stall_append_ms)
-            if req.__class__ is PutMessageResult:
-                results.append(req)
-                continue
-            appended = cl.append_now(req, begin) if stall_append_ms <= 0 else None
-            if appended is None:
-                # the writer holds the rest (a new file, a stall): queued behind it keeps the order
-                req.future = asyncio.get_running_loop().create_future()
+            results.append(req if req.__class__ is PutMessageResult else None)
+            if req.__class__ is not PutMessageResult:
+                reqs.append(req)
+                at.append(i)
+        # one pass of the CommitLog for the accepted ones while the writer is idle; the writer takes the rest
+        # (a new file, a stall), queued behind it in order
+        appended = cl.append_group_now(reqs, begin) if reqs and stall_append_ms <= 0 else []
+        inline_end = -1
+        for i, result in zip(at, appended):
+            results[i] = result
+            if result.__class__ is AppendMessageResult:
+                inline_end = result.wrote_offset + result.wrote_bytes
+        queued: list[tuple[int, AppendRequest]] = []
+        if len(appended) < len(reqs):
+            create_future = asyncio.get_running_loop().create_future
+            for k in range(len(appended), len(reqs)):
+                req = reqs[k]
+                req.future = create_future()
                 cl.submit(req)
-                queued.append((i, req))
-            elif appended.__class__ is AppendMessageResult:
-                inline_end = appended.wrote_offset + appended.wrote_bytes
-            results.append(appended)
+                queued.append((at[k], req))
         if inline_end >= 0:
             if not (self._pooled and cl.dispatch_queue) and self.dispatcher.after_inline_put():
                 await self.reput.wait_dispatched(inline_end)

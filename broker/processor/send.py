@@ -423,19 +423,20 @@ class SendMessageProcessor:
         props[MessageConst.CLUSTER] = self.config.broker_cluster_name
         props.pop(MessageConst.WAIT, None)
         tags = props.get(MessageConst.TAGS)
+        # positional (the field order of MessageExtBrokerInner): about half the cost of keywords, once per send
         return MessageExtBrokerInner(
-            topic=topic,
-            queue_id=queue_id,
-            flag=flag,
-            body=body,
-            properties=props,
-            properties_string=encode_properties(props),
-            tags_code=tags_hash(tags) if tags else 0,
-            sys_flag=sys_flag,
-            born_timestamp=hdr.born_timestamp,
-            born_host=born_host(channel),
-            store_host=self.store_host,
-            reconsume_times=hdr.reconsume_times or 0,
+            topic,
+            queue_id,
+            flag,
+            body,
+            props,
+            encode_properties(props),
+            tags_hash(tags) if tags else 0,
+            sys_flag,
+            hdr.born_timestamp,
+            born_host(channel),
+            self.store_host,
+            hdr.reconsume_times or 0,
         )
 
     def _queue_id(self, hdr: SendMessageRequestHeader, tc) -> int:

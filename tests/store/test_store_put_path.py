@@ -191,3 +191,19 @@ async def test_a_group_refused_by_the_store_refuses_every_message(store_factory)
 
 def small_config_at(root):
     return small_config(root)
+
+
+async def test_a_group_is_appended_in_one_pass_of_the_commit_log(store_factory, monkeypatch):
+    """The accepted messages of a group go through the CommitLog's fast path once for the group (one idle
+    check, one file lookup, one lock-time accounting), not once per message; each keeps its own result."""
+    s = await store_factory()
+    cl = s.commit_log
+    passes, sections = [], []
+    real_group, real_account = cl.append_group_now, cl._account
+    monkeypatch.setattr(cl, "append_now", lambda *a, **kw: pytest.fail("a group appended message by message"))
+    monkeypatch.setattr(cl, "append_group_now", lambda reqs, now: passes.append(len(reqs)) or real_group(reqs, now))
+    monkeypatch.setattr(cl, "_account", lambda begin: sections.append(begin) or real_account(begin))
+    results = await s.put_message_group(_group())
+    assert passes == [5] and len(sections) == 1  # the refused one (bad/topic) never reaches the CommitLog
+    assert [r.append_result.logics_offset for r in results if r.append_result] == [0, 0, 1, 0, 1]
+    assert len({r.append_result.wrote_offset for r in results if r.append_result}) == 5

@@ -8,6 +8,7 @@ SEND_MESSAGE_V2 requests so a test controls exactly when each request reaches th
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import sys
 import time
@@ -34,6 +35,7 @@ from remoting.headers import (
     encode_header,
 )
 from store.message import encode_properties
+from tests.starvation import Starvation
 
 #: The broker starts its sweeper this long after boot (upstream: 1 s); tests wait for it (plus slack).
 SWEEPER_START_S = 1.2
@@ -49,6 +51,13 @@ TIMEOUT_RE = (
     r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control for a while, "
     r"period in queue: (\d+)ms, size of queue: (\d+)"
 )
+
+
+def broker_starvation(broker: BrokerProcess, *, with_self: bool = False) -> Starvation:
+    """``tests.starvation.Starvation`` of the broker subprocess (and, with ``with_self``, of this test process,
+    whose loop times the client side)."""
+    assert broker.pid is not None, "broker not running"
+    return Starvation(broker.pid, *([os.getpid()] if with_self else []))
 
 
 def unique(prefix: str) -> str:
@@ -208,6 +217,14 @@ class RawConnection:
             pass
 
 
+async def wait_queue_size(client: RemotingClient, addr: str, queue: str, size: int, timeout_s: float = 10.0) -> None:
+    """Wait until the broker's `queue` request queue holds `size` requests (oneway sends give no answer to wait on)."""
+    key = f"{queue}ThreadPoolQueueSize"
+    async with asyncio.timeout(timeout_s):
+        while (await runtime_info(client, addr))[key] != str(size):
+            await asyncio.sleep(0.01)
+
+
 async def settle(client: RemotingClient, addr: str) -> None:
     """End every fault and wait until no send is queued or running, so the next test starts clean."""
     assert (await fault(client, addr, "clear")).code == 0
@@ -217,6 +234,20 @@ async def settle(client: RemotingClient, addr: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"broker {addr} did not settle: {info}")
+
+
+def blocking(helper, addr: str, *args, **kwargs):
+    """Run one of the async helpers here (``helper(client, addr, ...)``) from a synchronous test (the real
+    clients' tests), on a client of its own."""
+
+    async def run():
+        client = RemotingClient()
+        try:
+            return await helper(client, addr, *args, **kwargs)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
 
 
 async def fault(

@@ -22,7 +22,12 @@ from flow_support import (
     PCBUSY_RE,
     REJECTREQUEST,
     TIMEOUT_RE,
+    blocking,
+    broker_starvation,
+    settle,
     unique,
+    update_config,
+    wait_queue_size,
     wait_sweeper_started,
 )
 
@@ -37,6 +42,11 @@ from rocketmq.exceptions import ProducerSendSyncFailed  # noqa: E402 (after the 
 
 #: attempts of one sync send against one broker (retryTimes 2 → "times" 1, 3, 5 in the client's log)
 CPP_ATTEMPTS = 3
+#: the producers' send timeout: longer than any stall here, so a stalling send succeeds however slowly a loaded
+#: machine runs it; the victims' fast failures are what is timed, and they never come near it
+SEND_TIMEOUT_MS = 10_000
+#: the sweeper's tick (10 ms) plus scheduling slack on a quiet machine, as in test_flow_responses
+DEADLINE_SLACK_MS = 30
 ANSWER_RE = re.compile(r"processSendResponse error remark:(.*?), error code:(-?\d+)\[processSendResponse")
 
 
@@ -48,7 +58,7 @@ def producers(brokers) -> Iterator[dict]:
     try:
         for name in ("one_worker", "two_workers"):
             b = brokers.get(name)
-            cm = cpp_producer(b.namesrv_addr, timeout_ms=3000)
+            cm = cpp_producer(b.namesrv_addr, timeout_ms=SEND_TIMEOUT_MS)
             opened[name] = (b, cm.__enter__())
             stack.append(cm)
         for b, p in opened.values():
@@ -103,15 +113,26 @@ def _victim_of(
 
 
 def test_cpp_send_behind_a_sleeping_send_gets_timeout_clean_queue(producers):
-    """sendMessageThreadPoolNums=1; brokerSleepMs=1500 holds the worker; each of the victim's attempts
+    """sendMessageThreadPoolNums=1; brokerSleepMs=3000 holds the worker; each of the victim's attempts
     waits ~200 ms in the queue and is answered [TIMEOUT_CLEAN_QUEUE]: the client has been through all its
-    retries after ~0.6 s instead of spending its 3 s timeout on one attempt."""
-    _, producer = producers["one_worker"]
-    answers, seconds = _victim_of(producer, unique("T_cpp_timeout"), {"brokerSleepMs": "1500"}, 0.1)
+    retries after ~0.6 s instead of spending its timeout on one attempt.
+
+    The stall is five times what the three attempts need, so a loaded machine that runs the client's
+    retries slowly still sees all of them refused (an attempt that outlived the stall would be served);
+    each attempt's period in queue is bounded by the sweeper's slack plus the time the kernel kept the
+    broker from a CPU meanwhile (``broker_starvation``)."""
+    b, producer = producers["one_worker"]
+    stall_s, delay_s = 3.0, 0.3  # the stall's send must reach the worker first; the stall leaves room for both
+    starved = broker_starvation(b)
+    answers, seconds = _victim_of(
+        producer, unique("T_cpp_timeout"), {"brokerSleepMs": str(int(stall_s * 1000))}, delay_s
+    )
+    late = starved.ms
     assert len(answers) == CPP_ATTEMPTS, answers
     assert all(code == 2 and re.fullmatch(TIMEOUT_RE, r) for r, code in answers), answers
-    assert all(200 <= int(re.fullmatch(TIMEOUT_RE, r).group(1)) <= 230 for r, _ in answers), answers
-    assert 0.2 * CPP_ATTEMPTS - 0.02 <= seconds < 1.45, seconds  # answered before the stall (1.5 s) ended
+    periods = [int(re.fullmatch(TIMEOUT_RE, r).group(1)) for r, _ in answers]
+    assert all(200 <= p <= 200 + DEADLINE_SLACK_MS + late for p in periods), (periods, late)
+    assert 0.2 * CPP_ATTEMPTS - 0.02 <= seconds < stall_s - delay_s, seconds  # answered before the stall ended
 
 
 def test_cpp_send_during_a_stalled_append_gets_pcbusy_then_rejectrequest(producers):
@@ -139,19 +160,26 @@ def test_cpp_send_reaching_a_busy_store_gets_pc_synchronized(producers):
 
 def test_cpp_send_to_a_full_queue_gets_overload(producers):
     """sendThreadPoolQueueCapacity=8 and the send workers stalled by FAULT_INJECT; eight oneway sends fill
-    the queue; every attempt of the next sync send is refused at once with [OVERLOAD]."""
+    the queue; every attempt of the next sync send is refused at once with [OVERLOAD].
+
+    The queued sends are kept past the victim's retries (waitTimeMillsInSendQueue raised for this test) so
+    that a loaded machine running the retries slowly still finds the queue full; an attempt that was queued
+    instead of refused would wait for the sweeper and be answered [TIMEOUT_CLEAN_QUEUE], which fails."""
     b, producer = producers["one_worker"]
     topic = unique("T_cpp_overload")
-    inject_fault(b.broker_addr, "stall_queue", duration_ms=1500, target="send")
+    blocking(update_config, b.broker_addr, waitTimeMillsInSendQueue="3000")
+    inject_fault(b.broker_addr, "stall_queue", duration_ms=4000, target="send")
     try:
         for i in range(8):
             producer.send_oneway(make_message(topic, f"fill-{i}".encode()))
-        time.sleep(0.05)
+        blocking(wait_queue_size, b.broker_addr, "send", 8)
+        starved = broker_starvation(b, with_self=True)
         log = CppClientLog()
         log.mark()
         _, seconds = failed_send(producer, make_message(topic, b"victim"))
         answers = answers_since(log)
         assert answers == [(OVERLOAD, 2)] * CPP_ATTEMPTS, answers
-        assert seconds < 0.15, seconds
+        assert seconds < 0.15 + starved.ms / 1000, (seconds, starved.ms)
     finally:
-        inject_fault(b.broker_addr, "clear")
+        blocking(update_config, b.broker_addr, waitTimeMillsInSendQueue="200")
+        blocking(settle, b.broker_addr)  # clears the fault and waits until the queue is empty

@@ -11,7 +11,6 @@ import asyncio
 import itertools
 import json
 import re
-import statistics
 from datetime import datetime
 
 import pytest
@@ -22,6 +21,7 @@ from flow_support import (
     REJECTREQUEST,
     TIMEOUT_RE,
     Answer,
+    broker_starvation,
     end_transaction_request,
     fault,
     heartbeat_request,
@@ -39,7 +39,8 @@ from flow_support import (
 
 pytestmark = pytest.mark.compat
 
-#: "answered within 30 ms of its deadline" (issue 4, item 6); the sweeper ticks every 10 ms.
+#: "answered within 30 ms of its deadline" (issue 4, item 6); the sweeper ticks every 10 ms. Upper bounds add
+#: the time the kernel kept the processes involved from a CPU meanwhile (``broker_starvation``, ~0 on a quiet machine).
 DEADLINE_SLACK_MS = 30
 
 
@@ -63,6 +64,13 @@ def late_ms(answers: list[Answer], limit_ms: int) -> list[float]:
     return [round(a.latency_ms - limit_ms, 1) for a in answers]
 
 
+def ended_after_ms(answer: Answer, since: float) -> float:
+    """When `answer` arrived, in ms after the loop time `since` (taken before a fault was requested: the
+    broker arms it later, so a request held by it for D ms cannot be answered before since + D, however
+    late a loaded machine sent the request)."""
+    return (answer.sent_at - since) * 1000 + answer.latency_ms
+
+
 # ------------------------------------------------------------------------------ [TIMEOUT_CLEAN_QUEUE]
 
 
@@ -71,6 +79,7 @@ async def test_sends_queued_behind_a_sleeping_send_time_out_after_200ms(one_work
     the sends queued behind it are answered [TIMEOUT_CLEAN_QUEUE] ~200 ms after they arrived."""
     addr, topic = one_worker.broker_addr, unique("T_sleep")
     await warm_topic(client, addr, topic)
+    starved = broker_starvation(one_worker)
     try:
         stall = spawn(timed_invoke(client, addr, send_request(topic, props={"brokerSleepMs": "800"})))
         await asyncio.sleep(0.05)
@@ -78,7 +87,8 @@ async def test_sends_queued_behind_a_sleeping_send_time_out_after_200ms(one_work
         matches = match_all(queued, TIMEOUT_RE)
         # FIFO: the head goes first, each answer names the queue left behind it
         assert [int(m.group(2)) for m in matches] == [4, 3, 2, 1, 0]
-        assert all(200 <= int(m.group(1)) <= 200 + DEADLINE_SLACK_MS for m in matches), [a.remark for a in queued]
+        limit = 200 + DEADLINE_SLACK_MS + starved.ms
+        assert all(200 <= int(m.group(1)) <= limit for m in matches), ([a.remark for a in queued], limit)
         assert all(195 <= a.latency_ms for a in queued), late_ms(queued, 200)
         slept = await stall
         assert slept.code == 0 and slept.latency_ms >= 790, slept
@@ -88,26 +98,24 @@ async def test_sends_queued_behind_a_sleeping_send_time_out_after_200ms(one_work
 
 async def test_queued_request_is_answered_within_30ms_of_its_deadline(one_worker, client):
     """Client-side latency of requests stuck in the send queue (workers stalled by FAULT_INJECT):
-    deadline 200 ms, answered by 230 ms. One re-run absorbs a scheduling hiccup of the shared machine;
-    a sweeper that ticks too slowly fails both rounds."""
+    deadline 200 ms, answered by 230 ms, plus whatever time the kernel kept the broker or this test from a
+    CPU meanwhile (so a loaded machine does not fail it, while a sweeper that ticks too slowly still does);
+    the broker's own figure (the remark's period in queue) is held to the same bound."""
     addr, topic = one_worker.broker_addr, unique("T_deadline")
     await warm_topic(client, addr, topic)
-    rounds = []
     try:
-        for _ in range(2):
-            assert (await fault(client, addr, "stall_queue", 1500, target="send")).code == 0
-            answers = []
-            for _ in range(4):  # staggered arrivals: each has its own deadline
-                answers.append(spawn(timed_invoke(client, addr, send_request(topic))))
-                await asyncio.sleep(0.037)
-            answers = list(await asyncio.gather(*answers))
-            match_all(answers, TIMEOUT_RE)
-            lateness = late_ms(answers, 200)
-            rounds.append(lateness)
-            await settle(client, addr)
-            if all(-5 <= x <= DEADLINE_SLACK_MS for x in lateness):
-                break
-        assert all(-5 <= x <= DEADLINE_SLACK_MS for x in rounds[-1]), f"ms past the deadline, per round: {rounds}"
+        assert (await fault(client, addr, "stall_queue", 1500, target="send")).code == 0
+        starved = broker_starvation(one_worker, with_self=True)
+        answers = []
+        for _ in range(4):  # staggered arrivals: each has its own deadline
+            answers.append(spawn(timed_invoke(client, addr, send_request(topic))))
+            await asyncio.sleep(0.037)
+        answers = list(await asyncio.gather(*answers))
+        allowed = DEADLINE_SLACK_MS + starved.ms
+        periods = [int(m.group(1)) for m in match_all(answers, TIMEOUT_RE)]
+        lateness = late_ms(answers, 200)
+        assert all(200 <= p <= 200 + allowed for p in periods), (periods, allowed)
+        assert all(-5 <= x <= allowed for x in lateness), f"ms past the deadline: {lateness}, allowed {allowed}"
     finally:
         await settle(client, addr)
 
@@ -119,18 +127,21 @@ async def test_each_swept_queue_times_out_on_its_own_limit_and_query_is_not_swep
     await warm_topic(client, addr, topic)
     try:
         for target in ("pull", "heartbeat", "end_transaction", "query"):
+            stalled_at = asyncio.get_running_loop().time()
             assert (await fault(client, addr, "stall_queue", 700, target=target)).code == 0
+        starved = broker_starvation(one_worker, with_self=True)
         pull, hb, etx, query = await asyncio.gather(
             timed_invoke(client, addr, pull_request(topic)),
             timed_invoke(client, addr, heartbeat_request()),
             timed_invoke(client, addr, end_transaction_request()),
             timed_invoke(client, addr, query_request(topic)),
         )
+        late = starved.ms
         for answer in (pull, hb, etx):
             (m,) = match_all([answer], TIMEOUT_RE)
-            assert 300 <= int(m.group(1)) <= 300 + DEADLINE_SLACK_MS and m.group(2) == "0", answer.remark
-            assert 295 <= answer.latency_ms <= 300 + 5 * DEADLINE_SLACK_MS, answer
-        assert query.code != 2 and query.latency_ms >= 650, query  # served after the stall, not swept
+            assert 300 <= int(m.group(1)) <= 300 + DEADLINE_SLACK_MS + late and m.group(2) == "0", (answer, late)
+            assert 295 <= answer.latency_ms <= 300 + 5 * DEADLINE_SLACK_MS + late, (answer, late)
+        assert query.code != 2 and ended_after_ms(query, stalled_at) >= 700, query  # served after the stall, not swept
         info = await runtime_info(client, addr)
         assert int(info["pullThreadPoolQueueExpired"]) >= 1 and int(info["heartbeatThreadPoolQueueExpired"]) >= 1
         assert int(info["endTransactionThreadPoolQueueExpired"]) >= 1
@@ -149,6 +160,7 @@ async def test_stalled_append_gives_pcbusy_to_queued_sends_then_rejectrequest(on
     sweeper keeps its beat meanwhile (a stalled pull request still times out at its 300 ms limit)."""
     addr, topic = one_worker.broker_addr, unique("T_pcbusy")
     await warm_topic(client, addr, topic)
+    starved = broker_starvation(one_worker, with_self=True)
     try:
         stall = spawn(timed_invoke(client, addr, send_request(topic, props={"brokerStallAppendMs": "1500"})))
         await asyncio.sleep(0.03)
@@ -160,11 +172,13 @@ async def test_stalled_append_gives_pcbusy_to_queued_sends_then_rejectrequest(on
         await asyncio.sleep(0.2)
         info = await runtime_info(client, addr)
         assert int(info["pageCacheLockTimeMills"]) >= 250 and info["osPageCacheBusy"] == "true", info
+        starved_before_refusals = starved.ms
         refused = await asyncio.gather(*(timed_invoke(client, addr, send_request(topic)) for _ in range(3)))
         assert [(a.code, a.remark) for a in refused] == [(2, REJECTREQUEST)] * 3
-        assert all(a.latency_ms < 100 for a in refused), refused  # refused before queueing, not after a wait
+        late = starved.ms - starved_before_refusals
+        assert all(a.latency_ms < 100 + late for a in refused), (refused, late)  # refused before queueing
         (m,) = match_all([await pull], TIMEOUT_RE)
-        assert 300 <= int(m.group(1)) <= 300 + DEADLINE_SLACK_MS, m.group(0)
+        assert 300 <= int(m.group(1)) <= 300 + DEADLINE_SLACK_MS + starved.ms, (m.group(0), starved.ms)
         held = await stall
         assert held.code == 0 and held.latency_ms >= 1490, held
         info = await runtime_info(client, addr)
@@ -207,9 +221,11 @@ async def test_full_send_queue_answers_overload(one_worker, client):
     before = await runtime_info(client, addr)
     try:
         assert (await fault(client, addr, "stall_queue", 1000, target="send")).code == 0
+        starved = broker_starvation(one_worker, with_self=True)
         answers = await asyncio.gather(*(timed_invoke(client, addr, send_request(topic)) for _ in range(11)))
         overload = [a for a in answers if a.remark == OVERLOAD]
-        assert len(overload) == 3 and all(a.code == 2 and a.latency_ms < 100 for a in overload), answers
+        late = starved.ms
+        assert len(overload) == 3 and all(a.code == 2 and a.latency_ms < 100 + late for a in overload), (answers, late)
         match_all([a for a in answers if a.remark != OVERLOAD], TIMEOUT_RE)
         info = await runtime_info(client, addr)
         assert int(info["sendThreadPoolQueueRejected"]) - int(before["sendThreadPoolQueueRejected"]) == 3
@@ -228,9 +244,10 @@ async def test_without_fast_failure_a_queued_send_waits_for_the_stalled_worker(o
     await warm_topic(client, addr, topic)
     try:
         await update_config(client, addr, brokerFastFailureEnable="false")
+        stalled_at = asyncio.get_running_loop().time()
         assert (await fault(client, addr, "stall_queue", 600, target="send")).code == 0
         waited = await timed_invoke(client, addr, send_request(topic))
-        assert waited.code == 0 and waited.latency_ms >= 550, waited
+        assert waited.code == 0 and ended_after_ms(waited, stalled_at) >= 600, waited
     finally:
         await update_config(client, addr, brokerFastFailureEnable="true")
         await settle(client, addr)
@@ -306,13 +323,16 @@ async def test_queue_peak_and_head_wait_are_reported(one_worker, client):
     addr, topic = one_worker.broker_addr, unique("T_peak")
     await warm_topic(client, addr, topic)
     try:
-        assert (await fault(client, addr, "stall_queue", 600, target="query")).code == 0
+        # a stall far longer than the look at 250 ms needs, so a loaded machine's late look still sees the queue
+        stalled_at = asyncio.get_running_loop().time()
+        assert (await fault(client, addr, "stall_queue", 2000, target="query")).code == 0
+        starved = broker_starvation(one_worker)  # a broker kept off the CPU reads (and stamps) the queries late
         waiting = [spawn(timed_invoke(client, addr, query_request(topic))) for _ in range(3)]
         await asyncio.sleep(0.25)
         info = await runtime_info(client, addr)
         assert info["queryThreadPoolQueueSize"] == "3" and int(info["queryThreadPoolQueuePeak"]) >= 3
-        assert 200 <= int(info["queryThreadPoolQueueHeadWaitTimeMills"]) < 600, info
+        assert 200 - starved.ms <= int(info["queryThreadPoolQueueHeadWaitTimeMills"]) < 2000, (info, starved.ms)
         answers = await asyncio.gather(*waiting)
-        assert statistics.median(a.latency_ms for a in answers) >= 550
+        assert min(ended_after_ms(a, stalled_at) for a in answers) >= 2000, answers
     finally:
         await settle(client, addr)

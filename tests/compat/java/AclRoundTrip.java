@@ -34,7 +34,9 @@ public class AclRoundTrip {
         producer.setNamesrvAddr(ns);
         producer.setInstanceName("p" + System.nanoTime());
         producer.setRetryTimesWhenSendFailed(0);
-        producer.setSendMsgTimeout(5000);
+        // The timeout is not under test (a refusal is answered at once): it only has to outlast a cold JVM's first
+        // route lookup, connection and ACL signing on a loaded machine, all of which the client counts against it.
+        producer.setSendMsgTimeout(30000);
         producer.start();
         int sent = 0;
         for (int i = 0; i < n; i++) {

@@ -53,6 +53,7 @@ from broker.topic import (
 from broker.topic_config_manager import TopicConfigManager
 from broker.transaction.check import TransactionalMessageCheckService, send_to_producer, system_topic_creator
 from broker.transaction.service import TransactionalMessageService
+from broker.warmup import FirstClientWarmup
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -83,6 +84,8 @@ class BrokerController:
         self.config_data_version = DataVersion()
         self.stats = BrokerStats(now_ms=now_ms)
         self.store = MessageStore(config.to_store_config(), now_ms=now_ms, store_host=self.store_host)
+        # numpy and the store's threads, started off the loop when the first client connects (broker.warmup)
+        self.first_client_warmup = FirstClientWarmup(executors=(self.store.io_executor(),))
 
         self.topic_config_manager = TopicConfigManager(config, on_change=self._on_topic_change, now_ms=now_ms)
         self.consumer_offset_manager = ConsumerOffsetManager(config.store_path_root_dir)
@@ -198,7 +201,11 @@ class BrokerController:
         self.namesrv_server: RemotingServer | None = None
         if config.namesrv_listen_port >= 0:
             self.namesrv_server = RemotingServer(
-                config.namesrv_listen_host, config.namesrv_listen_port, now_ms=now_ms, frame_max=config.frame_max_length
+                config.namesrv_listen_host,
+                config.namesrv_listen_port,
+                listener=self.first_client_warmup,  # a client's first stop: the route, then this broker
+                now_ms=now_ms,
+                frame_max=config.frame_max_length,
             )
             self.namesrv_executor = RequestExecutor("namesrv", 8, 100_000, now_ms=now_ms)
             for route in namesrv_routes(self.namesrv_processor):
@@ -317,6 +324,7 @@ class BrokerController:
     # ChannelEventListener
     def on_channel_connect(self, remote: str, channel) -> None:
         log.debug("client connected", remote=remote)
+        self.first_client_warmup.on_client()
 
     def on_channel_close(self, remote: str, channel) -> None:
         self.consumer_manager.do_channel_close_event(channel)

@@ -1,0 +1,74 @@
+"""``broker.warmup`` and ``broker.loop_stall``: the first client connection starts numpy's import and the store's
+threads off the loop (issue 15: they stalled the loop at the first sends); the stall monitor names what held it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from structlog.testing import capture_logs
+
+from broker.loop_stall import LoopStallMonitor
+from broker.testing.process import BrokerProcess
+from broker.warmup import FirstClientWarmup, start_all_threads
+
+NUMPY_EXTENSION = "_multiarray_umath"  # numpy's core C extension: mapped once numpy is imported
+
+
+def numpy_mapped(pid: int) -> bool:
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+        return NUMPY_EXTENSION in f.read()
+
+
+def test_start_all_threads_starts_every_worker_of_a_pool():
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        start_all_threads(pool, 4)
+        assert len(pool._threads) == 4
+
+
+def test_the_warm_up_runs_once_on_its_own_thread():
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        warmup = FirstClientWarmup(executors=((pool, 3),))
+        assert warmup.join(0) and len(pool._threads) == 0  # nothing before a client
+        before = threading.active_count()
+        warmup.on_client()
+        warmup.on_channel_connect("127.0.0.1:1", object())
+        assert warmup.join(5)
+        assert len(pool._threads) == 3
+        assert threading.active_count() == before + 3  # the warm-up thread ended; a second connect started none
+
+
+def test_a_connection_to_the_name_server_loads_numpy_before_any_message(tmp_path):
+    broker = BrokerProcess(tmp_path / "store", config={"mappedFileSizeCommitLog": 4 * 1024 * 1024})
+    broker.start()
+    try:
+        assert broker.proc is not None
+        time.sleep(0.3)
+        assert not numpy_mapped(broker.proc.pid)  # idle and unvisited: still small
+        with socket.create_connection(("127.0.0.1", broker.namesrv_port), timeout=5):
+            deadline = time.monotonic() + 20
+            while not numpy_mapped(broker.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert numpy_mapped(broker.proc.pid)
+    finally:
+        broker.stop(check=True)
+
+
+def test_the_stall_monitor_logs_the_gap_and_the_line_that_held_the_loop():
+    async def hold_the_loop() -> None:
+        monitor = LoopStallMonitor(threshold_ms=50)
+        monitor.start()
+        await asyncio.sleep(0.05)
+        time.sleep(0.25)  # a blocking call on the loop
+        await asyncio.sleep(0.05)
+        monitor.stop()
+
+    with capture_logs() as logs:
+        asyncio.run(hold_the_loop())
+    stalls = [e for e in logs if e["event"] == "event loop stalled"]
+    assert len(stalls) == 1, logs
+    assert 200 <= stalls[0]["gap_ms"] < 1000
+    assert "time.sleep(0.25)" in stalls[0]["stacks"][0]

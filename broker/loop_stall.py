@@ -5,8 +5,9 @@ finds out why from inside the process: the loop stamps a timestamp every ``tick_
 that stamp and, once it is older than ``threshold_ms``, samples the loop thread's Python stack every few ms until
 the loop ticks again, then logs one warning with the gap, the stacks seen most (a C call holding the GIL shows as
 the Python line that made it, seen after it returns) and what the garbage collector did during the gap (its
-callbacks time every collection). The process's run delay (``/proc/self/schedstat``: time runnable but off the
-CPU) over the gap tells a machine that did not schedule us from a loop that was busy.
+callbacks time every collection). The loop thread's run delay (its ``schedstat``: time runnable but off a CPU)
+between the two ticks around the gap (both read on the loop thread) tells a machine that did not schedule us (run delay = gap) from a loop
+that was busy or waiting for the GIL (a thread waiting for the GIL sleeps: no run delay).
 
 Off by default; ``MQ_LOOP_STALL_MS=50`` in the broker's environment turns it on (``broker.main``). Costs one
 callback per tick on the loop and one thread waking every ``tick_ms``: a tool, not a feature.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
+import os
 import sys
 import threading
 import time
@@ -28,11 +30,10 @@ import structlog
 log = structlog.get_logger("broker.loop_stall")
 
 
-def _run_delay_ns() -> int:
-    """This process's main thread's time runnable but not running (ns), from the kernel's schedstat; 0 if absent."""
+def _run_delay_ns(fd: int) -> int:
+    """The thread's total time runnable but not running (ns), from its open ``schedstat``; 0 if unreadable."""
     try:
-        with open("/proc/thread-self/schedstat", "rb") as fh:
-            return int(fh.read().split()[1])
+        return int(os.pread(fd, 128, 0).split()[1])
     except (OSError, IndexError, ValueError):
         return 0
 
@@ -66,8 +67,9 @@ class LoopStallMonitor:
     threshold_ms: float = 50.0
     tick_ms: float = 1.0
     sample_ms: float = 2.0
-    _last_tick: float = 0.0
-    _loop_delay_ns: int = 0
+    #: (perf_counter, run delay ns) at the loop's last tick, both read on the loop thread, replaced as one object
+    _stamp: tuple[float, int] = (0.0, 0)
+    _schedstat_fd: int = -1
     _stop: threading.Event = field(default_factory=threading.Event)
     _gc: _GcWatch = field(default_factory=_GcWatch)
     _loop: asyncio.AbstractEventLoop | None = None
@@ -77,8 +79,11 @@ class LoopStallMonitor:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
-        self._last_tick = time.perf_counter()
-        self._loop_delay_ns = _run_delay_ns()
+        try:
+            self._schedstat_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # this thread: the loop's
+        except OSError:
+            self._schedstat_fd = -1
+        self._tick_stamp()
         gc.callbacks.append(self._gc)
         self._loop.call_soon(self._tick)
         self._thread = threading.Thread(target=self._watch, name="loop-stall", daemon=True)
@@ -89,32 +94,37 @@ class LoopStallMonitor:
         self._stop.set()
         if self._gc in gc.callbacks:
             gc.callbacks.remove(self._gc)
+        if self._schedstat_fd >= 0:
+            os.close(self._schedstat_fd)
+            self._schedstat_fd = -1
+
+    def _tick_stamp(self) -> None:
+        self._stamp = (time.perf_counter(), _run_delay_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else 0)
 
     def _tick(self) -> None:
-        self._loop_delay_ns = _run_delay_ns()  # the loop thread's own figure (thread-self), read on that thread
-        self._last_tick = time.perf_counter()  # after it: the watchdog reads the delay once the stamp moves
+        self._tick_stamp()
         if not self._stop.is_set():
             self._loop.call_later(self.tick_ms / 1000, self._tick)
 
     def _watch(self) -> None:
         threshold = self.threshold_ms / 1000
         while not self._stop.wait(self.tick_ms / 1000):
-            began = self._last_tick
-            if time.perf_counter() - began < threshold:
+            stamp = self._stamp
+            if time.perf_counter() - stamp[0] < threshold:
                 continue
-            delay_before = self._loop_delay_ns
             stacks: collections.Counter[str] = collections.Counter()
-            while self._last_tick == began and not self._stop.is_set():
+            while self._stamp is stamp and not self._stop.is_set():
                 frame = sys._current_frames().get(self._loop_thread_id)
                 if frame is not None:
                     stacks["".join(_own_frames(traceback.format_stack(frame)))] += 1
                 time.sleep(self.sample_ms / 1000)
-            gap = self._last_tick - began
-            collections_in_gap = [(g, round(d * 1000, 1)) for g, s, d in self._gc.done if s >= began]
+            end = self._stamp
+            gap = end[0] - stamp[0]
+            collections_in_gap = [(g, round(d * 1000, 1)) for g, s, d in self._gc.done if s >= stamp[0]]
             log.warning(
                 "event loop stalled",
                 gap_ms=round(gap * 1000, 1),
-                run_delay_ms=round((self._loop_delay_ns - delay_before) / 1e6, 1),
+                run_delay_ms=round((end[1] - stamp[1]) / 1e6, 1),  # of the gap, runnable but off a CPU
                 gc=collections_in_gap,
                 samples=sum(stacks.values()),
                 stacks=[f"{n}x\n{s}" for s, n in stacks.most_common(3)],

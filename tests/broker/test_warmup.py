@@ -72,3 +72,5 @@ def test_the_stall_monitor_logs_the_gap_and_the_line_that_held_the_loop():
     assert len(stalls) == 1, logs
     assert 200 <= stalls[0]["gap_ms"] < 1000
     assert "time.sleep(0.25)" in stalls[0]["stacks"][0]
+    # a sleeping loop thread is not runnable: little run delay over the gap, unlike a busy machine's stall
+    assert 0 <= stalls[0]["run_delay_ms"] < stalls[0]["gap_ms"] / 2

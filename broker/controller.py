@@ -53,7 +53,7 @@ from broker.topic import (
 from broker.topic_config_manager import TopicConfigManager
 from broker.transaction.check import TransactionalMessageCheckService, send_to_producer, system_topic_creator
 from broker.transaction.service import TransactionalMessageService
-from broker.warmup import FirstClientWarmup
+from broker.warmup import FirstClientWarmup, WarmupOnRequest
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -84,7 +84,7 @@ class BrokerController:
         self.config_data_version = DataVersion()
         self.stats = BrokerStats(now_ms=now_ms)
         self.store = MessageStore(config.to_store_config(), now_ms=now_ms, store_host=self.store_host)
-        # numpy and the store's threads, started off the loop when the first client connects (broker.warmup)
+        # numpy and the store's threads, started off the loop at a client's first request (broker.warmup)
         self.first_client_warmup = FirstClientWarmup(executors=(self.store.io_executor(),))
 
         self.topic_config_manager = TopicConfigManager(config, on_change=self._on_topic_change, now_ms=now_ms)
@@ -201,15 +201,13 @@ class BrokerController:
         self.namesrv_server: RemotingServer | None = None
         if config.namesrv_listen_port >= 0:
             self.namesrv_server = RemotingServer(
-                config.namesrv_listen_host,
-                config.namesrv_listen_port,
-                listener=self.first_client_warmup,  # a client's first stop: the route, then this broker
-                now_ms=now_ms,
-                frame_max=config.frame_max_length,
+                config.namesrv_listen_host, config.namesrv_listen_port, now_ms=now_ms, frame_max=config.frame_max_length
             )
             self.namesrv_executor = RequestExecutor("namesrv", 8, 100_000, now_ms=now_ms)
             for route in namesrv_routes(self.namesrv_processor):
-                self.namesrv_server.register_processor(route.code, route.processor, self.namesrv_executor)
+                # a client's first stop (its routes) starts the warm-up (broker.warmup)
+                processor = WarmupOnRequest(route.processor, self.first_client_warmup)
+                self.namesrv_server.register_processor(route.code, processor, self.namesrv_executor)
 
         self.client = RemotingClient()
         self._tasks: list[asyncio.Task[None]] = []
@@ -236,7 +234,10 @@ class BrokerController:
         queues = {**self.executors, FAULT_INJECT: self.fault_executor}
         reg = self.metrics.instrumented(self.server.register_processor)
         for route in broker_routes(self):
-            reg(route.code, route.processor, queues[route.queue])
+            processor = route.processor
+            if route.code == RequestCode.HEART_BEAT:  # a client's first request here: starts the warm-up
+                processor = WarmupOnRequest(processor, self.first_client_warmup)
+            reg(route.code, processor, queues[route.queue])
         # A code absent from the table is answered "not supported" after the ACL hook, in the admin queue
         # (upstream's AdminBrokerProcessor default branch).
         self.server.register_default_processor(self.metrics.wrap(NotSupportedProcessor(), ADMIN), self.executors[ADMIN])
@@ -324,7 +325,6 @@ class BrokerController:
     # ChannelEventListener
     def on_channel_connect(self, remote: str, channel) -> None:
         log.debug("client connected", remote=remote)
-        self.first_client_warmup.on_client()
 
     def on_channel_close(self, remote: str, channel) -> None:
         self.consumer_manager.do_channel_close_event(channel)

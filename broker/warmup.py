@@ -1,4 +1,4 @@
-"""Pay the broker's first-use costs on a thread when the first client connects, not on the loop at its first send.
+"""Pay the broker's first-use costs on a thread at a client's first request, not on the loop at its first send.
 
 A fresh broker keeps its start fast and its idle memory small by deferring work to first use (issue 15):
 numpy's import (``broker.deferred_import``, ~0.1-0.25 s of CPU) and the store's worker threads
@@ -7,8 +7,9 @@ has run, which on a busy machine took the loop 86 ms). Both used to land on the 
 messages: the loop stood still for 150-260 ms and sends queued behind it failed with ``TIMEOUT_CLEAN_QUEUE``
 (fast failure at 200 ms in the send queue) while the Java broker failed none.
 
-The first client connection (to the embedded name server, else to the broker) is the earliest sign that requests will follow (a producer connects, then sends its
-heartbeat and routes before its first message), and an idle broker nobody connects to still pays nothing. The
+A client's first request to the embedded name server (its routes) or to the broker (its heartbeat) is the
+earliest sign that messages will follow, and an idle broker still pays nothing: not at a bare connection either,
+so a port probe (a health check, ``bench.boot_figures``) does not load numpy into an idle broker. The
 thread holds the GIL in slices (the interpreter's switch interval), so the loop keeps answering meanwhile; a send
 that needs numpy before the thread is done waits on the module's lock for the rest of the import only.
 """
@@ -19,10 +20,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.deferred_import import deferred_names, load
+
+if TYPE_CHECKING:
+    from remoting.command import RemotingCommand
 
 log = structlog.get_logger("broker.warmup")
 
@@ -44,7 +49,7 @@ def start_all_threads(executor: ThreadPoolExecutor, workers: int, timeout_s: flo
 
 @dataclass
 class FirstClientWarmup:
-    """``on_client`` at every client connection; the first starts the warm-up thread, the others do nothing."""
+    """``on_client`` at every client request it watches; the first starts the warm-up thread, the others return."""
 
     #: thread pools to fill, with their sizes
     executors: tuple[tuple[ThreadPoolExecutor, int], ...] = ()
@@ -54,16 +59,6 @@ class FirstClientWarmup:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="first-client-warmup", daemon=True)
             self._thread.start()
-
-    # ChannelEventListener of the embedded name server: a client asks it for routes before it connects here
-    def on_channel_connect(self, remote: str, channel: object) -> None:
-        self.on_client()
-
-    def on_channel_close(self, remote: str, channel: object) -> None:
-        pass
-
-    def on_channel_exception(self, remote: str, channel: object) -> None:
-        pass
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the warm-up (tests); True once it is done or was never started."""
@@ -86,3 +81,20 @@ class FirstClientWarmup:
         log.info(
             "first-client warm-up done", modules=modules, elapsed_ms=round((time.perf_counter() - began) * 1000, 1)
         )
+
+
+@dataclass
+class WarmupOnRequest:
+    """A processor that starts ``warmup`` at its first request and hands every request to ``processor``. Put on the
+    name server's routes and the broker's HEART_BEAT: low-rate requests a client makes before its first message."""
+
+    processor: Any
+    warmup: FirstClientWarmup
+
+    async def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
+        self.warmup.on_client()
+        return await self.processor.process_request(channel, request)
+
+    def reject_request(self) -> bool:
+        reject = getattr(self.processor, "reject_request", None)
+        return bool(reject()) if reject is not None else False

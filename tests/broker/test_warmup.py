@@ -1,4 +1,4 @@
-"""``broker.warmup`` and ``broker.loop_stall``: the first client connection starts numpy's import and the store's
+"""``broker.warmup`` and ``broker.loop_stall``: a client's first request starts numpy's import and the store's
 threads off the loop (issue 15: they stalled the loop at the first sends); the stall monitor names what held it."""
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from structlog.testing import capture_logs
 from broker.loop_stall import LoopStallMonitor
 from broker.testing.process import BrokerProcess
 from broker.warmup import FirstClientWarmup, start_all_threads
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
 
 NUMPY_EXTENSION = "_multiarray_umath"  # numpy's core C extension: mapped once numpy is imported
 
@@ -35,24 +38,35 @@ def test_the_warm_up_runs_once_on_its_own_thread():
         assert warmup.join(0) and len(pool._threads) == 0  # nothing before a client
         before = threading.active_count()
         warmup.on_client()
-        warmup.on_channel_connect("127.0.0.1:1", object())
+        warmup.on_client()
         assert warmup.join(5)
         assert len(pool._threads) == 3
-        assert threading.active_count() == before + 3  # the warm-up thread ended; a second connect started none
+        assert threading.active_count() == before + 3  # the warm-up thread ended; a second call started none
 
 
-def test_a_connection_to_the_name_server_loads_numpy_before_any_message(tmp_path):
+async def ask_route(namesrv: str) -> int:
+    client = RemotingClient()
+    try:
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicWarmup"})
+        return (await client.invoke(namesrv, request, 5.0)).code
+    finally:
+        await client.close()
+
+
+def test_a_port_probe_leaves_numpy_unloaded_and_a_route_request_loads_it(tmp_path):
     broker = BrokerProcess(tmp_path / "store", config={"mappedFileSizeCommitLog": 4 * 1024 * 1024})
     broker.start()
     try:
         assert broker.proc is not None
-        time.sleep(0.3)
-        assert not numpy_mapped(broker.proc.pid)  # idle and unvisited: still small
-        with socket.create_connection(("127.0.0.1", broker.namesrv_port), timeout=5):
-            deadline = time.monotonic() + 20
-            while not numpy_mapped(broker.proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        assert numpy_mapped(broker.proc.pid)
+        for port in (broker.namesrv_port, broker.listen_port):  # a health check's connect, nothing sent
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        time.sleep(0.5)
+        assert not numpy_mapped(broker.proc.pid)  # idle and only probed: still small
+        assert asyncio.run(ask_route(broker.namesrv_addr)) in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)
+        deadline = time.monotonic() + 20
+        while not numpy_mapped(broker.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert numpy_mapped(broker.proc.pid)  # before any message
     finally:
         broker.stop(check=True)
 

@@ -53,6 +53,7 @@ from broker.topic import (
 from broker.topic_config_manager import TopicConfigManager
 from broker.transaction.check import TransactionalMessageCheckService, send_to_producer, system_topic_creator
 from broker.transaction.service import TransactionalMessageService
+from broker.warmup import FirstClientWarmup, WarmupOnRequest
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -83,6 +84,8 @@ class BrokerController:
         self.config_data_version = DataVersion()
         self.stats = BrokerStats(now_ms=now_ms)
         self.store = MessageStore(config.to_store_config(), now_ms=now_ms, store_host=self.store_host)
+        # numpy and the store's threads, started off the loop at a client's first request (broker.warmup)
+        self.first_client_warmup = FirstClientWarmup(executors=(self.store.io_executor(),))
 
         self.topic_config_manager = TopicConfigManager(config, on_change=self._on_topic_change, now_ms=now_ms)
         self.consumer_offset_manager = ConsumerOffsetManager(config.store_path_root_dir)
@@ -202,7 +205,9 @@ class BrokerController:
             )
             self.namesrv_executor = RequestExecutor("namesrv", 8, 100_000, now_ms=now_ms)
             for route in namesrv_routes(self.namesrv_processor):
-                self.namesrv_server.register_processor(route.code, route.processor, self.namesrv_executor)
+                # a client's first stop (its routes) starts the warm-up (broker.warmup)
+                processor = WarmupOnRequest(route.processor, self.first_client_warmup)
+                self.namesrv_server.register_processor(route.code, processor, self.namesrv_executor)
 
         self.client = RemotingClient()
         self._tasks: list[asyncio.Task[None]] = []
@@ -229,7 +234,10 @@ class BrokerController:
         queues = {**self.executors, FAULT_INJECT: self.fault_executor}
         reg = self.metrics.instrumented(self.server.register_processor)
         for route in broker_routes(self):
-            reg(route.code, route.processor, queues[route.queue])
+            processor = route.processor
+            if route.code == RequestCode.HEART_BEAT:  # a client's first request here: starts the warm-up
+                processor = WarmupOnRequest(processor, self.first_client_warmup)
+            reg(route.code, processor, queues[route.queue])
         # A code absent from the table is answered "not supported" after the ACL hook, in the admin queue
         # (upstream's AdminBrokerProcessor default branch).
         self.server.register_default_processor(self.metrics.wrap(NotSupportedProcessor(), ADMIN), self.executors[ADMIN])

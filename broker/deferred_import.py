@@ -72,3 +72,16 @@ def defer(name: str) -> bool:
 def is_deferred(name: str) -> bool:
     """True while ``name`` is a deferred module whose code has not run (for tests and boot checks)."""
     return type(sys.modules.get(name)) is DeferredModule
+
+
+def load(name: str) -> None:
+    """Run deferred module ``name``'s code now, if it has not run (a warm-up thread's call: see ``broker.warmup``).
+    Safe against a first use on another thread at the same time: both go through the module's lock."""
+    module = sys.modules.get(name)
+    if type(module) is DeferredModule:
+        getattr(module, "__file__", None)
+
+
+def deferred_names() -> list[str]:
+    """The modules deferred and not loaded yet."""
+    return [name for name, module in list(sys.modules.items()) if type(module) is DeferredModule]

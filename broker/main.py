@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -79,7 +80,10 @@ async def run(config: BrokerConfig) -> int:
     gc.collect()
     gc.freeze()
     gc.enable()
+    stall_monitor = _loop_stall_monitor()
     await stop.wait()
+    if stall_monitor is not None:
+        stall_monitor.stop()
     log.info("shutting down")
     if grpc_server is not None:
         await grpc_server.stop(1.0)
@@ -93,6 +97,18 @@ async def run(config: BrokerConfig) -> int:
             log.exception("the store did not close cleanly; the next boot recovers it")
     print(f"The broker[{config.broker_name}, {config.broker_addr}] shutdown OK", flush=True)
     return 0
+
+
+def _loop_stall_monitor():
+    """``MQ_LOOP_STALL_MS=N`` in the environment: log the loop's stalls longer than N ms (broker.loop_stall)."""
+    threshold = os.environ.get("MQ_LOOP_STALL_MS")
+    if not threshold:
+        return None
+    from broker.loop_stall import LoopStallMonitor
+
+    monitor = LoopStallMonitor(threshold_ms=float(threshold))
+    monitor.start()
+    return monitor
 
 
 def main(argv: list[str] | None = None) -> int:

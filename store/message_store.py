@@ -164,6 +164,10 @@ class MessageStore:
             self._executor = ThreadPoolExecutor(max_workers=self._io_threads, thread_name_prefix="store-io")
         return self._executor
 
+    def io_executor(self) -> tuple[ThreadPoolExecutor, int]:
+        """The store's worker pool and its size, for a warm-up that starts its threads off the loop."""
+        return self._get_executor(), self._io_threads
+
     def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
         return asyncio.get_running_loop().run_in_executor(self._get_executor(), fn, *args)
 

@@ -141,25 +141,10 @@ class InstrumentedProcessor:
             metrics.observe_many(code, answer_code, elapsed_ms, len(requests))
         else:
             for request, response in zip(requests, responses):
-                if response is None:
-                    oneway = bool(request.flag & FLAG_ONEWAY)
-                    result = "oneway" if oneway else "success"
-                    metrics.observe(request.code, None, elapsed_ms, long_polling=not oneway, result=result)
-                else:
-                    metrics.observe(request.code, response.code, elapsed_ms)
+                self._observe(request, response, elapsed_ms)
         if self._std_log.isEnabledFor(logging.DEBUG):
             for request, response in zip(requests, responses):
-                request_log.debug(
-                    "request",
-                    code=request.code,
-                    opaque=request.opaque,
-                    remote=getattr(channel, "remote_addr", None),
-                    queue=self.queue,
-                    answer=None if response is None else response.code,
-                    remark=None if response is None or not response.remark else response.remark,
-                    elapsed_ms=round(elapsed_ms, 3),
-                    group=len(requests),
-                )
+                self._log_answer(channel, request, response, elapsed_ms, group=len(requests))
         return responses
 
     async def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
@@ -181,22 +166,31 @@ class InstrumentedProcessor:
                 )
             raise
         elapsed_ms = (self._clock() - start) * 1000.0
-        if response is None:
+        self._observe(request, response, elapsed_ms)
+        if self._std_log.isEnabledFor(logging.DEBUG):
+            self._log_answer(channel, request, response, elapsed_ms)
+        return response
+
+    def _observe(self, request: RemotingCommand, response: RemotingCommand | None, elapsed_ms: float) -> None:
+        if response is None:  # oneway, or parked (a long poll answers later)
             oneway = bool(request.flag & FLAG_ONEWAY)
             self.metrics.observe(
                 request.code, None, elapsed_ms, long_polling=not oneway, result="oneway" if oneway else "success"
             )
         else:
             self.metrics.observe(request.code, response.code, elapsed_ms)
-        if self._std_log.isEnabledFor(logging.DEBUG):
-            request_log.debug(
-                "request",
-                code=request.code,
-                opaque=request.opaque,
-                remote=getattr(channel, "remote_addr", None),
-                queue=self.queue,
-                answer=None if response is None else response.code,
-                remark=None if response is None or not response.remark else response.remark,
-                elapsed_ms=round(elapsed_ms, 3),
-            )
-        return response
+
+    def _log_answer(
+        self, channel: Any, request: RemotingCommand, response: RemotingCommand | None, elapsed_ms: float, **extra: Any
+    ) -> None:
+        request_log.debug(
+            "request",
+            code=request.code,
+            opaque=request.opaque,
+            remote=getattr(channel, "remote_addr", None),
+            queue=self.queue,
+            answer=None if response is None else response.code,
+            remark=None if response is None or not response.remark else response.remark,
+            elapsed_ms=round(elapsed_ms, 3),
+            **extra,
+        )

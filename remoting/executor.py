@@ -47,6 +47,37 @@ def exception_remark(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def failed_response(channel: Channel, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    """Log a request whose processing raised (one warning; a traceback only for errors not of ours) and give
+    its SYSTEM_ERROR answer: a processor bug costs one request, never the worker."""
+    log.warning(
+        "request processing failed",
+        code=request.code,
+        opaque=request.opaque,
+        remote=channel.remote_addr,
+        error=exception_remark(exc),
+        exc_info=not isinstance(exc, RemotingError),
+    )
+    return request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+
+
+def write_response(channel: Channel, request: RemotingCommand, response: RemotingCommand) -> None:
+    """Write ``response`` as the answer to ``request``; a response that cannot be written (e.g. an unencodable
+    header) is logged and dropped, so the worker and the other answers go on."""
+    try:
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        channel.send(response)
+    except Exception as exc:  # noqa: BLE001
+        log.error(
+            "cannot write response",
+            code=request.code,
+            opaque=request.opaque,
+            remote=channel.remote_addr,
+            error=exception_remark(exc),
+        )
+
+
 @dataclass(slots=True)
 class RequestTask:
     channel: Channel
@@ -84,28 +115,10 @@ class RequestTask:
             self.finish()
             raise
         except Exception as exc:  # a processor bug must cost one request, not the worker
-            log.warning(
-                "request processing failed",
-                code=request.code,
-                opaque=request.opaque,
-                remote=self.channel.remote_addr,
-                error=exception_remark(exc),
-                exc_info=not isinstance(exc, RemotingError),
-            )
-            response = None if oneway else request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+            response = failed_response(self.channel, request, exc)
         try:
             if response is not None and not oneway:
-                response.opaque = request.opaque
-                response.flag |= FLAG_RESPONSE
-                self.channel.send(response)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unencodable header: log it, keep the worker
-            log.error(
-                "cannot write response",
-                code=request.code,
-                opaque=request.opaque,
-                remote=self.channel.remote_addr,
-                error=exception_remark(exc),
-            )
+                write_response(self.channel, request, response)
         finally:
             self.finish()
 
@@ -156,7 +169,7 @@ class RequestGroup:
         try:
             for request, response in zip(requests, responses):
                 if response is not None and not request.flag & FLAG_ONEWAY:
-                    self._answer(request, response)
+                    write_response(channel, request, response)
         finally:
             self.finish()
 
@@ -170,34 +183,12 @@ class RequestGroup:
             try:
                 response = hook(self.channel, request)
             except Exception as exc:  # noqa: BLE001 - same answer as a failing processor
-                log.warning(
-                    "request processing failed",
-                    code=request.code,
-                    opaque=request.opaque,
-                    remote=self.channel.remote_addr,
-                    error=exception_remark(exc),
-                    exc_info=not isinstance(exc, RemotingError),
-                )
-                response = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+                response = failed_response(self.channel, request, exc)
             if response is None:
                 kept.append(request)
             elif not request.flag & FLAG_ONEWAY:
-                self._answer(request, response)
+                write_response(self.channel, request, response)
         return kept
-
-    def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
-        try:
-            response.opaque = request.opaque
-            response.flag |= FLAG_RESPONSE
-            self.channel.send(response)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unencodable header: log it, answer the others
-            log.error(
-                "cannot write response",
-                code=request.code,
-                opaque=request.opaque,
-                remote=self.channel.remote_addr,
-                error=exception_remark(exc),
-            )
 
 
 class RequestExecutor:

@@ -34,8 +34,7 @@ from broker.topic import (
 )
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.errors import RemotingError
-from remoting.executor import exception_remark
+from remoting.executor import failed_response
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -258,7 +257,7 @@ class SendMessageProcessor:
                     responses[i] = self._refused(channel, request, hdr, exc)  # type: ignore[arg-type]
                     continue
                 except Exception as exc:  # noqa: BLE001 - as RequestTask.run answers a failing processor
-                    responses[i] = _failed(channel, request, exc)
+                    responses[i] = failed_response(channel, request, exc)
                     continue
             if msgs:
                 await self._put_group(channel, msgs, held, responses)
@@ -279,7 +278,7 @@ class SendMessageProcessor:
             results = await self.store.put_message_group(msgs)
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
             for i, request, _hdr, _queue_id in held:
-                responses[i] = _failed(channel, request, exc)
+                responses[i] = failed_response(channel, request, exc)
             return
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
             response = self._put_result_to_response(request, result, msg, queue_id)
@@ -293,7 +292,7 @@ class SendMessageProcessor:
         try:
             return await self.process_request(channel, request)
         except Exception as exc:  # noqa: BLE001
-            return _failed(channel, request, exc)
+            return failed_response(channel, request, exc)
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:
@@ -642,19 +641,6 @@ def _log_not_stored(channel: Any, hdr: SendMessageRequestHeader, response: Remot
     log.debug(
         "send refused", topic=hdr.topic, code=int(response.code), remark=response.remark, remote=channel.remote_addr
     )
-
-
-def _failed(channel: Any, request: RemotingCommand, exc: Exception) -> RemotingCommand:
-    """The SYSTEM_ERROR answer and the log line ``RequestTask.run`` gives a request whose processor raised."""
-    log.warning(
-        "request processing failed",
-        code=request.code,
-        opaque=request.opaque,
-        remote=channel.remote_addr,
-        error=exception_remark(exc),
-        exc_info=not isinstance(exc, RemotingError),
-    )
-    return request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
 
 
 def _int_or_zero(value: str | None) -> int:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from itertools import repeat
-from operator import add, sub
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,10 @@ from store.index_service import IndexService
 from store.message import MESSAGE_MAGIC_CODE, MessageConst, MessageExt, RecordError, decode_record
 from store.results import GetMessageResult, GetMessageStatus, MessageFilter, QueryMessageResult
 from store.stats import StoreStats
+
+# The walk's per-record loop costs less than `_take_all`'s fixed list passes below this many entries
+# (bench: a pull of 1 took 1.2x as long through `_take_all`, a pull of 32 0.63x).
+TAKE_ALL_MIN_ENTRIES = 8
 
 
 class StoreNotReadableError(RuntimeError):
@@ -137,7 +140,7 @@ class MessageReader:
         entries = cq.get_entries(offset, chunk)
         if entries is None:
             return GetMessageStatus.OFFSET_FOUND_NULL, self._next_offset_correction(offset, cq.roll_next_file(offset))
-        if matches_all:
+        if matches_all and len(entries) >= TAKE_ALL_MIN_ENTRIES:
             found = self._take_all(entries, offset, result)
             if found is not None:
                 return found
@@ -255,7 +258,8 @@ class MessageReader:
         record). It applies when the entries' records all lie in one commit-log file below its read position and
         within the in-memory transfer limits: then the walk takes them all (the chunk is at most `max_msg_nums`
         entries) and stops there. Anything else returns None and the walk handles it, with the same answer."""
-        phys, sizes, _tags = zip(*entries.tolist())
+        phys = entries["offset"].tolist()  # two column conversions cost a third of one of the structured rows
+        sizes = entries["size"].tolist()
         n = len(phys)
         ends = list(map(add, phys, sizes))
         lo = min(phys)  # the entries of one queue ascend; min and max keep the span check right if they did not
@@ -281,7 +285,8 @@ class MessageReader:
         span = mf.select(lo - mf.file_from_offset, hi - lo) if mf is not None else None  # readable and open
         if span is None:
             return None
-        result.buffers = list(map(span.__getitem__, map(slice, map(sub, phys, repeat(lo)), map(sub, ends, repeat(lo)))))
+        # a comprehension: map(span.__getitem__, map(slice, ...)) measured twice as slow
+        result.buffers = [span[a - lo : b - lo] for a, b in zip(phys, ends)]
         result.msg_queue_offsets = list(range(offset, offset + n))
         result.message_count = n
         result.buffer_total_size = total

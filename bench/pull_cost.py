@@ -29,6 +29,7 @@ import orjson
 
 from broker.controller import BrokerController
 from broker.testing.in_loop import start_in_loop
+from remoting import loop as loop_choice
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -210,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--bytecodes", action="store_true", help="count Python bytecodes instead of CPU time")
     args = parser.parse_args(argv)
+    loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
     asyncio.run(measure(args.backlog, args.repeat, args.bytecodes))
     return 0
 

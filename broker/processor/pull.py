@@ -55,6 +55,7 @@ _STATUS_CODE = {
     GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
     GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
 }
+_REMARK = {status: status.name for status in GetMessageStatus}  # Enum.name is a Python-level property
 
 
 class PullMessageProcessor:
@@ -218,7 +219,7 @@ class PullMessageProcessor:
         if code == ResponseCode.SUCCESS:
             body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
             self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
-            response = request.response(code, status.name, ext_fields=ext, body=body)
+            response = request.response(code, _REMARK[status], ext_fields=ext, body=body)
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
             pr = PullRequest(
@@ -240,7 +241,7 @@ class PullMessageProcessor:
                     max_offset=result.max_offset,
                     status=status.name,
                 )
-            response = request.response(code, status.name, ext_fields=ext)
+            response = request.response(code, _REMARK[status], ext_fields=ext)
 
         if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
             self.offsets.commit_offset(

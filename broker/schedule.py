@@ -487,9 +487,11 @@ class ScheduleMessageService:
                 if level not in self._uncounted_from:
                     self._uncounted_from[level] = self.store.commit_log.get_max_offset()
                 msgs = [restored[i] for i in run]
-                run_bytes = sum(_record_size_bound(m) for m in msgs)  # type: ignore[arg-type]
-                if self._recovery_reach(run_bytes) > RECOVERY_SCAN_LIMIT // 2:
+                # (a run, at most batch_max_bytes plus its records' headers, is far below half the limit: its
+                # size is only needed once the CommitLog is that far past the file's position)
+                if self._recovery_reach(0) > RECOVERY_SCAN_LIMIT // 2:
                     self._write_ahead(level)
+                    run_bytes = sum(_record_size_bound(m) for m in msgs)  # type: ignore[arg-type]
                     if self._recovery_reach(run_bytes) > RECOVERY_SCAN_LIMIT:
                         await self._hold_within_scan_limit(level, run_bytes)
                 if len(msgs) == 1:

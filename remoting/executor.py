@@ -133,7 +133,9 @@ class RequestGroup:
 
     channel: Channel
     requests: list[RemotingCommand]
-    processor: Any  # has process_requests(channel, requests) -> list[RemotingCommand | None], one per request
+    #: has process_requests(channel, requests) -> one entry per request: its answer, None (no answer), or the
+    #: exception its processing raised, which the group answers as ``RequestTask.run`` answers a raising processor
+    processor: Any
     hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None
     finished: bool = False
 
@@ -168,6 +170,8 @@ class RequestGroup:
             responses = [request.response(ResponseCode.SYSTEM_ERROR, remark) for request in requests]
         try:
             for request, response in zip(requests, responses):
+                if isinstance(response, Exception):  # that request's processing raised: its answer alone fails
+                    response = failed_response(channel, request, response)
                 if response is not None and not request.flag & FLAG_ONEWAY:
                     write_response(channel, request, response)
         finally:

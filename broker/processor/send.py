@@ -34,7 +34,6 @@ from broker.topic import (
 )
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.executor import failed_response
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -229,13 +228,17 @@ class SendMessageProcessor:
         batch = ext.get("m") or ext.get("batch")
         return batch is None or batch == "false"
 
-    async def process_requests(self, channel, requests: list[RemotingCommand]) -> list[RemotingCommand | None]:
+    async def process_requests(
+        self, channel, requests: list[RemotingCommand]
+    ) -> list[RemotingCommand | Exception | None]:
         """Several requests of one connection (the SEND requests decoded from one read), answered as
         ``process_request`` answers each: the single sends are checked one by one and stored with one
         ``put_message_group`` (one status check, one clock read, one dispatch wait, one fsync with SYNC_FLUSH);
         anything else (a batch, a send-back) goes through ``process_request`` in its place, after the sends
-        held before it are stored, so the store sees the requests in their order. Responses in request order."""
-        responses: list[RemotingCommand | None] = [None] * len(requests)
+        held before it are stored, so the store sees the requests in their order. Responses in request order; a
+        request whose processing raised gets its exception in its place (``RequestGroup`` answers it SYSTEM_ERROR
+        and the metrics count it "process_request_failed", as for a lone request whose processor raised)."""
+        responses: list[RemotingCommand | Exception | None] = [None] * len(requests)
         if self.config.fault_injection_enable:  # per-message stalls and sleeps: the one-at-a-time path
             for i, request in enumerate(requests):
                 responses[i] = await self._process_guarded(channel, request)
@@ -256,8 +259,8 @@ class SendMessageProcessor:
                 except SendError as exc:
                     responses[i] = self._refused(channel, request, hdr, exc)  # type: ignore[arg-type]
                     continue
-                except Exception as exc:  # noqa: BLE001 - as RequestTask.run answers a failing processor
-                    responses[i] = failed_response(channel, request, exc)
+                except Exception as exc:  # noqa: BLE001 - answered by RequestGroup, as RequestTask.run would
+                    responses[i] = exc
                     continue
             if msgs:
                 await self._put_group(channel, msgs, held, responses)
@@ -272,13 +275,13 @@ class SendMessageProcessor:
         channel,
         msgs: list[MessageExtBrokerInner],
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
-        responses: list[RemotingCommand | None],
+        responses: list[RemotingCommand | Exception | None],
     ) -> None:
         try:
             results = await self.store.put_message_group(msgs)
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
-            for i, request, _hdr, _queue_id in held:
-                responses[i] = failed_response(channel, request, exc)
+            for i, _request, _hdr, _queue_id in held:
+                responses[i] = exc
             return
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
             response = self._put_result_to_response(request, result, msg, queue_id)
@@ -286,13 +289,13 @@ class SendMessageProcessor:
                 _log_not_stored(channel, hdr, response)
             responses[i] = response
 
-    async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        """``process_request`` for one request of a group: an exception costs that request a SYSTEM_ERROR, as
-        ``RequestTask.run`` would answer it, not the group."""
+    async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | Exception | None:
+        """``process_request`` for one request of a group: an exception is that request's outcome (answered by
+        ``RequestGroup``), not the group's."""
         try:
             return await self.process_request(channel, request)
         except Exception as exc:  # noqa: BLE001
-            return failed_response(channel, request, exc)
+            return exc
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:

@@ -78,6 +78,8 @@ _STORED_CODES = {
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
+_PUT_OK = PutMessageStatus.PUT_OK
+_SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
@@ -242,6 +244,7 @@ class SendMessageProcessor:
             return responses
         msgs: list[MessageExtBrokerInner] = []
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
+        checked: dict[str, Any] = {}  # topic → its config, checked once for the group (the queue id: each send)
         for i, request in enumerate(requests):
             code = request.code
             if code == _SEND_MESSAGE_V2 or code == _SEND_MESSAGE:
@@ -249,7 +252,7 @@ class SendMessageProcessor:
                 try:
                     hdr = self._header(request)
                     if not self._is_batch(request, hdr):
-                        msg, queue_id, _ = self._message(channel, request, hdr)
+                        msg, queue_id, _ = self._message(channel, request, hdr, checked)
                         msgs.append(msg)
                         held.append((i, request, hdr, queue_id))
                         continue
@@ -280,11 +283,39 @@ class SendMessageProcessor:
             for i, request, _hdr, _queue_id in held:
                 responses[i] = failed_response(channel, request, exc)
             return
+        cfg = self.config
+        region = cfg.region_id
+        trace_on = "true" if cfg.trace_on else "false"
+        on_put = self.stats.on_put
+        run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
+            if result.status is _PUT_OK:  # (the common answer, unrolled from _put_result_to_response)
+                ar = result.append_result
+                topic = msg.topic
+                responses[i] = request.response(
+                    _SUCCESS,
+                    None,
+                    {
+                        "msgId": ar.msg_id,
+                        "queueId": str(msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id),
+                        "queueOffset": str(ar.logics_offset),
+                        "MSG_REGION": region,
+                        "TRACE_ON": trace_on,
+                    },
+                )
+                if topic != run_topic:
+                    if run_msgs:
+                        on_put(run_topic, run_msgs, run_bytes)
+                    run_topic, run_msgs, run_bytes = topic, 0, 0
+                run_msgs += 1
+                run_bytes += ar.wrote_bytes
+                continue
             response = self._put_result_to_response(request, result, msg, queue_id)
             if response.code != ResponseCode.SUCCESS:
                 _log_not_stored(channel, hdr, response)
             responses[i] = response
+        if run_msgs:
+            on_put(run_topic, run_msgs, run_bytes)
 
     async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | None:
         """``process_request`` for one request of a group: an exception costs that request a SYSTEM_ERROR, as
@@ -328,7 +359,24 @@ class SendMessageProcessor:
         return response
 
     # -- checks ---------------------------------------------------------------------------
-    def _msg_check(self, channel, hdr: SendMessageRequestHeader):
+    def _msg_check(self, channel, hdr: SendMessageRequestHeader, checked: dict[str, Any] | None = None):
+        """The send's checks (upstream msgCheck) and its topic's config. `checked`: the topics of this group
+        that passed already (their config), so that a group checks each topic once and each queue id."""
+        if checked is not None:
+            tc = checked.get(hdr.topic)
+            if tc is None:
+                tc = checked[hdr.topic] = self._topic_check(channel, hdr)
+        else:
+            tc = self._topic_check(channel, hdr)
+        if hdr.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: {channel.remote_addr}",
+            )
+        return tc
+
+    def _topic_check(self, channel, hdr: SendMessageRequestHeader):
+        """The checks that depend on the broker and the topic alone; the topic's config (created if allowed)."""
         cfg = self.config
         tcm = self.topic_config_manager
         topic = hdr.topic
@@ -360,12 +408,6 @@ class SendMessageProcessor:
                     f"topic[{hdr.topic}] not exist, apply first please!"
                     "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
                 )
-        queue_nums = max(tc.write_queue_nums, tc.read_queue_nums)
-        if hdr.queue_id >= queue_nums:
-            raise SendError(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: {channel.remote_addr}",
-            )
         return tc
 
     def _check_size(self, body_len: int, props_len: int) -> None:
@@ -460,11 +502,15 @@ class SendMessageProcessor:
         return self._put_result_to_response(request, result, msg, queue_id)
 
     def _message(
-        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader
+        self,
+        channel,
+        request: RemotingCommand,
+        hdr: SendMessageRequestHeader,
+        checked: dict[str, Any] | None = None,
     ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
-        properties as sent, for fault injection); SendError when refused."""
-        tc = self._msg_check(channel, hdr)
+        properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`."""
+        tc = self._msg_check(channel, hdr, checked)
         body = bytes(request.body) if request.body is not None else b""
         props_text = hdr.properties or ""
         self._check_size(len(body), len(props_text) if props_text.isascii() else len(props_text.encode("utf-8")))

@@ -31,6 +31,10 @@ from store.mapped_file_queue import MappedFileQueue, RunBlocking
 from store.message import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    FIXED_PART,
+    FIXED_PART_LENGTH,
+    IPV4_HOSTS_MASK,
+    MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -294,7 +298,10 @@ class CommitLog:
         pooled = mf.write_buffer is not None
         prefaulted = mf.prefaulted_position
         table = self.topic_queue_table
-        write = self.encoder.write
+        encoder = self.encoder
+        write = encoder.write
+        pack = FIXED_PART.pack_into
+        hosts = encoder.host_bytes
         id_prefix = self._id_prefix
         written: list[MessageExtBrokerInner] = []  # what was written, for the dispatch
         written_sizes: list[int] = []
@@ -326,8 +333,36 @@ class CommitLog:
                         AppendFailure(PutMessageStatus.UNKNOWN_ERROR, f"write to the CommitLog failed: {exc}")
                     )
                     continue  # nothing published for this one; the next takes its place
-            else:
-                write(view, pos, msg, tail, crc, size, queue_offset, phy, store_ts)
+            else:  # (RecordEncoder.write unrolled: the fixed part, the body, the tail)
+                body = msg.body or b""
+                blen = len(body)
+                born = msg.born_host
+                store = msg.store_host
+                pack(
+                    view,
+                    pos,
+                    size,
+                    MESSAGE_MAGIC_CODE,
+                    crc,
+                    queue_id,
+                    msg.flag,
+                    queue_offset,
+                    phy,
+                    msg.sys_flag & IPV4_HOSTS_MASK,
+                    msg.born_timestamp,
+                    hosts.get(born[0]) or encoder.host(born[0]),
+                    born[1],
+                    store_ts,
+                    hosts.get(store[0]) or encoder.host(store[0]),
+                    store[1],
+                    msg.reconsume_times,
+                    msg.prepared_transaction_offset,
+                    blen,
+                )
+                b = pos + FIXED_PART_LENGTH
+                e = b + blen
+                view[b:e] = body
+                view[e : pos + size] = tail
             if counts:
                 table[(topic, queue_id)] = queue_offset + 1
             pos += size

@@ -288,6 +288,8 @@ class RecordEncoder:
             raw = self._hosts[ip] = host_to_bytes(ip)
         return raw
 
+    _host = host  # (the name the batch path's code used before)
+
     def _topic(self, topic: str) -> bytes:
         """TOPICLEN byte + topic bytes."""
         raw = self._topics.get(topic)

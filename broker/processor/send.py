@@ -79,6 +79,11 @@ _STORED_CODES = {
     PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 _PUT_OK = PutMessageStatus.PUT_OK
+_DELAY = MessageConst.DELAY
+_TRAN_MSG = MessageConst.TRAN_MSG
+_CLUSTER = MessageConst.CLUSTER
+_WAIT = MessageConst.WAIT
+_TAGS = MessageConst.TAGS
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
@@ -461,9 +466,9 @@ class SendMessageProcessor:
         props: dict[str, str],
         sys_flag: int,
     ) -> MessageExtBrokerInner:
-        props[MessageConst.CLUSTER] = self.config.broker_cluster_name
-        props.pop(MessageConst.WAIT, None)
-        tags = props.get(MessageConst.TAGS)
+        props[_CLUSTER] = self.config.broker_cluster_name
+        props.pop(_WAIT, None)
+        tags = props.get(_TAGS)
         # positional (the field order of MessageExtBrokerInner): about half the cost of keywords, once per send
         return MessageExtBrokerInner(
             topic,
@@ -510,16 +515,21 @@ class SendMessageProcessor:
     ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
         properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`."""
+        # (once per send: the helpers below are called only where they have something to do)
         tc = self._msg_check(channel, hdr, checked)
         body = bytes(request.body) if request.body is not None else b""
         props_text = hdr.properties or ""
-        self._check_size(len(body), len(props_text) if props_text.isascii() else len(props_text.encode("utf-8")))
+        props_len = len(props_text) if props_text.isascii() else len(props_text.encode("utf-8"))
+        if len(body) > self.config.max_message_size or props_len > MAX_PROPERTIES_LENGTH:
+            self._check_size(len(body), props_len)
         props = decode_properties(props_text)
-        topic = self._handle_retry_and_dlq(hdr, props, tc, request)
-        queue_id = 0 if topic != hdr.topic else self._queue_id(hdr, tc)
+        topic = hdr.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            topic = self._handle_retry_and_dlq(hdr, props, tc, request)
+        queue_id = 0 if topic != hdr.topic else hdr.queue_id if hdr.queue_id >= 0 else self._queue_id(hdr, tc)
         sys_flag = hdr.sys_flag
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
-        if props.get(MessageConst.TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
+        if props.get(_TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
             if self.config.reject_transaction_message:
                 raise SendError(
                     ResponseCode.NO_PERMISSION,
@@ -529,7 +539,8 @@ class SendMessageProcessor:
             msg = self.transaction_service.prepare_half_message(msg)
         else:
             # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
-            check_delay_level(props)
+            if _DELAY in props:
+                check_delay_level(props)
             # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
             # without any of them park() has nothing to do (most sends: no clock read, no call)
             if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:

@@ -306,13 +306,14 @@ class CommitLog:
         written: list[MessageExtBrokerInner] = []  # what was written, for the dispatch
         written_sizes: list[int] = []
         queue_offsets: list[int] = []
+        ended = False  # a BLANK ends the file
         for msg, tail, crc, size in zip(msgs, tails, crcs, sizes):
             room = file_size - pos
             if size + END_FILE_MIN_BLANK_LENGTH > room:  # END_OF_FILE: this one and the rest go to the writer
                 _BLANK.pack_into(view, pos, room, BLANK_MAGIC_CODE)
                 if pooled and room > 8:
                     view[pos + 8 : file_size] = bytes(room - 8)  # pool buffers are reused: no stale bytes
-                pos = file_size
+                ended = True
                 break
             topic = msg.topic
             queue_id = msg.queue_id
@@ -373,7 +374,7 @@ class CommitLog:
             written.append(msg)
             written_sizes.append(size)
             queue_offsets.append(queue_offset)
-        mf.wrote_position = pos
+        mf.wrote_position = file_size if ended else pos
         if not written:
             return results
         mf.store_timestamp = store_ts

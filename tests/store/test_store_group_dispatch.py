@@ -168,3 +168,21 @@ async def _sleep() -> None:
     import asyncio
 
     await asyncio.sleep(0.01)
+
+
+async def test_a_group_that_ends_a_file_counts_its_records_not_the_blank(tmp_path):
+    """The group pass writes the BLANK that ends a CommitLog file and hands the rest to the writer: the
+    statistics count the records' bytes only, and the next file starts with the first message left over."""
+    s, _ = await _open(tmp_path / "s", fixed_clock=False)
+    try:
+        msgs = [make_msg("End", b"z" * 9000, queue_id=0) for _ in range(9)]  # > one 64 KiB file
+        results = await s.put_message_group(msgs)
+        assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+        cl = s.commit_log
+        assert cl.put_message_size_total == sum(r.append_result.wrote_bytes for r in results)
+        assert cl.put_message_times_total == 9
+        second = [r.append_result.wrote_offset for r in results if r.append_result.wrote_offset >= 64 * 1024]
+        assert second and second[0] == 64 * 1024
+        assert s.get_max_offset_in_queue("End", 0) == 9
+    finally:
+        await s.shutdown()

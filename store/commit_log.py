@@ -7,8 +7,9 @@ physical offsets and the store timestamp, and copies the bytes into the mapped f
 pool buffer). A record that does not fit with 8 spare bytes ends the file with a BLANK filler and goes
 to the next file, created ahead of time in a worker thread. The section awaits only for a file that is
 not ready yet or for an injected stall, so the event loop keeps running and the busy signals can be
-observed. After each record the writer hands its dispatch to the bound CommitLogDispatcher (inline
-while the reput is caught up, else described in `dispatch_queue` for the reput). Parsing records back
+observed. After each request the writer hands its dispatch to the bound CommitLogDispatcher (inline
+while the reput is caught up, else described in `dispatch_queue` for the reput); a group of single sends
+(`append_group_now`) is written in one pass and dispatched with one call. Parsing records back
 is `self.parser` (store/record_parser.py); finding the valid end after a crash is `self.recovery`
 (store/recovery.py).
 """

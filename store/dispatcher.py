@@ -6,15 +6,15 @@ the next bulk build, and the record of queues that failed. Three callers feed it
 effects per record:
 
 - the CommitLog writer, inline, while the reput is caught up (`dispatch_appended`: no DispatchRequest
-  built, a batch in one pass);
+  built, a batch in one pass; `dispatch_group`: the single sends of one group, any queues, in one call);
 - the reput, record by record (`prepare` creates missing files first, then `dispatch`), for a batch
   descriptor (`dispatch_described_batch`) and in bulk from parsed arrays (`dispatch_many`, also used by
   the pre-dispatch during recovery); each round ends with `end_round` (the index keys in one pass);
 - the put path, which asks it to schedule the deferred index build (`after_inline_put`).
 
 A record or queue that cannot be dispatched costs its consume queue entry only: one error line per
-queue, never the writer or the reput. The inline and batch paths repeat `dispatch` for speed and stay
-next to it: a change to what a dispatch does is one edit in three places of this file.
+queue, never the writer or the reput. The inline, group and batch paths repeat `dispatch` for speed and
+stay next to it: a change to what a dispatch does is one edit in four places of this file.
 """
 
 from __future__ import annotations

@@ -269,10 +269,13 @@ class CommitLogDispatcher:
             return 0
         if self._index_enabled and self.index_service.needs_file():
             return 0
+        queued_keys = len(self._index_keys)
         try:
             return self._dispatch_group(msgs, sizes, queue_offsets, phy, store_ts)
         except Exception as exc:  # noqa: BLE001 - the reput replays the group: the writer must go on
             self.failed("inline", msgs[0].topic, msgs[0].queue_id, exc)
+            # the replay queues the group's index keys again (its consume queue entries it skips)
+            del self._index_keys[queued_keys:], self._index_phys[queued_keys:], self._index_times[queued_keys:]
             return 0
 
     def _dispatch_group(

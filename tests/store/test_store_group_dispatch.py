@@ -37,11 +37,29 @@ async def _open(root, *, fixed_clock: bool = True, **overrides) -> tuple[Message
     s = MessageStore(small_config(root, **overrides), **({"now_ms": lambda: NOW} if fixed_clock else {}))
     assert await s.load()
     await s.start()
+    await s.index_service.ensure_file()  # (else the inline dispatch leaves everything to the reput until it exists)
     notices: list[tuple] = []
     s.message_arriving_listener = lambda topic, qid, max_offset, tags_code, ts, props: notices.append(
         (topic, qid, max_offset, tags_code, ts, (props or {}).get("UNIQ_KEY"))
     )
     return s, notices
+
+
+async def _warm(s: MessageStore, msgs) -> None:
+    """One put per queue the test uses: its consume queue file exists (the inline dispatch stops at a queue's
+    first entry, whose file the reput creates)."""
+    for m in msgs:
+        assert (await s.put_message(m)).status == PutMessageStatus.PUT_OK
+    await s.reput.wait_dispatched(s.commit_log.get_max_offset())
+
+
+def _warmers():
+    return [
+        make_msg("GA", b"w", queue_id=0),
+        make_msg("GA", b"w", queue_id=2),
+        make_msg("GB", b"w", queue_id=1),
+        make_msg("GB", b"w", queue_id=1, props={"DELAY": "3"}),
+    ]
 
 
 def _view(s: MessageStore, queues) -> dict:
@@ -65,13 +83,21 @@ async def test_a_group_is_dispatched_once_with_the_effects_of_single_puts(tmp_pa
     try:
         calls = []
         real = grouped.dispatcher.dispatch_group
-        monkeypatch.setattr(grouped.dispatcher, "dispatch_group", lambda *a: calls.append(len(a[0])) or real(*a))
+
+        def dispatch_group(*a):
+            done = real(*a)
+            calls.append((len(a[0]), done))
+            return done
+
+        await _warm(grouped, _warmers())
+        await _warm(alone, _warmers())
+        monkeypatch.setattr(grouped.dispatcher, "dispatch_group", dispatch_group)
         monkeypatch.setattr(
             grouped.dispatcher, "dispatch_appended", lambda *a: pytest.fail("a group dispatched record by record")
         )
         results = await grouped.put_message_group(_mixed())
         expected = [await alone.put_message(m) for m in _mixed()]
-        assert calls == [8]  # the refused one never reaches the CommitLog
+        assert calls == [(8, 8)]  # all dispatched inline; the refused one never reaches the CommitLog
         assert [r.status for r in results] == [r.status for r in expected]
         for got, want in zip(results, expected):
             if want.append_result is None:
@@ -85,16 +111,16 @@ async def test_a_group_is_dispatched_once_with_the_effects_of_single_puts(tmp_pa
                 w.msg_id,
                 w.store_timestamp,
             )
-        assert g_notices == a_notices and len(g_notices) == 8  # each stored record announced, as alone
+        assert g_notices == a_notices and len(g_notices) == 4 + 8  # each stored record announced, as alone
         assert _view(grouped, _QUEUES) == _view(alone, _QUEUES)
         assert grouped.reput.reput_from_offset == alone.reput.reput_from_offset == grouped.commit_log.get_max_offset()
-        assert grouped.stats.put_count == alone.stats.put_count == 8
+        assert grouped.stats.put_count == alone.stats.put_count == 4 + 8
     finally:
         await grouped.shutdown()
         await alone.shutdown()
     again, _ = await _open(tmp_path / "group")  # what the group wrote is recovered as it was
     try:
-        assert again.get_max_offset_in_queue("GA", 0) == 2 and again.get_max_offset_in_queue("GB", 1) == 2
+        assert again.get_max_offset_in_queue("GA", 0) == 3 and again.get_max_offset_in_queue("GB", 1) == 3
     finally:
         await again.shutdown()
 
@@ -104,14 +130,19 @@ async def test_a_group_crossing_a_consume_queue_file_leaves_the_rest_to_the_repu
     worker thread) and the reput dispatches the rest before the put returns, each once."""
     s, notices = await _open(tmp_path / "s")
     try:
+        await _warm(s, [make_msg("Cross", b"w", queue_id=0, uniq="U-1")])
+        dispatched = []
+        real = s.dispatcher.dispatch_group
+        s.dispatcher.dispatch_group = lambda *a: dispatched.append(real(*a)) or dispatched[-1]
         msgs = [make_msg("Cross", f"m{i}".encode(), queue_id=0, uniq=f"U{i}") for i in range(150)]
         results = await s.put_message_group(msgs)
+        assert dispatched == [99]  # the file's 100 entries hold the warm-up one and 99 of these
         assert all(r.status == PutMessageStatus.PUT_OK for r in results)
-        assert [r.append_result.logics_offset for r in results] == list(range(150))
-        assert s.get_max_offset_in_queue("Cross", 0) == 150
+        assert [r.append_result.logics_offset for r in results] == list(range(1, 151))
+        assert s.get_max_offset_in_queue("Cross", 0) == 151
         assert len(s.dispatcher.consume_queue_table["Cross"][0].mapped_file_queue.mapped_files) == 2
-        assert [n[2] for n in notices] == list(range(1, 151))
-        assert [n[5] for n in notices] == [f"U{i}" for i in range(150)]
+        assert [n[2] for n in notices] == list(range(1, 152))
+        assert [n[5] for n in notices] == [f"U{i}" for i in range(-1, 150)]
         s.dispatcher.build_index_keys()
         assert s.query_message("Cross", "U120", 8, 0, 2**62).message_count == 1
     finally:
@@ -184,5 +215,42 @@ async def test_a_group_that_ends_a_file_counts_its_records_not_the_blank(tmp_pat
         second = [r.append_result.wrote_offset for r in results if r.append_result.wrote_offset >= 64 * 1024]
         assert second and second[0] == 64 * 1024
         assert s.get_max_offset_in_queue("End", 0) == 9
+    finally:
+        await s.shutdown()
+
+
+async def test_a_group_dispatch_that_fails_is_replayed_by_the_reput_without_twice_indexed_keys(tmp_path, monkeypatch):
+    """An unexpected error in the inline group dispatch (one error line) leaves the whole group to the reput:
+    every entry is written once and each key is indexed once (the keys queued before the error are dropped,
+    the replay queues them again)."""
+    from store.consume_queue import ConsumeQueue
+
+    s, notices = await _open(tmp_path / "s", fixed_clock=False)
+    try:
+        await _warm(s, [make_msg("Fail", b"w", queue_id=0), make_msg("Fail", b"w", queue_id=1)])
+        queued = []
+        real_group = s.dispatcher._dispatch_group
+        s.dispatcher._dispatch_group = lambda *a: queued.append(1) or real_group(*a)
+        real = ConsumeQueue.try_append
+
+        def broken(self, *a):
+            if self.queue_id == 1:
+                raise RuntimeError("disk says no")
+            return real(self, *a)
+
+        monkeypatch.setattr(ConsumeQueue, "try_append", broken)
+        built: list[str] = []
+        real_build = s.index_service.build_keys
+        s.index_service.build_keys = lambda keys, *a: built.extend(keys) or real_build(keys, *a)
+        msgs = [make_msg("Fail", b"f0", queue_id=0, uniq="F0"), make_msg("Fail", b"f1", queue_id=1, uniq="F1")]
+        results = await s.put_message_group(msgs)
+        assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 2
+        await s.reput.wait_dispatched(s.commit_log.get_max_offset())
+        assert queued == [1]  # the inline group dispatch ran (and failed at F1, after queueing F0's key)
+        assert s.get_max_offset_in_queue("Fail", 0) == 2 and s.get_max_offset_in_queue("Fail", 1) == 2
+        s.dispatcher.build_index_keys()
+        assert sorted(built) == ["Fail#F0", "Fail#F1"]  # (queries would hide a twice-indexed record: one phy)
+        assert s.query_message("Fail", "F0", 8, 0, 2**62).message_count == 1
+        assert s.query_message("Fail", "F1", 8, 0, 2**62).message_count == 1
     finally:
         await s.shutdown()

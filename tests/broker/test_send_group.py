@@ -146,3 +146,26 @@ async def test_a_group_under_sync_flush_is_answered_after_its_fsync(tmp_path) ->
         assert mfq.flushed_where >= mfq.max_offset() > 0  # answered only once an fsync covered them
     finally:
         await broker.shutdown()
+
+
+async def test_a_group_checks_each_topic_once_and_each_queue_id(broker, monkeypatch) -> None:
+    """The topic checks (permission, name, config lookup or creation) run once per topic of a group, the queue
+    id check once per send; the put statistics are updated once per run of sends to one topic."""
+    processor = broker.send_processor
+    checks: list[str] = []
+    real_check = processor._topic_check
+    monkeypatch.setattr(processor, "_topic_check", lambda ch, hdr: checks.append(hdr.topic) or real_check(ch, hdr))
+    puts: list[tuple[str, int]] = []
+    real_put = broker.stats.on_put
+    monkeypatch.setattr(broker.stats, "on_put", lambda t, n, size: puts.append((t, n)) or real_put(t, n, size))
+    sizes = spy_groups(broker)
+    requests = [send_request("OnceA", f"a{i}".encode(), queue_id=i % 3) for i in range(5)]
+    requests += [send_request("OnceA", b"bad", queue_id=99)]  # refused by its queue id alone
+    requests += [send_request("OnceB", f"b{i}".encode()) for i in range(3)]
+    answers = await exchange(broker, requests)
+    assert sizes == [8]
+    assert checks == ["OnceA", "OnceB"]
+    assert answers[6].code == ResponseCode.SYSTEM_ERROR and "queueId[99] is illegal" in answers[6].remark
+    assert [answers[o].code for o in (1, 2, 3, 4, 5, 7, 8, 9)] == [ResponseCode.SUCCESS] * 8
+    assert puts == [("OnceA", 5), ("OnceB", 3)]
+    assert broker.stats.put_nums["OnceA"] == 5 and broker.stats.put_nums["OnceB"] == 3

@@ -24,6 +24,12 @@ warm-up gives each write fresh memory, but a case that runs longer than its raw 
 reported memory: with min_free_ms = 60000 (a test only; the bench changes no system setting) the 4 KiB
 batch case measured 550 MB/s instead of 444, its raw reference 1352 instead of 1394.
 
+`--write-behind-compare` runs each case with the CommitLog write-behind (store/write_behind.py: the write-back
+of every 8 MiB appended started at once, not left to the next flush) and without it, interleaved per repeat;
+`--breakdown` prints, per thread group, the CPU and run-queue wait as shares of the elapsed time (on a shared
+machine the loop waits for a core longer than it runs: that, not the disk, is the run-to-run spread), the
+bytes the pre-fault thread populated per byte appended and the flushes per second; `--runs` each run's ratio.
+
 `--index-compare` runs each case with the message index (messageIndexEnable=true, the default) and then
 without it, interleaved per repeat. Upstream builds the index in the reput thread, beside the writer;
 here the index keys are queued by the writer's inline dispatch and indexed in bulk on the event loop,
@@ -42,6 +48,7 @@ each one inside the timed loop instead (the broker's decode cost on top).
     python -m bench.store_append [--seconds 2.5] [--dir /path/on/the/disk] [--sizes 128,1024,4096]
         [--repeat 3] [--build-messages] [--cases async,pool,sync,batch,poolbatch,syncbatch]
         [--prefault MiB] [--prefault-compare] [--index-compare] [--flush-commit-log-timed]
+        [--write-behind-compare] [--breakdown] [--runs]
 
 With `--repeat N` every case runs N times (fresh store, fresh raw measurements each time). A row shows
 medians over the runs, with the range of the store's and of the raw MB/s; the ratios are median over
@@ -371,7 +378,8 @@ def print_breakdown(rs: list[dict]) -> None:
     for g in groups:
         cpu = statistics.median(r["threads"].get(g, (0.0, 0.0))[0] for r in rs)
         wait = statistics.median(r["threads"].get(g, (0.0, 0.0))[1] for r in rs)
-        parts.append(f"{g} {cpu:.0%}+{wait:.0%}w")
+        if cpu + wait >= 0.005:  # (threads that did nothing here: the default executor, uvloop's)
+            parts.append(f"{g} {cpu:.0%}+{wait:.0%}w")
     populated = statistics.median(r["populated"] for r in rs)
     flushes = statistics.median(r["flushes"] for r in rs)
     print(

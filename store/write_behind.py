@@ -54,22 +54,30 @@ class WriteBehind:
         self.started_bytes = 0  # what was handed to write-back (tests, bench)
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
         self._stopped = False
+        self._armed = False  # start() arms it: the first kick after that starts the thread
 
     def start(self) -> None:
-        if self.enabled and self._thread is None:
-            self._stopped = False
-            self._thread = threading.Thread(target=self._run, name="commitlog-write-behind", daemon=True)
-            self._thread.start()
+        """Arm the service; its thread starts at the first kick (an idle broker keeps no thread for it)."""
+        self._stopped = False
+        self._armed = True
 
     def kick(self) -> None:
         """Called from any thread once more bytes were appended."""
+        if self._thread is None:
+            with self._starting:
+                if self._thread is None and self._armed and self.enabled and not self._stopped:
+                    self._thread = threading.Thread(target=self._run, name="commitlog-write-behind", daemon=True)
+                    self._thread.start()
         self._wake.set()
 
     async def stop(self) -> None:
-        self._stopped = True
+        with self._starting:
+            self._stopped = True
+            self._armed = False
+            thread, self._thread = self._thread, None
         self._wake.set()
-        thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, thread.join, 30)
 

@@ -101,6 +101,7 @@ def test_a_refused_sync_file_range_turns_the_service_off_with_one_warning(mapped
     monkeypatch.setattr(wb, "_sync_file_range", refuse)
     _append(mapped, MiB)
     wb.start()
+    assert wb._thread is None  # (started by the first kick: an idle store keeps no thread for it)
     with capture_logs() as logs:
         wb.kick()
         wb._thread.join(5)

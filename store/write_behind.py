@@ -99,8 +99,13 @@ class WriteBehind:
     def write_behind(self) -> None:
         """Start write-back of every whole page appended since the last call, in the files not flushed yet.
         Blocking: runs on the service's thread (tests call it directly)."""
-        for mf in list(self.mfq.mapped_files):
-            if mf.write_buffer is not None or mf.flushed_position >= mf.file_size:
+        pending = []
+        for mf in reversed(self.mfq.mapped_files):  # (newest first: the flushed files before them are done)
+            if mf.flushed_position >= mf.file_size:
+                break
+            pending.append(mf)
+        for mf in reversed(pending):
+            if mf.write_buffer is not None:
                 continue
             end = mf.wrote_position - mf.wrote_position % OS_PAGE_SIZE
             start = max(mf.write_behind_position, mf.flushed_position - mf.flushed_position % OS_PAGE_SIZE)

@@ -13,7 +13,9 @@ which the writer already wakes at that pace, store.prefault): it drops the appen
 write-protects it with a TLB flush to every core) and starts their write-back with
 `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which queues the I/O and returns. Durability is unchanged: the
 flush still syncs its range (store.range_sync) and only then moves the flushed position; it now finds most
-pages written or in flight. The calls go through ctypes and release the GIL.
+pages written or in flight. The calls go through ctypes and release the GIL. A consumer reading the newest records
+through the mapping faults their pages back in read-only (the kernel maps 16 cached pages per such fault), as
+it did after each flush before.
 
 A kernel that refuses sync_file_range (ENOSYS, EINVAL on some file systems) gets one log line and the
 service turns itself off for the life of the store.

@@ -24,6 +24,12 @@ warm-up gives each write fresh memory, but a case that runs longer than its raw 
 reported memory: with min_free_ms = 60000 (a test only; the bench changes no system setting) the 4 KiB
 batch case measured 550 MB/s instead of 444, its raw reference 1352 instead of 1394.
 
+`--write-behind-compare` runs each case with the CommitLog write-behind (store/write_behind.py: the write-back
+of every 8 MiB appended started at once, not left to the next flush) and without it, interleaved per repeat;
+`--breakdown` prints, per thread group, the CPU and run-queue wait as shares of the elapsed time (on a shared
+machine the loop waits for a core longer than it runs: that, not the disk, is the run-to-run spread), the
+bytes the pre-fault thread populated per byte appended and the flushes per second; `--runs` each run's ratio.
+
 `--index-compare` runs each case with the message index (messageIndexEnable=true, the default) and then
 without it, interleaved per repeat. Upstream builds the index in the reput thread, beside the writer;
 here the index keys are queued by the writer's inline dispatch and indexed in bulk on the event loop,
@@ -42,6 +48,7 @@ each one inside the timed loop instead (the broker's decode cost on top).
     python -m bench.store_append [--seconds 2.5] [--dir /path/on/the/disk] [--sizes 128,1024,4096]
         [--repeat 3] [--build-messages] [--cases async,pool,sync,batch,poolbatch,syncbatch]
         [--prefault MiB] [--prefault-compare] [--index-compare] [--flush-commit-log-timed]
+        [--write-behind-compare] [--breakdown] [--runs]
 
 With `--repeat N` every case runs N times (fresh store, fresh raw measurements each time). A row shows
 medians over the runs, with the range of the store's and of the raw MB/s; the ratios are median over
@@ -149,6 +156,7 @@ async def run_case(
     prefault: int | None = None,
     flush_timed: bool = False,
     index: bool = True,
+    write_behind: bool = True,
 ) -> dict:
     root = tempfile.mkdtemp(prefix="store-bench-", dir=directory)
     cfg = MessageStoreConfig(
@@ -159,6 +167,7 @@ async def run_case(
         transient_store_pool_size=3,
         flush_commit_log_timed=flush_timed,
         message_index_enable=index,
+        commit_log_write_behind=write_behind,
     )
     if preallocate is not None:
         cfg.preallocate_mapped_file = preallocate
@@ -196,6 +205,9 @@ async def run_case(
                 failed[0] += n
 
     await asyncio.sleep(0.2)  # let the next file finish warming
+    threads0 = thread_times()
+    populated0 = store._prefault.populated_bytes if store._prefault is not None else 0
+    flushes0 = store._flusher.flush_count
     c0, t0, l0 = time.process_time(), time.perf_counter(), time.thread_time()
     tasks = [asyncio.create_task(producer(k)) for k in range(producers if not batch else 16)]
     await asyncio.sleep(seconds)
@@ -211,6 +223,9 @@ async def run_case(
     cpu = time.process_time() - c0
     loop_cpu = time.thread_time() - l0  # the event loop's thread: appends are bound by it
     nbytes = store.commit_log.put_message_size_total
+    threads1 = thread_times()
+    populated = (store._prefault.populated_bytes if store._prefault is not None else 0) - populated0
+    flushes = store._flusher.flush_count - flushes0
     await store.shutdown()
     disk = _allocated_bytes(cfg.store_path_commit_log)
     shutil.rmtree(root, ignore_errors=True)
@@ -225,7 +240,38 @@ async def run_case(
         "record": nbytes // max(1, sent[0]),
         "disk_mb": disk / 1e6,
         "data_mb": nbytes / 1e6,
+        "threads": thread_deltas(threads0, threads1, elapsed),
+        "populated": populated / max(1, nbytes),
+        "flushes": flushes / elapsed,
     }
+
+
+def thread_times() -> dict[int, tuple[str, float, float]]:
+    """native thread id -> (thread name, CPU seconds, run-queue wait seconds) from /proc/self/task/*/schedstat
+    (the wait: time the thread was runnable but another task had the core)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[int, tuple[str, float, float]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                run, wait, _ = f.read().split()
+        except OSError:
+            continue
+        out[int(tid)] = (names.get(int(tid), "?"), int(run) / 1e9, int(wait) / 1e9)
+    return out
+
+
+def thread_deltas(before: dict, after: dict, elapsed: float) -> dict[str, tuple[float, float]]:
+    """Per thread group (the loop, pre-fault, write-behind, store-io workers): share of the elapsed time
+    on a CPU and waiting for one."""
+    groups: dict[str, list[float]] = {}
+    for tid, (name, run, wait) in after.items():
+        _, run0, wait0 = before.get(tid, (name, 0.0, 0.0))
+        group = "loop" if name == "MainThread" else name.rstrip("_0123456789").removeprefix("commitlog-")
+        g = groups.setdefault(group, [0.0, 0.0])
+        g[0] += run - run0
+        g[1] += wait - wait0
+    return {k: (v[0] / elapsed, v[1] / elapsed) for k, v in groups.items()}
 
 
 def _allocated_bytes(directory: str) -> int:
@@ -251,7 +297,8 @@ async def main_async(args: argparse.Namespace) -> None:
     # the message index, then without it (messageIndexEnable=false); interleaved per repeat
     prefaults = [0, args.prefault] if args.prefault_compare else [args.prefault]
     indexes = [True, False] if args.index_compare else [True]
-    variants = [(p, i) for p in prefaults for i in indexes]
+    behinds = [True, False] if args.write_behind_compare else [True]
+    variants = [(p, i, w) for p in prefaults for i in indexes for w in behinds]
     for size in sizes:
         for kind in args.cases.split(","):
             cases.append((size, *kinds[kind]))
@@ -263,11 +310,11 @@ async def main_async(args: argparse.Namespace) -> None:
     print(
         f"{'body':>6} {'flush':>11} {'pool':>4} {'batch':>5} {'record':>6} {'msg/s':>9} {'MB/s':>7} {'range':>9} "
         f"{'raw MB/s':>8} {'range':>9} {'ratio':>6} {'burst':>6} {'ratio':>6} {'cpu msg/s':>9} {'loop us':>7} {'fsync':>5} "
-        f"{'prefault':>8} {'index':>5} {'disk/data':>9}"
+        f"{'prefault':>8} {'index':>5} {'behind':>6} {'disk/data':>9}"
     )
     volume: dict[tuple, int] = {}  # the most a case wrote so far: its warm-up covers 1.25 times that
     for size, flush, pool, batch in cases:
-        runs: dict[tuple[int | None, bool], list[dict]] = {v: [] for v in variants}
+        runs: dict[tuple[int | None, bool, bool], list[dict]] = {v: [] for v in variants}
         for _ in range(args.repeat):
             for v in variants:
                 burst = raw_write_bandwidth(args.dir)
@@ -284,6 +331,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     v[0],
                     args.flush_commit_log_timed,
                     v[1],
+                    v[2],
                 )
                 r["burst"] = burst
                 wrote = int(r["data_mb"] * 1e6)
@@ -310,10 +358,33 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"{med['msg_s']:>9.0f} {med['mb_s']:>7.1f} {f'{lo_mb:.0f}-{hi_mb:.0f}':>9} "
                 f"{med['raw']:>8.0f} {f'{lo_raw:.0f}-{hi_raw:.0f}':>9} {med['mb_s'] / med['raw']:>6.1%} "
                 f"{med['burst']:>6.0f} {med['mb_s'] / med['burst']:>6.1%} {med['cpu_msg_s']:>9.0f} "
-                f"{med['loop_us']:>7.2f} {med['fsync_share']:>5.0%} {window:>8} {'on' if v[1] else 'off':>5} {disk:>8.2f}x"
-                + (f"  ({failed} not PUT_OK)" if failed else ""),
+                f"{med['loop_us']:>7.2f} {med['fsync_share']:>5.0%} {window:>8} {'on' if v[1] else 'off':>5} "
+                f"{'on' if v[2] else 'off':>6} {disk:>8.2f}x" + (f"  ({failed} not PUT_OK)" if failed else ""),
                 flush=True,
             )
+            if args.runs:
+                for r in rs:
+                    print(f"{'':>6} run: {r['mb_s']:.0f} MB/s of raw {r['raw']:.0f} = {r['mb_s'] / r['raw']:.1%}")
+            if args.breakdown:
+                print_breakdown(rs)
+
+
+def print_breakdown(rs: list[dict]) -> None:
+    """Where the time went, medians over the runs: each thread group's share of the elapsed time on a CPU and
+    waiting for one (run queue), the bytes the pre-fault thread populated per byte appended (below 1: the
+    writer took the rest itself, staged pwrites or faults on the loop), flushes per second."""
+    groups = sorted({g for r in rs for g in r["threads"]}, key=lambda g: (g != "loop", g))
+    parts = []
+    for g in groups:
+        cpu = statistics.median(r["threads"].get(g, (0.0, 0.0))[0] for r in rs)
+        wait = statistics.median(r["threads"].get(g, (0.0, 0.0))[1] for r in rs)
+        if cpu + wait >= 0.005:  # (threads that did nothing here: the default executor, uvloop's)
+            parts.append(f"{g} {cpu:.0%}+{wait:.0%}w")
+    populated = statistics.median(r["populated"] for r in rs)
+    flushes = statistics.median(r["flushes"] for r in rs)
+    print(
+        f"{'':>6} cpu+wait of elapsed: {', '.join(parts)}; populated/appended {populated:.2f}; flushes/s {flushes:.1f}"
+    )
 
 
 def main() -> None:
@@ -350,6 +421,19 @@ def main() -> None:
         "--index-compare",
         action="store_true",
         help="run each case with the message index (messageIndexEnable=true, the default), then without it",
+    )
+    parser.add_argument(
+        "--write-behind-compare",
+        action="store_true",
+        help="run each case with the CommitLog write-behind (commit_log_write_behind=true, the default), then "
+        "without it",
+    )
+    parser.add_argument("--runs", action="store_true", help="print each run's MB/s and ratio, not only the median")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="per thread group (loop, pre-fault, write-behind, store-io): CPU and run-queue wait as shares of the "
+        "elapsed time; pre-fault coverage; flushes per second",
     )
     args = parser.parse_args()
     if args.prefault_compare and args.prefault is None:

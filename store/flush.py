@@ -1,8 +1,10 @@
 """Flush and commit services: the coroutines that make appended bytes durable, off the event loop.
 
-- `CommitLogFlusher.flush(least_pages)`: capture what to flush on the loop, fdatasync in a worker
-  thread, record the new flushed positions on the loop. One flush at a time. Before each fdatasync
-  the written pages leave the mapping (`WrittenPageReleaser`), so write-back needs no TLB shootdowns.
+- `CommitLogFlusher.flush(least_pages)`: capture what to flush on the loop, sync in a worker thread
+  the range written since the last flush (`RangeSync`: msync of that range, not a whole-file fdatasync
+  that also wrote the pre-faulted window), record the new flushed positions on the loop. One flush at
+  a time. Before each sync the written pages leave the mapping (`WrittenPageReleaser`), so write-back
+  needs no TLB shootdowns.
 - `FlushRealTimeService` (ASYNC_FLUSH): every `flushIntervalCommitLog` ms, at least
   `flushCommitLogLeastPages` pages (everything every `flushCommitLogThoroughInterval`).
 - `GroupCommitService` (SYNC_FLUSH): puts register the offset they need; one fsync covers every request
@@ -31,20 +33,27 @@ from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, RunBlocking
 from store.message import MessageConst, MessageExtBrokerInner
 from store.prefault import Madvise, PrefaultUnsupported
+from store.range_sync import RangeSync
 from store.results import AppendMessageResult, PutMessageStatus
 
 log = structlog.get_logger(__name__)
 
 
 def _fsync_files(
-    targets: list[tuple[MappedFile, int]], delay_ms: int, before: Callable[[MappedFile, int], None] | None = None
+    targets: list[tuple[MappedFile, int]],
+    delay_ms: int,
+    before: Callable[[MappedFile, int], None] | None = None,
+    sync_range: Callable[[MappedFile, int, int], None] | None = None,
 ) -> None:
     if delay_ms > 0:
         time.sleep(delay_ms / 1000)  # fault injection: a slow disk, in the worker thread only
     for f, target in targets:
         if before is not None:
             before(f, target)
-        f.fsync()
+        if sync_range is None:
+            f.fsync()
+        else:  # only what was written since the last flush (flushes are serialised: the position is stable)
+            sync_range(f, f.flushed_position, target)
 
 
 async def flush_queue(
@@ -53,16 +62,18 @@ async def flush_queue(
     run_blocking: RunBlocking,
     delay_ms: int = 0,
     before_fsync: Callable[[MappedFile, int], None] | None = None,
+    sync_range: Callable[[MappedFile, int, int], None] | None = None,
 ) -> bool:
     """Flush one MappedFileQueue off the loop (`before_fsync(file, target)` runs first, in the same
-    worker thread). True when there was nothing to flush."""
+    worker thread; `sync_range(file, flushed, target)` instead of a whole-file fdatasync). True when there
+    was nothing to flush."""
     targets = mfq.flush_targets(least_pages)
     if not targets:
         return True
     store_ts = targets[-1][0].store_timestamp
     held = [(f, t) for f, t in targets if f.hold()]
     try:
-        await run_blocking(_fsync_files, held, delay_ms, before_fsync)
+        await run_blocking(_fsync_files, held, delay_ms, before_fsync, sync_range)
     finally:
         for f, _ in held:
             f.release()
@@ -179,18 +190,25 @@ class CommitLogFlusher:
         run_blocking: RunBlocking,
         fault: StoreFault,
         release: WrittenPageReleaser | None = None,
+        range_sync: RangeSync | None = None,
     ) -> None:
+        """`range_sync`: flush only the range written since the last flush (store.range_sync), not every
+        dirty page of the file (the pre-fault window ahead of the writer among them)."""
         self.mfq = mfq
         self.checkpoint = checkpoint
         self.run_blocking = run_blocking
         self.fault = fault
         self.release = release
+        self.range_sync = range_sync
         self._lock = asyncio.Lock()
         self.flush_count = 0
 
     async def flush(self, least_pages: int) -> bool:
         async with self._lock:
-            idle = await flush_queue(self.mfq, least_pages, self.run_blocking, self.fault.slow_fsync_ms, self.release)
+            sync = self.range_sync.sync if self.range_sync is not None else None
+            idle = await flush_queue(
+                self.mfq, least_pages, self.run_blocking, self.fault.slow_fsync_ms, self.release, sync
+            )
             if not idle:
                 self.flush_count += 1
                 if self.mfq.store_timestamp > 0:

@@ -69,6 +69,7 @@ class MappedFile:
         "released_position",
         "store_timestamp",
         "view",
+        "write_behind_position",
         "write_buffer",
         "write_view",
         "wrote_position",
@@ -90,6 +91,8 @@ class MappedFile:
         self.prefaulted_position = 0
         # bytes from the start whose page-table entries the CommitLog flush dropped (store.flush)
         self.released_position = 0
+        # bytes from the start whose write-back the CommitLog's write-behind started (store.write_behind)
+        self.write_behind_position = 0
         self.first_create_in_queue = False
         self.write_buffer: mmap.mmap | None = None
         # where appends land: the pool buffer when there is one, else the mapping itself
@@ -208,6 +211,7 @@ class MappedFile:
     def set_positions(self, pos: int) -> None:
         self.wrote_position = self.committed_position = self.flushed_position = pos
         self.released_position = min(self.released_position, pos - pos % OS_PAGE_SIZE)  # rewritten pages go again
+        self.write_behind_position = min(self.write_behind_position, pos - pos % OS_PAGE_SIZE)
 
     def is_able_to_flush(self, least_pages: int) -> bool:
         flush = self.flushed_position

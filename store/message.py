@@ -426,28 +426,31 @@ class RecordEncoder:
         pack = FIXED_PART.pack_into
         hosts = self._hosts
         mask = _IPV4_HOSTS
+        magic = MESSAGE_MAGIC_CODE
+        fixed = FIXED_PART_LENGTH
         phys: list[int] = []
         add = phys.append
         qo = queue_offset
         delta = phy_offset - pos
         born = store = None
-        for i, msg in enumerate(msgs):
+        for msg, size, crc, tail in zip(msgs, sizes, crcs, tails):
             body = msg.body or b""
             blen = len(body)
-            size = sizes[i]
             if msg.born_host is not born:  # (the messages of a batch share their host tuples)
                 born = msg.born_host
                 born_ip = hosts.get(born[0]) or self.host(born[0])
+                born_port = born[1]
             if msg.store_host is not store:
                 store = msg.store_host
                 store_ip = hosts.get(store[0]) or self.host(store[0])
+                store_port = store[1]
             phy = pos + delta
             pack(
                 buf,
                 pos,
                 size,
-                MESSAGE_MAGIC_CODE,
-                crcs[i],
+                magic,
+                crc,
                 msg.queue_id,
                 msg.flag,
                 qo,
@@ -455,19 +458,19 @@ class RecordEncoder:
                 msg.sys_flag & mask,
                 msg.born_timestamp,
                 born_ip,
-                born[1],
+                born_port,
                 store_ts,
                 store_ip,
-                store[1],
+                store_port,
                 msg.reconsume_times,
                 msg.prepared_transaction_offset,
                 blen,
             )
-            b = pos + FIXED_PART_LENGTH
+            b = pos + fixed
             e = b + blen
             buf[b:e] = body
             pos += size
-            buf[e:pos] = tails[i]
+            buf[e:pos] = tail
             add(phy)
             qo += queue_step
         return phys

@@ -57,6 +57,7 @@ from store.predispatch import PreDispatch
 from store.prefault import MADV_POPULATE_WRITE, Madvise, PrefaultService
 from store.put_message import MessagePutter
 from store.queue_manifest import QueueManifest
+from store.range_sync import range_sync
 from store.recovery import RecoveryReport, StoreRecovery
 from store.reput import ReputMessageService
 from store.results import (
@@ -68,6 +69,7 @@ from store.results import (
 )
 from store.stats import StoreStats
 from store.transient_store_pool import TransientStorePool
+from store.write_behind import write_behind
 
 log = structlog.get_logger(__name__)
 
@@ -301,7 +303,12 @@ class MessageStore:
         self.checkpoint.write()
         await self._run_blocking(self._mark_running_blocking)
         self._flusher = CommitLogFlusher(
-            self.commit_log.mapped_file_queue, self.checkpoint, self._run_blocking, self.fault, self._page_releaser()
+            self.commit_log.mapped_file_queue,
+            self.checkpoint,
+            self._run_blocking,
+            self.fault,
+            self._page_releaser(),
+            range_sync(),
         )
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH:
             self._flush_service = GroupCommitService(self._flusher)
@@ -366,7 +373,9 @@ class MessageStore:
         except (OSError, AttributeError) as exc:
             log.warning("commit log pre-faulting disabled: no madvise", error=str(exc))
             return
-        svc = PrefaultService(self.commit_log.mapped_file_queue, cfg.prefault_ahead_bytes, populator=populator)
+        mfq = self.commit_log.mapped_file_queue
+        behind = write_behind(mfq) if cfg.commit_log_write_behind else None
+        svc = PrefaultService(mfq, cfg.prefault_ahead_bytes, populator=populator, write_behind=behind)
         self._prefault = svc
         self.commit_log.prefault = svc
         self.commit_log.mapped_file_queue.on_created_blocking = svc.prefault_new_file

@@ -27,12 +27,16 @@ import errno
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from store.config import OS_PAGE_SIZE
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from store.write_behind import WriteBehind
 
 log = structlog.get_logger(__name__)
 
@@ -109,8 +113,18 @@ class PrefaultService:
     attributes, read under the GIL) and sleeps on a threading.Event the writer sets when it crosses
     `wake_offset`."""
 
-    def __init__(self, mfq: MappedFileQueue, ahead: int, *, populator: Madvise | None = None) -> None:
+    def __init__(
+        self,
+        mfq: MappedFileQueue,
+        ahead: int,
+        *,
+        populator: Madvise | None = None,
+        write_behind: WriteBehind | None = None,
+    ) -> None:
+        """`write_behind`: kicked after each refill (every `step` bytes appended), started and stopped
+        with this service (store.write_behind)."""
         self.mfq = mfq
+        self.write_behind = write_behind
         self.ahead = ahead
         # refill once a quarter of the window has been consumed: a refill is one madvise run of ~ahead/4
         self.step = max(OS_PAGE_SIZE, (ahead // 4) - (ahead // 4) % OS_PAGE_SIZE)
@@ -131,6 +145,8 @@ class PrefaultService:
             self.wake_offset = 0  # the first append wakes us: an idle store keeps no populated window
             self._thread = threading.Thread(target=self._run, name="commitlog-prefault", daemon=True)
             self._thread.start()
+            if self.write_behind is not None:
+                self.write_behind.start()
 
     def wakeup(self) -> None:
         self.active = True
@@ -148,6 +164,8 @@ class PrefaultService:
         if thread is not None:
             # at most one 1 MiB madvise step to wait for; joined off the loop all the same
             await asyncio.get_running_loop().run_in_executor(None, thread.join, 30)
+        if self.write_behind is not None:
+            await self.write_behind.stop()
 
     def _run(self) -> None:
         while not self._stopped:
@@ -196,6 +214,8 @@ class PrefaultService:
                     self.populated_bytes += reached - max(start, mf.prefaulted_position)
                     mf.prefaulted_position = reached
         self._arm(mf)
+        if self.write_behind is not None:
+            self.write_behind.kick()  # (the writer crossed another step: start the write-back of what it wrote)
 
     def _arm(self, mf: MappedFile | None) -> None:
         if self._stopped or not self.enabled:

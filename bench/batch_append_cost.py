@@ -1,0 +1,137 @@
+"""Event-loop work per message of a batch append (`MessageStore.put_messages`, 32 x 4 KiB by default), in process,
+two checkouts interleaved: the figure a busy machine cannot move much, where `bench.store_append`'s MB/s swing 2-5x.
+
+Each round runs a fresh store (in `--dir`, by default /dev/shm: no disk, so the figure is the store's own work and
+not the kernel's page and write-back work) in a child interpreter of each tree, puts `--batches` batches of
+`--batch` messages (prepared before the clock starts, as bench.store_append does) and builds the index keys they
+queued, and prints the loop thread's CPU time per message (`time.thread_time`) or, with `--bytecodes`, the Python
+bytecodes it executed per message (`sys.settrace` opcode events: C code such as the CRC or a struct pack counts as
+the one call it is). Trust the bytecodes only between variants of the same kind of code: rewriting a batch's
+per-message loops as `map(attrgetter(...))` columns cut them from 290 to 174 a message and made the append slower
+(CPython 3.11 specialises attribute loads in a loop; attrgetter and methodcaller calls are not); `timeit` of the
+function in question, old against new, settles it::
+
+    python -m bench.batch_append_cost --a /work/main --b . --rounds 5 [--bytecodes] [--no-index]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+class _OpcodeCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def trace(self, frame, event: str, arg):  # noqa: ANN001, ANN201
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.count += 1
+        return self.trace
+
+
+async def measure(directory: str, batches: int, batch: int, size: int, index: bool, bytecodes: bool) -> float:
+    from bench.store_append import _message
+    from store import MessageStore, MessageStoreConfig, PutMessageStatus
+
+    root = tempfile.mkdtemp(prefix="batch-cost-", dir=directory)
+    cfg = MessageStoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=max(64 << 20, (batches + 64) * batch * (size + 200)),
+        message_index_enable=index,
+    )
+    store = MessageStore(cfg)
+    try:
+        assert await store.load()
+        await store.start()
+        body = os.urandom(size)
+        ready = [[_message(body, k % 8, k * batch + i) for i in range(batch)] for k in range(16)]
+        for k in range(32):  # warm: files, caches, the index file
+            await store.put_messages(ready[k % 16])
+        store.dispatcher.build_index_keys()
+        await asyncio.sleep(0.3)
+        ops = _OpcodeCounter() if bytecodes else None
+        if ops is not None:
+            sys.settrace(ops.trace)
+        t0 = time.thread_time()
+        for k in range(batches):
+            r = await store.put_messages(ready[k % 16])
+            if r.status is not PutMessageStatus.PUT_OK:
+                raise RuntimeError(f"put_messages: {r.status}")
+        store.dispatcher.build_index_keys()  # the keys this round queued, built as the loop would soon after
+        cpu = time.thread_time() - t0
+        if ops is not None:
+            sys.settrace(None)
+            return ops.count / (batches * batch)
+        return cpu * 1e6 / (batches * batch)
+    finally:
+        await store.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def child(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(args.root))
+    os.chdir(args.root)
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    from remoting import loop as loop_choice
+
+    loop_choice.install()
+    value = asyncio.run(measure(args.dir, args.batches, args.batch, args.size, not args.no_index, args.bytecodes))
+    print(f"{value:.2f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Event-loop work per message of put_messages, two trees.")
+    parser.add_argument("--a", type=Path, help="repo root of side A (e.g. /work/main)")
+    parser.add_argument("--b", type=Path, default=Path(__file__).resolve().parents[1], help="side B (default: here)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--size", type=int, default=4096, help="body bytes")
+    parser.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+    parser.add_argument("--no-index", action="store_true", help="messageIndexEnable=false")
+    parser.add_argument("--bytecodes", action="store_true", help="Python bytecodes per message instead of CPU time")
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
+    args = parser.parse_args(argv)
+    if args.root is not None:
+        return child(args)
+    sides = {"B": args.b.resolve()} if args.a is None else {"A": args.a.resolve(), "B": args.b.resolve()}
+    costs: dict[str, list[float]] = {side: [] for side in sides}
+    unit = "bytecodes" if args.bytecodes else "us"
+    flags = ["--batches", str(args.batches), "--batch", str(args.batch), "--size", str(args.size), "--dir", args.dir]
+    flags += (["--no-index"] if args.no_index else []) + (["--bytecodes"] if args.bytecodes else [])
+    for i in range(args.rounds):
+        for side in sides if i % 2 == 0 else reversed(sides):
+            out = subprocess.run(
+                [sys.executable, __file__, "--root", str(sides[side]), *flags],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            value = float(out.stdout.strip().splitlines()[-1])
+            costs[side].append(value)
+            print(f"round {i} {side}: {value:.2f} {unit}/msg", flush=True)
+    med = {side: statistics.median(v) for side, v in costs.items()}
+    for side, root in sides.items():
+        print(
+            f"{side} {root}: median {med[side]:.2f} {unit} per message (range {min(costs[side]):.2f}-{max(costs[side]):.2f})"
+        )
+    if "A" in med:
+        print(f"B/A = {med['B'] / med['A']:.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

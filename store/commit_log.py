@@ -80,6 +80,26 @@ class AppendRequest:
     batch: bool = False
     phys: list[int] | None = None  # CommitLog offset of each record, once appended (batches only)
 
+    @classmethod
+    def of_one(
+        cls, msg: MessageExtBrokerInner, tail: bytes, crc: int, size: int, stall_ms: int, future: asyncio.Future | None
+    ) -> AppendRequest:
+        """The request of a single planned message."""
+        return cls(
+            [msg],
+            [tail],
+            [crc],
+            [size],
+            size,
+            msg.topic,
+            msg.queue_id,
+            msg.sys_flag,
+            msg.prepared_transaction_offset,
+            msg.store_host,
+            stall_ms,
+            future,
+        )
+
 
 @dataclass(slots=True)
 class DispatchBatch:

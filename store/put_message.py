@@ -173,20 +173,7 @@ class MessagePutter:
                 None,
                 f"{size} bytes do not fit in a CommitLog file of {self.config.mapped_file_size_commit_log}",
             )
-        return AppendRequest(
-            [msg],
-            [tail],
-            [crc],
-            [size],
-            size,
-            msg.topic,
-            msg.queue_id,
-            msg.sys_flag,
-            msg.prepared_transaction_offset,
-            msg.store_host,
-            stall_ms,
-            None,
-        )
+        return AppendRequest.of_one(msg, tail, crc, size, stall_ms, None)
 
     async def put_message(self, msg: MessageExtBrokerInner, *, stall_append_ms: int = 0) -> PutMessageResult:
         """Append one message; with SYNC_FLUSH wait until an fsync covers it."""
@@ -325,22 +312,7 @@ class MessagePutter:
         if len(appended) < len(accepted):
             create_future = asyncio.get_running_loop().create_future
             for k in range(len(appended), len(accepted)):
-                msg = accepted[k]
-                size = sizes[k]
-                req = AppendRequest(
-                    [msg],
-                    [tails[k]],
-                    [crcs[k]],
-                    [size],
-                    size,
-                    msg.topic,
-                    msg.queue_id,
-                    msg.sys_flag,
-                    msg.prepared_transaction_offset,
-                    msg.store_host,
-                    stall_append_ms,
-                    create_future(),
-                )
+                req = AppendRequest.of_one(accepted[k], tails[k], crcs[k], sizes[k], stall_append_ms, create_future())
                 cl.submit(req)
                 queued.append((at[k], req))
         if inline_end >= 0:

@@ -194,6 +194,12 @@ class _Channel:
         cmd.encode()
         self.answers += 1
 
+    def send_many(self, cmds) -> list:  # noqa: ANN001
+        for cmd in cmds:
+            cmd.encode()
+        self.answers += len(cmds)
+        return []
+
     def request_started(self) -> None:
         self.inflight += 1
 

@@ -1,0 +1,216 @@
+"""``RemotingCommand``'s fast paths give exactly what its field-by-field paths give, and raise their errors.
+
+- JSON decode: the common request (code, extFields, flag, language, opaque, version of their types, no remark,
+  str values) is built from one ``itemgetter``; anything else goes through ``RemotingCommand._json_command``.
+- ROCKETMQ decode: ``_binary_ext_fast`` reads the extFields without a check per field and returns None whenever
+  ``_binary_ext`` (a check per field) would decode them differently or fail.
+- ROCKETMQ encode: ``_binary_ext_bytes`` writes a map of str values and cached keys in C passes; the bytes are
+  those of ``_binary_ext_bytes_checked``.
+
+Each differential test draws thousands of variants, most of them malformed, from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import orjson
+import pytest
+
+from remoting import command as cmdmod
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingCommandError
+
+_FIELDS = ("code", "extFields", "flag", "language", "opaque", "version", "remark", "serializeTypeCurrentRPC")
+_ODD_VALUES = [0, 7, -1, 2**40, True, False, None, 1.5, "7", "", "JAVA", [], [1], {}, {"a": "b"}, {"a": 1}]
+_EXT_VALUES = ["x", "", "é", "1", 1, 2.5, True, False, None, [1, 2], {"k": "v"}]
+
+
+def _outcome(fn, *args):
+    """What a decode gives: the command's fields, or the error's text, opaque, flag and type."""
+    try:
+        cmd = fn(*args)
+    except RemotingCommandError as exc:
+        return ("error", str(exc), exc.opaque, exc.flag, exc.serialize_type)
+    return (
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        cmd.remark,
+        cmd.ext_fields,
+        cmd.body,
+        cmd.language,
+        cmd.version,
+        cmd.serialize_type,
+    )
+
+
+def _json_frame(obj, body: bytes = b"") -> bytes:
+    header = orjson.dumps(obj)
+    return struct.pack(">I", len(header)) + header + body
+
+
+def _checked_json(frame: bytes):
+    """The field-by-field decode of a JSON frame, as decode's general path runs it."""
+    (hlen,) = struct.unpack_from(">I", frame, 0)
+    cmd = RemotingCommand._json_command(orjson.loads(frame[4 : 4 + hlen]))
+    if len(frame) > 4 + hlen:
+        cmd.body = bytes(frame[4 + hlen :])
+    return cmd
+
+
+def _java_json_request() -> dict:
+    return {
+        "code": 310,
+        "extFields": {"a": "benchmark_producer", "b": "BenchmarkTest", "d": "4", "e": "0"},
+        "flag": 0,
+        "language": "JAVA",
+        "opaque": 42,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": 409,
+    }
+
+
+def test_a_java_json_request_takes_the_fast_path(monkeypatch) -> None:
+    def no_general_path(obj):
+        raise AssertionError("the common request must not need the field-by-field decode")
+
+    monkeypatch.setattr(RemotingCommand, "_json_command", classmethod(lambda cls, obj: no_general_path(obj)))
+    cmd = RemotingCommand.decode(_json_frame(_java_json_request(), b"body"))
+    assert (cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.language, cmd.version) == (310, 42, 0, None, "JAVA", 409)
+    assert cmd.ext_fields["a"] == "benchmark_producer" and cmd.body == b"body" and cmd.serialize_type == 0
+
+
+def test_json_decode_fast_path_matches_the_checked_one() -> None:
+    rng = random.Random(15)
+    seen_errors = seen_fast = 0
+    for _ in range(4000):
+        obj: object = _java_json_request()
+        assert isinstance(obj, dict)
+        for _ in range(rng.randrange(0, 3)):
+            field = rng.choice(_FIELDS)
+            roll = rng.random()
+            if roll < 0.3:
+                obj.pop(field, None)
+            elif field == "extFields" and roll < 0.7:
+                obj["extFields"] = {"a": "x"} | {f"k{i}": rng.choice(_EXT_VALUES) for i in range(rng.randrange(3))}
+            else:
+                obj[field] = rng.choice(_ODD_VALUES)
+        if rng.random() < 0.03:
+            obj = rng.choice([[1, 2], 5, "text", None, True])
+        frame = _json_frame(obj, rng.choice([b"", b"payload"]))
+        got = _outcome(RemotingCommand.decode, frame)
+        assert got == _outcome(_checked_json, frame), obj
+        seen_errors += got[0] == "error"
+        seen_fast += got[0] == 310 and got[3] is None
+    assert seen_errors > 500 and seen_fast > 500  # both sides of the fast path were exercised
+
+
+def _ext_bytes(fields) -> bytes:
+    out = b""
+    for key, value in fields:
+        out += struct.pack(">H", len(key)) + key + struct.pack(">i", len(value)) + value
+    return out
+
+
+def _rocketmq_header(ext: bytes, remark: bytes = b"") -> bytes:
+    fixed = struct.pack(">hbhii", 310, 0, 409, 7, 0)
+    return fixed + struct.pack(">i", len(remark)) + remark + struct.pack(">i", len(ext)) + ext
+
+
+def _ext_outcome(fn, header: bytes, pos: int, end: int):
+    try:
+        return ("ok", fn(header, pos, end))
+    except RemotingCommandError as exc:
+        return ("error", str(exc))
+    except UnicodeDecodeError as exc:
+        return ("unicode", str(exc))
+
+
+def _both_ext(header: bytes, pos: int, end: int):
+    ext = cmdmod._binary_ext_fast(header, pos, end)
+    return ext if ext is not None else cmdmod._binary_ext(header, pos, end)
+
+
+def _mutate(rng: random.Random, ext: bytearray) -> None:
+    roll = rng.random()
+    if roll < 0.25 and ext:  # a random byte (a length, often)
+        ext[rng.randrange(len(ext))] = rng.randrange(256)
+    elif roll < 0.4 and ext:  # truncated
+        del ext[rng.randrange(len(ext)) :]
+    elif roll < 0.5:  # trailing bytes
+        ext += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
+    elif roll < 0.6:  # a negative length
+        ext += struct.pack(">h", 1) + b"z" + struct.pack(">i", -rng.randrange(1, 9)) + b"v"
+
+
+def test_a_java_rocketmq_header_takes_the_fast_path() -> None:
+    fields = [(k.encode(), v.encode()) for k, v in {"a": "producer", "b": "Topic", "g": "1764021600123"}.items()]
+    ext = _ext_bytes(fields)
+    header = _rocketmq_header(ext)
+    start = len(header) - len(ext)
+    assert cmdmod._binary_ext_fast(header, start, len(header)) == {"a": "producer", "b": "Topic", "g": "1764021600123"}
+
+
+def test_rocketmq_ext_fast_path_matches_the_checked_one() -> None:
+    rng = random.Random(15)
+    alphabet = [b"a", b"bb", b"queueId", b"\xc3\xa9", b"\xff", b"x" * 200, b""]
+    outcomes = {"ok": 0, "error": 0, "unicode": 0}
+    fast_taken = 0
+    for _ in range(6000):
+        fields = [(rng.choice(alphabet), rng.choice(alphabet) * rng.randrange(1, 3)) for _ in range(rng.randrange(5))]
+        if rng.random() < 0.2 and fields:  # a key sent twice
+            fields.append((fields[0][0], rng.choice(alphabet)))
+        ext = bytearray(_ext_bytes(fields))
+        if rng.random() < 0.6:
+            _mutate(rng, ext)
+        header = _rocketmq_header(bytes(ext), rng.choice([b"", b"remark"]))
+        start = len(header) - len(ext)
+        end = len(header) - rng.choice([0, 0, 0, 1, 3]) if len(ext) > 3 else len(header)
+        got = _ext_outcome(_both_ext, header, start, end)
+        assert got == _ext_outcome(cmdmod._binary_ext, header, start, end), (fields, bytes(ext), end)
+        outcomes[got[0]] += 1
+        fast_taken += cmdmod._binary_ext_fast(header, start, end) is not None
+        # and the whole frame decodes to the same command or error
+        frame = struct.pack(">I", (1 << 24) | len(header)) + header
+        assert _outcome(RemotingCommand.decode, frame) == _outcome(_checked_binary, frame)
+    assert min(outcomes.values()) > 300 and fast_taken > 1000, outcomes
+
+
+@pytest.mark.parametrize("klen", [0x7FFF, 0x8000, 0xFFFF])
+def test_a_key_length_negative_as_int16_is_refused_by_both(klen: int) -> None:
+    """A key of 32 KiB or more has a negative int16 length: the checked path refuses it; read unsigned it would
+    fit a header large enough, so the fast path must hand it over."""
+    ext = _ext_bytes([(b"k" * klen, b"v")])
+    header = _rocketmq_header(ext)
+    start = len(header) - len(ext)
+    got = _ext_outcome(_both_ext, header, start, len(header))
+    assert got == _ext_outcome(cmdmod._binary_ext, header, start, len(header))
+    assert got[0] == ("ok" if klen == 0x7FFF else "error")
+
+
+def _checked_binary(frame: bytes):
+    """RemotingCommand.decode of a ROCKETMQ frame with the fast extFields path switched off."""
+    fast = cmdmod._binary_ext_fast
+    cmdmod._binary_ext_fast = lambda header, pos, end: None
+    try:
+        return RemotingCommand.decode(frame)
+    finally:
+        cmdmod._binary_ext_fast = fast
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rocketmq_ext_encode_matches_the_checked_one(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = ["msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON", "é", 7, f"fresh-{seed}"]
+    values = ["0A0B0C0D", "", "é€", "0", 12, True, None, 2.5, {"x": 1}]
+    for _ in range(1500):
+        ext = {rng.choice(keys): rng.choice(values) for _ in range(rng.randrange(6))}
+        if rng.random() < 0.5:
+            ext = {key: str(value) for key, value in ext.items()}
+        assert cmdmod._binary_ext_bytes(ext) == cmdmod._binary_ext_bytes_checked(ext), ext
+        # and what it writes decodes back to the str map
+        cmd = RemotingCommand(0, 3, 1, None, ext, None, "JAVA", 409, 1)
+        back = RemotingCommand.decode(cmd.to_bytes()[4:])
+        assert back.ext_fields == cmdmod._outbound_ext({str(k): v for k, v in ext.items()})

@@ -209,6 +209,12 @@ class Channel:
     def request_finished(self) -> None:
         self._protocol.request_finished()
 
+    def requests_started(self, count: int) -> None:
+        self._protocol.requests_started(count)
+
+    def requests_finished(self, count: int) -> None:
+        self._protocol.requests_finished(count)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         self._closed = True
         self._out = []

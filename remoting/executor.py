@@ -144,9 +144,13 @@ class RequestGroup:
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
-            release = self.channel.request_finished
+            channel = self.channel
+            release_all = getattr(channel, "requests_finished", None)  # (a stand-in channel may lack it)
+            if release_all is not None:
+                release_all(len(self.requests))
+                return
             for _ in self.requests:
-                release()
+                channel.request_finished()
 
     async def run(self) -> None:
         """Run the group and write each answer (in request order). Never raises (except cancellation)."""

@@ -182,3 +182,28 @@ async def test_an_answer_that_cannot_be_written_costs_only_itself(make_server, n
     unwritten = [e for e in logs if e["event"] == "cannot write response"]
     assert sorted(e["opaque"] for e in unwritten) == lost and all(e["code"] == 10 for e in unwritten)
     writer.close()
+
+
+async def test_a_failing_reject_check_lets_its_request_in_and_the_others_are_still_checked(make_server) -> None:
+    """As ``dispatch``: one ``reject_request`` call per request of a group; one that raises is logged and lets its
+    request in; one that says busy is answered [REJECTREQUEST]."""
+
+    class Flaky(GroupProcessor):
+        def reject_request(self) -> bool:
+            self.reject_calls += 1
+            if self.reject_calls == 2:
+                raise RuntimeError("busy check broken")
+            return self.reject_calls == 3
+
+    processor = Flaky()
+    server = await make_server({10: (processor, RequestExecutor("send", 1, 100))})
+    reader, writer = await open_raw(server)
+    with structlog.testing.capture_logs() as logs:
+        writer.write(frames(10, range(1, 5)))
+        answers = await read_all(reader, 4)
+        await expect_silence(reader)
+    assert processor.reject_calls == 4 and processor.groups == [[1, 2, 4]]
+    assert [(a.opaque, a.code) for a in answers] == [(3, ResponseCode.SYSTEM_BUSY), (1, 0), (2, 0), (4, 0)]
+    assert len([e for e in logs if e["event"] == "reject_request failed"]) == 1
+    assert server.channels[0]._protocol.inflight == 0
+    writer.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import operator
 import struct
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import orjson
@@ -101,7 +100,6 @@ def _outbound_ext(ext: dict[str, str]) -> dict[str, str]:
 
 
 _U16 = struct.Struct(">H")
-_flatten = chain.from_iterable
 
 
 def _binary_ext_fast(header: bytes, pos: int, end: int) -> dict[str, str] | None:
@@ -174,26 +172,12 @@ def _binary_ext(header: bytes, pos: int, end: int) -> dict[str, str]:
     return ext
 
 
-def _binary_ext_bytes(ext: dict[str, str]) -> bytes:
-    """extFields as the ROCKETMQ header writes them (int16 key length, key, int32 value length, value, ...).
-    The common map (str values, keys already in the cache: a broker answers with a few dozen distinct keys)
-    is written in C passes (map, zip, join), with no Python step per field; anything else field by field."""
-    if not ext:
-        return b""
-    if _STR_ONLY.issuperset(map(type, ext.values())):
-        try:
-            keys = list(map(_KEY_BYTES.__getitem__, ext))
-        except KeyError:
-            pass
-        else:
-            values = list(map(str.encode, ext.values()))
-            return b"".join(_flatten(zip(keys, map(_pack_i32, map(len, values)), values)))
-    return _binary_ext_bytes_checked(ext)
-
-
-def _binary_ext_bytes_checked(ext: dict[str, Any]) -> bytes:
-    """``_binary_ext_bytes`` field by field: caches keys it has not seen, turns values that are not str into
-    text (None omitted), as J's Map<String,String> would hold them."""
+def _binary_ext_bytes(ext: dict[str, Any]) -> bytes:
+    """extFields as the ROCKETMQ header writes them (int16 key length, key, int32 value length, value, ...). Each
+    key's length-prefixed bytes come from a small cache (a broker answers with a few dozen distinct keys: the
+    SEND_OK ones are encoded once, not per response); values that are not str are turned into text (None
+    omitted), as J's Map<String,String> would hold them. (A plain loop: map/zip/chain passes in C measured
+    slower for the five fields of a SEND_OK, 2.6 → 3.8 µs an answer.)"""
     parts: list[bytes] = []
     key_bytes = _KEY_BYTES
     for key, value in ext.items():

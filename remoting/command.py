@@ -11,7 +11,6 @@ values are always strings: C silently reads a non-string as 0 and G cannot decod
 
 from __future__ import annotations
 
-import operator
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,10 +70,6 @@ def _key_bytes(key: object) -> bytes:
 
 
 _STR_ONLY = frozenset((str,))
-_loads = orjson.loads
-#: the JSON header fields of the common request, in the order of _JSON_TYPES (decode's fast path)
-_JSON_FIELDS = operator.itemgetter("code", "extFields", "flag", "language", "opaque", "version")
-_JSON_TYPES = (int, dict, int, str, int, int)
 
 
 def _normalise_ext(ext: dict[str, Any]) -> dict[str, str]:
@@ -340,28 +335,7 @@ class RemotingCommand:
                 f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)"
             )
         if stype == _JSON:
-            # The common request (J's fastjson, G, N, our client): the six fields present with their types, no
-            # remark, extFields all str. One itemgetter and one type tuple compared instead of a check per field;
-            # anything else goes through _json_command, which gives the same command or raises the same error.
-            try:
-                obj = _loads(frame[4 : 4 + hlen])
-            except orjson.JSONDecodeError as exc:
-                raise RemotingCommandError(f"invalid JSON header: {exc}") from exc
-            try:
-                fields = _JSON_FIELDS(obj)
-            except (KeyError, TypeError):  # TypeError: not an object (a list, a number)
-                fields = None
-            if (
-                fields is not None
-                and tuple(map(type, fields)) == _JSON_TYPES
-                and "remark" not in obj
-                and _STR_ONLY.issuperset(map(type, fields[1].values()))
-            ):
-                code, ext, flag, language, opaque, version = fields
-                # positional: about twice as fast as keywords for a slotted dataclass
-                cmd = cls(code, opaque, flag, None, ext, None, language, version, _JSON)
-            else:
-                cmd = cls._json_command(obj)
+            cmd = cls._decode_json_header(frame[4 : 4 + hlen])
         elif stype == _ROCKETMQ:
             cmd = cls._decode_binary_header(bytes(frame[4 : 4 + hlen]))
         else:
@@ -371,8 +345,13 @@ class RemotingCommand:
         return cmd
 
     @classmethod
-    def _json_command(cls, obj: Any) -> RemotingCommand:
-        """A command from a parsed JSON header, every field checked on its own (``decode``'s general path)."""
+    def _decode_json_header(cls, header: memoryview | bytes | bytearray) -> RemotingCommand:
+        # (One itemgetter and a type-tuple compare for the common request instead of a get and a check per field
+        # was tried: fewer bytecodes, 3-4 % more CPU under 3.11's specialised bytecodes.)
+        try:
+            obj = orjson.loads(header)
+        except orjson.JSONDecodeError as exc:
+            raise RemotingCommandError(f"invalid JSON header: {exc}") from exc
         if type(obj) is not dict:
             raise RemotingCommandError(f"JSON header is not an object but {type(obj).__name__}")
         # Read opaque/flag first so a later field error can still be answered.

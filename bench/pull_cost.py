@@ -9,13 +9,18 @@ pulls carry no subscription), then
 - **caught up**: a pull parks (long polling), one message arrives, the woken pull answers it — the
   consume-while-producing cycle, one message per pull.
 
-    python -m bench.pull_cost [--backlog 20000] [--repeat 5]
+    python -m bench.pull_cost [--backlog 20000] [--repeat 5] [--bytecodes]
+
+``--bytecodes`` counts the Python bytecodes the loop thread executes instead (``sys.settrace`` opcode events):
+a figure the other processes on the machine cannot move, to compare two checkouts with
+(``PYTHONPATH=<checkout> python bench/pull_cost.py --bytecodes`` for each).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +29,7 @@ import orjson
 
 from broker.controller import BrokerController
 from broker.testing.in_loop import start_in_loop
+from remoting import loop as loop_choice
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -101,18 +107,53 @@ def heartbeat() -> RemotingCommand:
     return RemotingCommand.request(RequestCode.HEART_BEAT, {}, orjson.dumps(body))
 
 
-async def measure(backlog: int, repeat: int) -> None:
+class OpcodeCounter:
+    """Python bytecodes executed while tracing (C code such as the CRC or orjson counts as the one call it is)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def trace(self, frame, event: str, arg):  # noqa: ANN001, ANN201
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.count += 1
+        return self.trace
+
+
+class Meter:
+    """Loop-thread CPU microseconds, or bytecodes with ``bytecodes``, between ``start`` and ``stop``."""
+
+    def __init__(self, bytecodes: bool) -> None:
+        self.ops = OpcodeCounter() if bytecodes else None
+        self.unit = "bytecodes" if bytecodes else "us"
+        self._started = 0.0
+
+    def start(self) -> None:
+        if self.ops is not None:
+            self.ops.count = 0
+            sys.settrace(self.ops.trace)
+        else:
+            self._started = time.thread_time()
+
+    def stop(self, per: int) -> float:
+        if self.ops is not None:
+            sys.settrace(None)
+            return self.ops.count / per
+        return (time.thread_time() - self._started) / per * 1e6
+
+
+async def measure(backlog: int, repeat: int, bytecodes: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="pull-cost-") as tmp:
         broker = await start_in_loop(Path(tmp) / "store", mappedFileSizeCommitLog=256 * 1024 * 1024)
         client = RemotingClient()
         try:
-            await run(broker, client, backlog, repeat)
+            await run(broker, client, backlog, repeat, Meter(bytecodes))
         finally:
             await client.close()
             await broker.shutdown()
 
 
-async def run(broker: BrokerController, client: RemotingClient, backlog: int, repeat: int) -> None:
+async def run(broker: BrokerController, client: RemotingClient, backlog: int, repeat: int, meter: Meter) -> None:
     addr = broker.config.broker_addr
     body = b"m" * 1024
     sink = SinkChannel()
@@ -125,7 +166,7 @@ async def run(broker: BrokerController, client: RemotingClient, backlog: int, re
     drain: list[float] = []
     for _ in range(repeat):
         pulls = 0
-        started = time.thread_time()
+        meter.start()
         for q in range(QUEUES):
             offset = 0
             while offset < per_queue:
@@ -134,41 +175,44 @@ async def run(broker: BrokerController, client: RemotingClient, backlog: int, re
                 sink.send(response)
                 offset = int(response.ext_fields["nextBeginOffset"])
                 pulls += 1
-        drain.append((time.thread_time() - started) / pulls * 1e6)
-    print(f"drain: {min(drain):.1f} us per pull of 32 (best of {repeat}, loop-thread CPU time; {pulls} pulls each)")
+        drain.append(meter.stop(pulls))
+    u = meter.unit
+    print(f"drain: {min(drain):.1f} {u} per pull of 32 (best of {repeat}, loop thread; {pulls} pulls each)")
 
     # caught up: park, one arrival, the woken pull answers
     rounds = 2000
     cycle: list[float] = []
     for _ in range(repeat):
         sink.last = None
-        started = time.thread_time()
+        meter.start()
         for _ in range(rounds):
             offset = broker.store.get_max_offset_in_queue(TOPIC, 0)
             assert await pull.process_request(sink, pull_request(0, offset, offset)) is None  # parked
             await send.process_request(sink, send_request(0, body))
             for _ in range(3):  # the wake-up is deferred to the loop
                 await asyncio.sleep(0)
-        cycle.append((time.thread_time() - started) / rounds * 1e6)
+        cycle.append(meter.stop(rounds))
         assert sink.last is not None and sink.last.code == ResponseCode.SUCCESS
     alone: list[float] = []
     for _ in range(repeat):
-        started = time.thread_time()
+        meter.start()
         for _ in range(rounds):
             await send.process_request(sink, send_request(1, body))
             for _ in range(3):
                 await asyncio.sleep(0)
-        alone.append((time.thread_time() - started) / rounds * 1e6)
-    print(f"caught up: {min(cycle):.1f} us per park + send + wake + answer of one message")
-    print(f"  of which the send alone: {min(alone):.1f} us; the consume side: {min(cycle) - min(alone):.1f} us")
+        alone.append(meter.stop(rounds))
+    print(f"caught up: {min(cycle):.1f} {u} per park + send + wake + answer of one message")
+    print(f"  of which the send alone: {min(alone):.1f} {u}; the consume side: {min(cycle) - min(alone):.1f} {u}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--bytecodes", action="store_true", help="count Python bytecodes instead of CPU time")
     args = parser.parse_args(argv)
-    asyncio.run(measure(args.backlog, args.repeat))
+    loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
+    asyncio.run(measure(args.backlog, args.repeat, args.bytecodes))
     return 0
 
 

@@ -7,6 +7,7 @@ Java broker use fastjson's unquoted integer keys (``{0:12}``), so loading quotes
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -33,19 +34,21 @@ def loads_lenient(data: bytes | str) -> Any:
         return orjson.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
 
 
-def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
+def write_atomically(path: str | os.PathLike, payload: bytes, *, fsync: bool = True) -> None:
     """Write ``payload`` to a temporary file of its own beside ``path`` and rename it over ``path``.
 
     The temporary name is unique per write: two writers of one file (a periodic persist in a thread and the
-    final one at shutdown) must never rename each other's half-written file away."""
+    final one at shutdown) must never rename each other's half-written file away. ``fsync=False`` leaves the
+    data in the page cache (``write_from_loop`` syncs it from a worker thread)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with open(fd, "wb") as fh:
             fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
         if path.exists():
             shutil.copyfile(path, path.with_name(path.name + ".bak"))
         os.replace(tmp, path)
@@ -53,6 +56,44 @@ def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_from_loop(path: str | os.PathLike, payload: bytes) -> None:
+    """``write_atomically`` for state a request changed on the event loop (a topic or a group created).
+
+    The file is written and renamed now, so the change outlives a killed process the moment the request is
+    answered, as upstream's ``ConfigManager.persist`` (which never syncs) does. Its fsync, which on a busy
+    disk takes tens to hundreds of milliseconds, runs in a worker thread: on the loop it held every other
+    request back (a topic auto-created by a first send stalled the loop 20-30 ms on a quiet machine, and the
+    sends queued behind it on a loaded one failed with [TIMEOUT_CLEAN_QUEUE]). Without a running loop
+    (start, shutdown, tools) the write is synced in place."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        write_atomically(path, payload)
+        return
+    write_atomically(path, payload, fsync=False)
+    try:
+        loop.run_in_executor(None, sync_file, Path(path))
+    except RuntimeError:  # the loop's executor is shut down: the loop is closing, sync here
+        sync_file(Path(path))
+
+
+def sync_file(path: Path) -> None:
+    """fsync ``path`` and its folder (the rename). A file replaced meanwhile is the newer write's to sync."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("config file not synced", file=str(path), error=str(exc))
 
 
 class OrderedWriter:

@@ -415,7 +415,7 @@ class BrokerController:
         self.subscription_group_manager.load()
         self.schedule_service.load()
         self.timer_service.load()
-        self.topic_config_manager.persist()
+        self.topic_config_manager.persist(sync=True)
         await self.store.start()
         for executor in self.executors.values():
             executor.start()
@@ -507,8 +507,8 @@ class BrokerController:
         await self.client.close()
         self.consumer_offset_manager.persist(force=True)
         self.pop_checkpoint.write(self.pop_checkpoint.take(self.pop_service.export_state()))
-        self.topic_config_manager.persist()
-        self.subscription_group_manager.persist()
+        self.topic_config_manager.persist(sync=True)
+        self.subscription_group_manager.persist(sync=True)
         await self.store.shutdown()
 
 

@@ -61,7 +61,11 @@ class BrokerFastFailure:
         self._start_delay_s = start_delay_s
         self._task: asyncio.Task[None] | None = None
         self._last_error_log_ms = -1_000_000
-        self.ticks = 0
+        self.ticks = 0  # sweeps made (a disabled beat sweeps nothing and is not counted)
+        self.beats = 0  # loop iterations, enabled or not
+        # futures of ``next_beat`` callers, resolved at the end of the next beat; None while nobody waits, so a
+        # beat costs one attribute test for it
+        self._beat_waiters: list[asyncio.Future[int]] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-fast-failure")
@@ -72,8 +76,19 @@ class BrokerFastFailure:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
+    async def next_beat(self) -> int:
+        """Wait for the end of the sweeper's next beat (its sweep done, or skipped while disabled); returns the
+        beat's number. What a test waits on instead of sleeping past the start delay and a few intervals."""
+        if self._beat_waiters is None:
+            self._beat_waiters = []
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._beat_waiters.append(waiter)
+        return await waiter
+
     async def _run(self) -> None:
         await asyncio.sleep(self._start_delay_s)
+        # one line when the sweeps begin: a broker subprocess's tests wait for it instead of a fixed sleep
+        log.info("fast failure sweeper started", interval_ms=round(self._interval_s * 1000, 3))
         while True:
             if self._enabled():
                 try:
@@ -83,7 +98,16 @@ class BrokerFastFailure:
                     if now - self._last_error_log_ms >= 1000:  # a persistent bug: one line a second, not 100
                         self._last_error_log_ms = now
                         log.exception("fast failure sweep failed")
+            self.beats += 1
+            if self._beat_waiters is not None:
+                self._end_beat()
             await asyncio.sleep(self._interval_s)
+
+    def _end_beat(self) -> None:
+        waiters, self._beat_waiters = self._beat_waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(self.beats)
 
     def clean_expired_request(self) -> int:
         """One sweep; returns how many requests it answered."""

@@ -115,9 +115,13 @@ class InstrumentedProcessor:
             return True
         return False
 
-    async def _process_group(self, channel: Any, requests: list[RemotingCommand]) -> list[RemotingCommand | None]:
+    async def _process_group(
+        self, channel: Any, requests: list[RemotingCommand]
+    ) -> list[RemotingCommand | Exception | None]:
         """The inner ``process_requests``, timed as a whole: each request's cell gets the group's time (each
-        waited for all of it: its answer leaves with the others')."""
+        waited for all of it: its answer leaves with the others'). A request whose processing raised (its
+        exception in place of its answer) is counted "process_request_failed", as ``process_request`` counts a
+        lone one: the result label says how the request ended, not whether it ran alone or in a group."""
         start = self._clock()
         metrics = self.metrics
         try:
@@ -130,21 +134,30 @@ class InstrumentedProcessor:
         elapsed_ms = (self._clock() - start) * 1000.0
         # the common case, every request of one code answered with one code: one cell update for the group
         code = requests[0].code
-        answer_code = None if responses[0] is None else responses[0].code
+        first = responses[0]
+        answer_code = first.code if isinstance(first, RemotingCommand) else None
         alike = answer_code is not None
         if alike:
             for request, response in zip(requests, responses):
-                if request.code != code or response is None or response.code != answer_code:
+                if request.code != code or not isinstance(response, RemotingCommand) or response.code != answer_code:
                     alike = False
                     break
         if alike:
             metrics.observe_many(code, answer_code, elapsed_ms, len(requests))
         else:
             for request, response in zip(requests, responses):
-                self._observe(request, response, elapsed_ms)
+                if isinstance(response, Exception):
+                    metrics.observe(
+                        request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed"
+                    )
+                else:
+                    self._observe(request, response, elapsed_ms)
         if self._std_log.isEnabledFor(logging.DEBUG):
             for request, response in zip(requests, responses):
-                self._log_answer(channel, request, response, elapsed_ms, group=len(requests))
+                if isinstance(response, Exception):
+                    self._log_failure(channel, request, response, elapsed_ms, group=len(requests))
+                else:
+                    self._log_answer(channel, request, response, elapsed_ms, group=len(requests))
         return responses
 
     async def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
@@ -155,15 +168,7 @@ class InstrumentedProcessor:
             elapsed_ms = (self._clock() - start) * 1000.0
             self.metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
             if self._std_log.isEnabledFor(logging.DEBUG):
-                request_log.debug(
-                    "request failed",
-                    code=request.code,
-                    opaque=request.opaque,
-                    remote=getattr(channel, "remote_addr", None),
-                    queue=self.queue,
-                    error=f"{type(exc).__name__}: {exc}",
-                    elapsed_ms=round(elapsed_ms, 3),
-                )
+                self._log_failure(channel, request, exc, elapsed_ms)
             raise
         elapsed_ms = (self._clock() - start) * 1000.0
         self._observe(request, response, elapsed_ms)
@@ -179,6 +184,20 @@ class InstrumentedProcessor:
             )
         else:
             self.metrics.observe(request.code, response.code, elapsed_ms)
+
+    def _log_failure(
+        self, channel: Any, request: RemotingCommand, exc: Exception, elapsed_ms: float, **extra: Any
+    ) -> None:
+        request_log.debug(
+            "request failed",
+            code=request.code,
+            opaque=request.opaque,
+            remote=getattr(channel, "remote_addr", None),
+            queue=self.queue,
+            error=f"{type(exc).__name__}: {exc}",
+            elapsed_ms=round(elapsed_ms, 3),
+            **extra,
+        )
 
     def _log_answer(
         self, channel: Any, request: RemotingCommand, response: RemotingCommand | None, elapsed_ms: float, **extra: Any

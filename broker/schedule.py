@@ -21,9 +21,10 @@ event loop, and on shutdown after the last round has finished (a stop never inte
 way). So that a crash does not repeat the runs put after the last write either, the file also holds
 ``commitLogOffset``: a CommitLog position below which no delivery the offsets do not count was
 written. On start, the records from there to the end (a short stretch: the file is written after each
-round, and, whenever that stretch would exceed ``RECOVERY_SCAN_LIMIT``, every ``STALE_CHECK_S`` and from
-a state taken before a put, written without the put waiting for it) are matched against each level's
-next entries, and the offsets move past the ones already delivered (upstream repeats them:
+round, and, once that stretch passes half of ``RECOVERY_SCAN_LIMIT``, every ``STALE_CHECK_S`` and from a
+state taken before a put, written without the put waiting for it; a put that would pass the whole limit
+waits for that write, so deliveries never lie further than the limit past a written position) are matched
+against each level's next entries, and the offsets move past the ones already delivered (upstream repeats them:
 at-least-once). A put that fails after others of its round succeeded is handled the same way: the offset
 stops before it, the entries delivered beyond are skipped when the round is retried.
 """
@@ -62,11 +63,16 @@ STOP_GRACE_S = 5.0
 # A round of one level: at most this many entries read, decoded and put before it yields. ~512 keeps a
 # round to a few ms of the event loop while a level delivers tens of thousands per second.
 BATCH_MAX_MESSAGES = 512
-# How far behind the CommitLog's end the persisted ``commitLogOffset`` may fall before a round writes
-# the file ahead of its put: the bound on what a start after a crash reads to find unrecorded deliveries.
+# The bound on what a start after a crash reads to find unrecorded deliveries: a delivery is never put
+# further than this past the ``commitLogOffset`` of a file already written. The file is written in the
+# background once the CommitLog is half that far past it (a put does not wait), and a put that would pass
+# the bound waits for that write (only when the CommitLog grew half the limit during one write).
 RECOVERY_SCAN_LIMIT = 16 * 1024 * 1024
-# How often the writer looks whether the CommitLog moved that far without a delivery to write the file.
-STALE_CHECK_S = 1.0
+# How often the writer looks whether the CommitLog moved half that far without a delivery to write the file.
+STALE_CHECK_S = 0.25
+# A CommitLog record's size beyond its body, topic and properties (the fixed fields, IPv6 hosts): with the
+# properties counted three bytes a character, an upper bound of what a delivery's put appends.
+_RECORD_OVERHEAD = 128
 _LONG = struct.Struct(">q")
 _TRANSACTION_BITS = TRANSACTION_ROLLBACK_TYPE  # both transaction bits: put_messages refuses such messages
 
@@ -86,6 +92,11 @@ def _copy_key(topic: str, queue_id: int, msg: MessageExt, properties_string: str
 def _wire_size(msg: MessageExtBrokerInner) -> int:
     """What the store's batch size check counts for a message (20 + body + 2 + properties bytes)."""
     return 22 + len(msg.body or b"") + 3 * len(msg.properties_string)
+
+
+def _record_size_bound(msg: MessageExtBrokerInner) -> int:
+    """At least the CommitLog bytes ``msg``'s record takes."""
+    return _RECORD_OVERHEAD + 3 * len(msg.topic) + len(msg.body or b"") + 3 * len(msg.properties_string)
 
 
 def scan_delivered_copies(store, below: int, is_copy: Callable[[MessageExt], bool]) -> tuple[dict[tuple, int], int]:
@@ -360,8 +371,8 @@ class ScheduleMessageService:
         while True:
             if not await wait_event(self._persist_wanted, STALE_CHECK_S):
                 # no delivery lately: still keep commitLogOffset near the end, or a start after a crash
-                # would read everything written since the last delivery
-                if self.store.commit_log.get_max_offset() - self._persisted_below <= RECOVERY_SCAN_LIMIT:
+                # would read everything written since the last delivery (and the next delivery would wait)
+                if self.store.commit_log.get_max_offset() - self._persisted_below <= RECOVERY_SCAN_LIMIT // 2:
                     continue
             self._persist_wanted.clear()
             if self._stopping:
@@ -475,9 +486,14 @@ class ScheduleMessageService:
             for run in self._runs(restored):
                 if level not in self._uncounted_from:
                     self._uncounted_from[level] = self.store.commit_log.get_max_offset()
-                if self.store.commit_log.get_max_offset() - self._persisted_below > RECOVERY_SCAN_LIMIT:
-                    self._write_ahead(level)
                 msgs = [restored[i] for i in run]
+                # (a run, at most batch_max_bytes plus its records' headers, is far below half the limit: its
+                # size is only needed once the CommitLog is that far past the file's position)
+                if self._recovery_reach(0) > RECOVERY_SCAN_LIMIT // 2:
+                    self._write_ahead(level)
+                    run_bytes = sum(_record_size_bound(m) for m in msgs)  # type: ignore[arg-type]
+                    if self._recovery_reach(run_bytes) > RECOVERY_SCAN_LIMIT:
+                        await self._hold_within_scan_limit(level, run_bytes)
                 if len(msgs) == 1:
                     put = await self.store.put_message(msgs[0])  # type: ignore[arg-type]
                 else:
@@ -523,12 +539,35 @@ class ScheduleMessageService:
             self._advance(level, offset + prefix)
         return prefix
 
+    def _recovery_reach(self, run_bytes: int) -> int:
+        """How far past the written ``commitLogOffset`` a start after a crash would read once a put of
+        ``run_bytes`` is done (other writers' appends meanwhile aside)."""
+        return self.store.commit_log.get_max_offset() + run_bytes - self._persisted_below
+
+    async def _hold_within_scan_limit(self, level: int, run_bytes: int) -> None:
+        """Before a put that would land past ``RECOVERY_SCAN_LIMIT``: wait for the write ahead in flight (started
+        at half the limit, so this wait means the CommitLog grew half the limit during one write), and for one
+        more of the state now if that one was older. A write that fails lets the put go (logged by the writer):
+        a broken disk must not stop deliveries, it only lengthens the read after a crash. The write is never
+        cancelled with the level (``asyncio.wait``): a stop or a crash test's cancel leaves it to finish."""
+        for _attempt in range(2):
+            early = self._early_write
+            if early is None or early.done():
+                if self._persisted_below >= self._safe_commit_log_offset():
+                    return  # nothing newer to write: this level's own round pins the position
+                self._write_ahead(level)  # the write done was of an older state: one of the state now
+                early = self._early_write
+            assert early is not None
+            await asyncio.wait((early,))
+            if self._recovery_reach(run_bytes) <= RECOVERY_SCAN_LIMIT:
+                return
+
     def _write_ahead(self, level: int) -> None:
-        """Before a put when the file's ``commitLogOffset`` fell far behind: the state is taken now, so
-        the file will say the CommitLog was read up to where this put begins, and written in the
-        background (unless such a write still runs). The put does not wait for it: the bound is only on
-        what a start after a crash reads, and an fsync on a busy disk takes up to a second (that wait was
-        the lateness of a burst). A failed write only makes that read longer."""
+        """Before a put when the file's ``commitLogOffset`` fell half the limit behind: the state is taken
+        now, so the file will say the CommitLog was read up to where this put begins, and written in the
+        background (unless such a write still runs). The put does not wait for it: an fsync on a busy disk
+        takes up to a second (that wait was the lateness of a burst); only a put that would pass the whole
+        limit waits (``_hold_within_scan_limit``). A failed write only makes the read after a crash longer."""
         if self._early_write is not None and not self._early_write.done():
             return
         snapshot = self._snapshot()

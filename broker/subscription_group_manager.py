@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 
-from broker.config_file import dumps, read_config, write_atomically
+from broker.config_file import dumps, read_config, write_atomically, write_from_loop
 from broker.data_version import DataVersion
 from broker.topic import check_group_name
 
@@ -121,5 +121,7 @@ class SubscriptionGroupManager:
                 log.error("skipping unreadable subscription group", group=group, error=str(exc))
         self.data_version = DataVersion.from_json(data.get("dataVersion"))
 
-    def persist(self) -> None:
-        write_atomically(self._path, dumps(self.to_json()))
+    def persist(self, *, sync: bool = False) -> None:
+        """Write the table; ``sync``: fsync it before returning (start and shutdown), else the fsync
+        runs in a worker thread (a change made by a request: ``write_from_loop``)."""
+        (write_atomically if sync else write_from_loop)(self._path, dumps(self.to_json()))

@@ -127,6 +127,10 @@ class RequestTask:
             self.finish()
 
 
+#: the entries of a group's answers that need no conversion before they are written
+_PLAIN_ANSWERS = frozenset((RemotingCommand, type(None)))
+
+
 @dataclass(slots=True)
 class RequestGroup:
     """Several requests of one connection and one processor run as one (``processor.process_requests``): the
@@ -137,7 +141,9 @@ class RequestGroup:
 
     channel: Channel
     requests: list[RemotingCommand]
-    processor: Any  # has process_requests(channel, requests) -> list[RemotingCommand | None], one per request
+    #: has process_requests(channel, requests) -> one entry per request: its answer, None (no answer), or the
+    #: exception its processing raised, which the group answers as ``RequestTask.run`` answers a raising processor
+    processor: Any
     hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None
     finished: bool = False
 
@@ -183,6 +189,12 @@ class RequestGroup:
         """Write each answer (not to oneway requests) as ``write_response`` would, in one ``Channel.send_many``
         call: one closed check and one scheduled flush for the group instead of one ``send`` per answer."""
         channel = self.channel
+        if not _PLAIN_ANSWERS.issuperset(map(type, responses)):  # (one pass in C)
+            # an entry that is the exception its request's processing raised: that answer alone fails
+            responses = [
+                failed_response(channel, request, response) if isinstance(response, Exception) else response
+                for request, response in zip(requests, responses)
+            ]
         send_many = getattr(channel, "send_many", None)
         answers: list[RemotingCommand] = []
         if send_many is not None:

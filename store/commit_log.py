@@ -7,8 +7,9 @@ physical offsets and the store timestamp, and copies the bytes into the mapped f
 pool buffer). A record that does not fit with 8 spare bytes ends the file with a BLANK filler and goes
 to the next file, created ahead of time in a worker thread. The section awaits only for a file that is
 not ready yet or for an injected stall, so the event loop keeps running and the busy signals can be
-observed. After each record the writer hands its dispatch to the bound CommitLogDispatcher (inline
-while the reput is caught up, else described in `dispatch_queue` for the reput). Parsing records back
+observed. After each request the writer hands its dispatch to the bound CommitLogDispatcher (inline
+while the reput is caught up, else described in `dispatch_queue` for the reput); a group of single sends
+(`append_group_now`) is written in one pass and dispatched with one call. Parsing records back
 is `self.parser` (store/record_parser.py); finding the valid end after a crash is `self.recovery`
 (store/recovery.py).
 """
@@ -31,9 +32,14 @@ from store.mapped_file_queue import MappedFileQueue, RunBlocking
 from store.message import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    FIXED_PART,
+    FIXED_PART_LENGTH,
+    IPV4_HOSTS_MASK,
+    MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    MessageConst,
     MessageExtBrokerInner,
     RecordEncoder,
     join_offset_msg_ids,
@@ -239,33 +245,190 @@ class CommitLog:
         finally:
             self.begin_time_in_lock = 0
 
-    def append_group_now(self, reqs: list[AppendRequest], now: int) -> list[AppendMessageResult | AppendFailure]:
-        """`append_now` for several requests in one pass (the single sends of one read, any topics and queues):
-        the idle check, the file lookup and the section's accounting once for the group, each request its own
-        record, queue offset and result, in order. Returns the results of the leading requests it appended:
-        fewer than `reqs` when the file ran out (a BLANK was written: the next file may need an await) or the
-        writer is not idle; the caller queues the rest, in order, with `submit`."""
-        results: list[AppendMessageResult | AppendFailure] = []
-        if self._pending or self._in_section or self._closed or self._writer_task is None:
-            return results
-        if self.fault.stall_append_until_ms:
-            return results
+    def append_group_now(
+        self,
+        msgs: list[MessageExtBrokerInner],
+        tails: list[bytes],
+        crcs: list[int],
+        sizes: list[int],
+        now: int,
+    ) -> list[AppendMessageResult | AppendFailure]:
+        """`append_now` for several single messages in one pass (the single sends of one read, any topics and
+        queues), planned by `RecordEncoder.plan` (`tails`, `crcs`, `sizes` in the order of `msgs`): the idle
+        check, the file lookup, the section's accounting and the inline dispatch once for the group, each
+        message its own record, queue offset and result, in order. No AppendRequest is built for them.
+        Returns the results of the leading messages it appended: fewer than `msgs` when the file ran out (a
+        BLANK was written: the next file may need an await) or the writer is not idle; the caller queues the
+        rest, in order, with `submit`."""
+        if (
+            self._pending
+            or self._in_section
+            or self._closed
+            or self._writer_task is None
+            or self.fault.stall_append_until_ms
+        ):
+            return []
         mf = self.mapped_file_queue.last_mapped_file()
-        if mf is None:
-            return results
+        if mf is None or mf.is_full():
+            return []
         self.begin_time_in_lock = now
         try:
-            for req in reqs:
-                if req.stall_ms > 0 or mf.is_full():
-                    break
-                result = self._do_append(mf, req, now)
-                if result is None:  # END_OF_FILE: the blank is written; this one and the rest go to the writer
-                    break
-                results.append(result)
+            results = self._write_group(mf, msgs, tails, crcs, sizes, now)
         finally:
             self.begin_time_in_lock = 0
         self._account(now)
         return results
+
+    def _write_group(
+        self,
+        mf: MappedFile,
+        msgs: list[MessageExtBrokerInner],
+        tails: list[bytes],
+        crcs: list[int],
+        sizes: list[int],
+        store_ts: int,
+    ) -> list[AppendMessageResult | AppendFailure]:
+        """`_do_append` of one record each, unrolled for a group (the SEND path's hot loop): the records are
+        written back to back into `mf`, then dispatched with one `CommitLogDispatcher.dispatch_group`; what
+        that leaves (a consume queue needing its next file, a pool buffer) is described for the reput."""
+        results: list[AppendMessageResult | AppendFailure] = []
+        pos = start = mf.wrote_position
+        file_size = mf.file_size
+        base = mf.file_from_offset
+        view = mf.write_view
+        pooled = mf.write_buffer is not None
+        prefaulted = mf.prefaulted_position
+        table = self.topic_queue_table
+        encoder = self.encoder
+        write = encoder.write
+        pack = FIXED_PART.pack_into
+        hosts = encoder.host_bytes
+        id_prefix = self._id_prefix
+        written: list[MessageExtBrokerInner] = []  # what was written, for the dispatch
+        written_sizes: list[int] = []
+        queue_offsets: list[int] = []
+        ended = False  # a BLANK ends the file
+        for msg, tail, crc, size in zip(msgs, tails, crcs, sizes):
+            room = file_size - pos
+            if size + END_FILE_MIN_BLANK_LENGTH > room:  # END_OF_FILE: this one and the rest go to the writer
+                _BLANK.pack_into(view, pos, room, BLANK_MAGIC_CODE)
+                if pooled and room > 8:
+                    view[pos + 8 : file_size] = bytes(room - 8)  # pool buffers are reused: no stale bytes
+                ended = True
+                break
+            topic = msg.topic
+            queue_id = msg.queue_id
+            # prepared and rolled-back transaction records take no queue offset (they get 0)
+            tran = msg.sys_flag & TRANSACTION_ROLLBACK_TYPE
+            counts = tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE
+            queue_offset = table.get((topic, queue_id), 0) if counts else 0
+            phy = base + pos
+            if not pooled and size >= OS_PAGE_SIZE and pos + size > prefaulted:
+                # an unpopulated stretch of the mapping: one pwrite from the staging buffer (see _do_append)
+                stage = self._staging(size)
+                write(stage, 0, msg, tail, crc, size, queue_offset, phy, store_ts)
+                try:
+                    mf.write_at(stage[:size], pos)
+                except OSError as exc:
+                    log.error("write to the CommitLog failed", error=str(exc), file=mf.file_name, position=pos)
+                    results.append(
+                        AppendFailure(PutMessageStatus.UNKNOWN_ERROR, f"write to the CommitLog failed: {exc}")
+                    )
+                    continue  # nothing published for this one; the next takes its place
+            else:  # (RecordEncoder.write unrolled: the fixed part, the body, the tail)
+                body = msg.body or b""
+                blen = len(body)
+                born = msg.born_host
+                store = msg.store_host
+                pack(
+                    view,
+                    pos,
+                    size,
+                    MESSAGE_MAGIC_CODE,
+                    crc,
+                    queue_id,
+                    msg.flag,
+                    queue_offset,
+                    phy,
+                    msg.sys_flag & IPV4_HOSTS_MASK,
+                    msg.born_timestamp,
+                    hosts.get(born[0]) or encoder.host(born[0]),
+                    born[1],
+                    store_ts,
+                    hosts.get(store[0]) or encoder.host(store[0]),
+                    store[1],
+                    msg.reconsume_times,
+                    msg.prepared_transaction_offset,
+                    blen,
+                )
+                b = pos + FIXED_PART_LENGTH
+                e = b + blen
+                view[b:e] = body
+                view[e : pos + size] = tail
+            if counts:
+                table[(topic, queue_id)] = queue_offset + 1
+            pos += size
+            prefix = id_prefix.get(msg.store_host)
+            if prefix is None:
+                prefix = id_prefix[msg.store_host] = offset_msg_id_prefix(*msg.store_host)
+            results.append(AppendMessageResult(phy, size, f"{prefix}{phy:016X}", store_ts, queue_offset))
+            written.append(msg)
+            written_sizes.append(size)
+            queue_offsets.append(queue_offset)
+        mf.wrote_position = file_size if ended else pos
+        if not written:
+            return results
+        mf.store_timestamp = store_ts
+        end = base + pos
+        pf = self.prefault
+        if pf is not None and end >= pf.wake_offset:
+            pf.wakeup()
+        self.put_message_times_total += len(written)
+        self.put_message_size_total += pos - start
+        # consume queue entries, index keys and arrival notices: inline when the reput is caught up and the
+        # bytes are readable (no pool buffer), else described for the reput
+        phy = base + start
+        done = 0
+        if self.dispatcher is not None and not pooled:
+            done = self.dispatcher.dispatch_group(written, written_sizes, queue_offsets, phy, store_ts)
+        if done < len(written):
+            self._describe_group(written, written_sizes, queue_offsets, phy, done, store_ts)
+        return results
+
+    def _describe_group(
+        self,
+        msgs: list[MessageExtBrokerInner],
+        sizes: list[int],
+        queue_offsets: list[int],
+        phy: int,
+        start: int,
+        store_ts: int,
+    ) -> None:
+        """DispatchRequests for records start.. of a group written from `phy` (so that the reput need not
+        parse them), queued for the reput."""
+        phy += sum(sizes[:start])
+        tags_code = self.parser.dispatch_tags_code
+        for i in range(start, len(msgs)):
+            msg = msgs[i]
+            props = msg.properties
+            size = sizes[i]
+            self.dispatch_queue.append(
+                DispatchRequest(
+                    msg.topic,
+                    msg.queue_id,
+                    phy,
+                    size,
+                    tags_code(msg.topic, props, store_ts),
+                    store_ts,
+                    queue_offsets[i],
+                    props.get(MessageConst.KEYS),
+                    props.get(MessageConst.UNIQ_KEY),
+                    msg.sys_flag,
+                    msg.prepared_transaction_offset,
+                    props,
+                )
+            )
+            phy += size
 
     async def _writer_loop(self) -> None:
         while True:

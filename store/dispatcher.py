@@ -6,15 +6,15 @@ the next bulk build, and the record of queues that failed. Three callers feed it
 effects per record:
 
 - the CommitLog writer, inline, while the reput is caught up (`dispatch_appended`: no DispatchRequest
-  built, a batch in one pass);
+  built, a batch in one pass; `dispatch_group`: the single sends of one group, any queues, in one call);
 - the reput, record by record (`prepare` creates missing files first, then `dispatch`), for a batch
   descriptor (`dispatch_described_batch`) and in bulk from parsed arrays (`dispatch_many`, also used by
   the pre-dispatch during recovery); each round ends with `end_round` (the index keys in one pass);
 - the put path, which asks it to schedule the deferred index build (`after_inline_put`).
 
 A record or queue that cannot be dispatched costs its consume queue entry only: one error line per
-queue, never the writer or the reput. The inline and batch paths repeat `dispatch` for speed and stay
-next to it: a change to what a dispatch does is one edit in three places of this file.
+queue, never the writer or the reput. The inline, group and batch paths repeat `dispatch` for speed and
+stay next to it: a change to what a dispatch does is one edit in four places of this file.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from store.message import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
+    MessageExtBrokerInner,
     decode_properties,
     transaction_value,
 )
@@ -51,10 +52,13 @@ log = structlog.get_logger(__name__)
 
 MessageArrivingListener = Callable[[str, int, int, int, int, dict | None], None]
 
-# keys of inline appends are indexed in one vectorised pass (hashing costs ~0.8 us a key in passes of 32,
-# ~0.2 us in passes of 1000): at most this long after the put, or at once when this many are waiting.
-# Upstream's reput indexes behind the writer too; a QUERY_MESSAGE builds what is waiting first.
-INDEX_BUILD_DELAY_S = 0.005
+# keys of inline appends are indexed in one vectorised pass: at most this long after the put, or at once when
+# this many are waiting. A pass costs ~100-200 us of numpy calls before its first key (then ~0.3 us a key), so
+# at the SEND path's rates (5-20k keys/s) 5 ms gave passes of 30-100 keys at 2-7 us a key, ~10 % of a send's
+# loop CPU; 20 ms gives passes of 100-400 keys at ~1-2 us, each pass still well under a millisecond of loop.
+# Upstream's reput indexes behind the writer too; a QUERY_MESSAGE builds what is waiting first, and a
+# restart after a crash re-indexes from where the index files end (StoreRecovery).
+INDEX_BUILD_DELAY_S = 0.02
 INDEX_BUILD_BATCH = 4096
 _TAGS = MessageConst.TAGS
 _KEYS = MessageConst.KEYS
@@ -252,6 +256,91 @@ class CommitLogDispatcher:
         except Exception as exc:  # noqa: BLE001
             self.failed("inline", req.topic, req.queue_id, exc)
             return 0
+
+    def dispatch_group(
+        self, msgs: list[MessageExtBrokerInner], sizes: list[int], queue_offsets: list[int], phy: int, store_ts: int
+    ) -> int:
+        """The writer's inline dispatch of a group of single records written back to back from `phy` (any
+        topics and queues; `CommitLog.append_group_now`), with the same effects per record as `dispatch`, in
+        one call: the reput and index checks once for the group, the consume queue looked up again only when
+        the queue changes. Returns how many leading records were dispatched; the reput takes the rest."""
+        reput = self.reput
+        if reput.reput_from_offset != phy or reput.running or self.commit_log.dispatch_queue:
+            return 0
+        if self._index_enabled and self.index_service.needs_file():
+            return 0
+        queued_keys = len(self._index_keys)
+        try:
+            return self._dispatch_group(msgs, sizes, queue_offsets, phy, store_ts)
+        except Exception as exc:  # noqa: BLE001 - the reput replays the group: the writer must go on
+            self.failed("inline", msgs[0].topic, msgs[0].queue_id, exc)
+            # the replay queues the group's index keys again (its consume queue entries it skips)
+            del self._index_keys[queued_keys:], self._index_phys[queued_keys:], self._index_times[queued_keys:]
+            return 0
+
+    def _dispatch_group(
+        self, msgs: list[MessageExtBrokerInner], sizes: list[int], queue_offsets: list[int], phy: int, store_ts: int
+    ) -> int:
+        """`dispatch_group` record by record, unrolled (the SEND path's hot loop; `_dispatch_records` is the
+        same for the records of one request): stops where a consume queue needs its next file, which the
+        reput creates."""
+        index = self._index_enabled
+        index_keys, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
+        listener = self.message_arriving_listener if self._listening else None
+        parser = self.commit_log.parser
+        tags_codes = parser.tags_cache  # TAGS → hash (the common case, inlined)
+        table = self.consume_queue_table
+        last_topic = None
+        last_queue_id = -1
+        cq: ConsumeQueue | None = None
+        entered = False  # a consume queue entry was written (the checkpoint's logics time moves)
+        done = 0
+        for m, size, qo in zip(msgs, sizes, queue_offsets):
+            topic = m.topic
+            queue_id = m.queue_id
+            props = m.properties
+            tran = m.sys_flag & TRANSACTION_ROLLBACK_TYPE
+            if topic == RMQ_SYS_SCHEDULE_TOPIC or (tags_code := tags_codes.get(props.get(_TAGS))) is None:
+                tags_code = parser.dispatch_tags_code(topic, props, store_ts)
+            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                if topic != last_topic or queue_id != last_queue_id:
+                    queues = table.get(topic)
+                    if queues is None or (cq := queues.get(queue_id)) is None:
+                        cq = self._queue_for_dispatch(topic, queue_id)
+                    last_topic, last_queue_id = topic, queue_id
+                if cq is not None:
+                    if not cq.try_append(phy, size, tags_code, qo):
+                        if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
+                            break  # the file is created in a worker thread: the reput continues from here
+                        if not cq.put_message_position_info(phy, size, tags_code, qo):
+                            log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id)
+                    entered = True
+            if index and tran != TRANSACTION_ROLLBACK_TYPE:
+                keys = props.get(_KEYS)
+                if keys and _KEY_SEPARATOR in keys:
+                    self._queue_index_keys(topic, props.get(_UNIQ_KEY), keys, phy, store_ts)
+                else:  # (index_keys inlined for at most one key each)
+                    if uniq := props.get(_UNIQ_KEY):
+                        index_keys.append(f"{topic}#{uniq}")
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
+                    if keys:
+                        index_keys.append(f"{topic}#{keys}")
+                        index_phys.append(phy)
+                        index_times.append(store_ts)
+            if listener is not None:
+                try:
+                    listener(topic, queue_id, qo + 1, tags_code, store_ts, props)
+                except Exception:
+                    log.exception("message arriving listener failed", topic=topic)
+            phy += size
+            done += 1
+        if entered and self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp = store_ts
+        reput = self.reput
+        reput.reput_from_offset = phy
+        reput.dispatched_total += done
+        return done
 
     def _dispatch_records(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
         """`dispatch_appended` record by record (a single put, or a batch `_dispatch_batch` does not

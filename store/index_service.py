@@ -40,6 +40,10 @@ _ENTRY = struct.Struct(">iqii")
 
 
 def _as_list(values: list[int] | np.ndarray) -> list[int]:
+    """``values`` as a list (read only). A list is checked first: a round of a few sends never has an array,
+    and asking numpy (``np.ndarray``) would import it on the loop at a fresh broker's first send."""
+    if type(values) is list:
+        return values
     return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 

@@ -64,6 +64,7 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 BORNHOST_V6_FLAG = 0x10
 STOREHOSTADDRESS_V6_FLAG = 0x20
 _IPV4_HOSTS = ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)  # records are written with IPv4 hosts only
+IPV4_HOSTS_MASK = _IPV4_HOSTS  # (the sys flag of a record as written: for the put path's unrolled writes)
 
 
 def transaction_value(sys_flag: int) -> int:
@@ -273,14 +274,21 @@ class RecordEncoder:
     def __init__(self) -> None:
         self._hosts: dict[str, bytes] = {}
         self._topics: dict[str, bytes] = {}
+        # read-only views of the caches for the put path's unrolled loops (the same dicts, cleared in place):
+        # topic → TOPICLEN + topic bytes (only topics `plan` accepted), IPv4 text → 4 bytes
+        self.topic_heads = self._topics
+        self.host_bytes = self._hosts
 
-    def _host(self, ip: str) -> bytes:
+    def host(self, ip: str) -> bytes:
+        """The 4 bytes of an IPv4 host as records carry it (cached)."""
         raw = self._hosts.get(ip)
         if raw is None:
             if len(self._hosts) > self._CACHE_MAX:
                 self._hosts.clear()
             raw = self._hosts[ip] = host_to_bytes(ip)
         return raw
+
+    _host = host  # (the name the batch path's code used before)
 
     def _topic(self, topic: str) -> bytes:
         """TOPICLEN byte + topic bytes."""
@@ -383,10 +391,10 @@ class RecordEncoder:
             phy_offset,
             msg.sys_flag & _IPV4_HOSTS,
             msg.born_timestamp,
-            hosts.get(born[0]) or self._host(born[0]),
+            hosts.get(born[0]) or self.host(born[0]),
             born[1],
             store_ts,
-            hosts.get(store[0]) or self._host(store[0]),
+            hosts.get(store[0]) or self.host(store[0]),
             store[1],
             msg.reconsume_times,
             msg.prepared_transaction_offset,
@@ -429,10 +437,10 @@ class RecordEncoder:
             size = sizes[i]
             if msg.born_host is not born:  # (the messages of a batch share their host tuples)
                 born = msg.born_host
-                born_ip = hosts.get(born[0]) or self._host(born[0])
+                born_ip = hosts.get(born[0]) or self.host(born[0])
             if msg.store_host is not store:
                 store = msg.store_host
-                store_ip = hosts.get(store[0]) or self._host(store[0])
+                store_ip = hosts.get(store[0]) or self.host(store[0])
             phy = pos + delta
             pack(
                 buf,

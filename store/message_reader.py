@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,10 @@ from store.index_service import IndexService
 from store.message import MESSAGE_MAGIC_CODE, MessageConst, MessageExt, RecordError, decode_record
 from store.results import GetMessageResult, GetMessageStatus, MessageFilter, QueryMessageResult
 from store.stats import StoreStats
+
+# The walk's per-record loop costs less than `_take_all`'s fixed list passes below this many entries
+# (bench: a pull of 1 took 1.2x as long through `_take_all`, a pull of 32 0.63x).
+TAKE_ALL_MIN_ENTRIES = 8
 
 
 class StoreNotReadableError(RuntimeError):
@@ -135,6 +140,10 @@ class MessageReader:
         entries = cq.get_entries(offset, chunk)
         if entries is None:
             return GetMessageStatus.OFFSET_FOUND_NULL, self._next_offset_correction(offset, cq.roll_next_file(offset))
+        if matches_all and len(entries) >= TAKE_ALL_MIN_ENTRIES:
+            found = self._take_all(entries, offset, result)
+            if found is not None:
+                return found
         cfg = self.config
         commit_log = self.commit_log
         max_phy = commit_log.get_max_offset()
@@ -242,6 +251,48 @@ class MessageReader:
         self.stats.get_transferred += count
         result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory
         return status, offset + i
+
+    def _take_all(self, entries: Any, offset: int, result: GetMessageResult) -> tuple[GetMessageStatus, int] | None:
+        """`_read_queue`'s walk when a filter matching everything takes every entry of the first chunk, in C-level
+        list operations instead of a Python loop over the records (a drain pull of 32 walked ~100 bytecodes per
+        record). It applies when the entries' records all lie in one commit-log file below its read position and
+        within the in-memory transfer limits: then the walk takes them all (the chunk is at most `max_msg_nums`
+        entries) and stops there. Anything else returns None and the walk handles it, with the same answer."""
+        phys = entries["offset"].tolist()  # two column conversions cost a third of one of the structured rows
+        sizes = entries["size"].tolist()
+        n = len(phys)
+        ends = list(map(add, phys, sizes))
+        lo = min(phys)  # the entries of one queue ascend; min and max keep the span check right if they did not
+        hi = max(ends)
+        total = sum(sizes)
+        cfg = self.config
+        commit_log = self.commit_log
+        max_phy = commit_log.get_max_offset()
+        memory = self._total_memory * cfg.access_message_in_memory_max_ratio // 100
+        if (
+            min(sizes) <= 0
+            or max_phy - lo > memory  # a record on disk: the disk limits apply to it
+            or (
+                n > 1
+                and (
+                    n > cfg.max_transfer_count_on_message_in_memory
+                    or total > cfg.max_transfer_bytes_on_message_in_memory
+                )
+            )
+        ):
+            return None
+        mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(lo)
+        span = mf.select(lo - mf.file_from_offset, hi - lo) if mf is not None else None  # readable and open
+        if span is None:
+            return None
+        # a comprehension: map(span.__getitem__, map(slice, ...)) measured twice as slow
+        result.buffers = [span[a - lo : b - lo] for a, b in zip(phys, ends)]
+        result.msg_queue_offsets = list(range(offset, offset + n))
+        result.message_count = n
+        result.buffer_total_size = total
+        self.stats.get_transferred += n
+        result.suggest_pulling_from_slave = max_phy - phys[-1] > memory
+        return GetMessageStatus.FOUND, offset + n
 
     def _ensure_readable(self, what: str) -> None:
         if not self._loaded():

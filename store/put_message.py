@@ -17,12 +17,15 @@ one pass, for a caller that holds several sends at once: the fixed cost is paid 
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Awaitable, Callable
 
 from store.commit_log import AppendFailure, AppendRequest, CommitLog
-from store.config import MessageStoreConfig
+from store.config import FlushDiskType, MessageStoreConfig
 from store.dispatcher import CommitLogDispatcher
 from store.message import (
+    FIXED_PART_LENGTH,
+    MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
@@ -39,6 +42,12 @@ from store.reput import ReputMessageService
 from store.results import AppendMessageResult, PutMessageResult, PutMessageStatus
 from store.stats import StoreStats
 
+try:
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - optional speed-up (store.message picks the same)
+    from zlib import crc32
+
+_SHORT = struct.Struct(">h")
 _YIELD_EVERY_INLINE = 64  # appends done on the caller's stack in a row before a put yields to the loop
 _TOPICS_OK_MAX = 4096  # topics remembered as checked (the set starts over when full)
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -246,69 +255,131 @@ class MessagePutter:
     ) -> list[PutMessageResult]:
         """Put each message as `put_message` would (any topics and queues; one refused, or one that fails,
         costs only its own result), in one pass: the store's status and the clock are read once, the
-        records go in one after the other while the writer is idle (else queued to it, in order), the
-        dispatch wait comes once for the group and, with SYNC_FLUSH, the group commit covers them all
-        with one fsync. For a caller that holds several sends at once (all the
-        SEND requests decoded from one read). Results in the order of `msgs`."""
+        records go in one after the other while the writer is idle (`CommitLog.append_group_now`: one
+        section, one inline dispatch for the group; else queued to the writer, in order), the dispatch wait
+        comes once for the group, the flush is woken once and, with SYNC_FLUSH, the group commit covers
+        them all with one fsync. For a caller that holds several sends at once (all the SEND requests
+        decoded from one read). Results in the order of `msgs`."""
         status, remark = self._store_status()
         if status is not _PUT_OK:
             return [PutMessageResult(status, None, remark) for _ in msgs]
         begin = self.now_ms()
         cl = self.commit_log
-        results: list[PutMessageResult | AppendMessageResult | AppendFailure | None] = []
-        reqs: list[AppendRequest] = []
-        at: list[int] = []  # where each of reqs is in msgs
+        results: list = [None] * len(msgs)
+        # the accepted ones, planned (as `_request` plans one, without building its AppendRequest)
+        accepted: list[MessageExtBrokerInner] = []
+        tails: list[bytes] = []
+        crcs: list[int] = []
+        sizes: list[int] = []
+        at: list[int] = []  # where each accepted one is in msgs
+        file_size = self.config.mapped_file_size_commit_log
+        max_body = self.config.max_message_size
+        topics_ok = self._topics_ok
+        heads = self._encoder.topic_heads
         for i, msg in enumerate(msgs):
-            req = self._request(msg, stall_append_ms)
-            results.append(req if req.__class__ is PutMessageResult else None)
-            if req.__class__ is not PutMessageResult:
-                reqs.append(req)
-                at.append(i)
+            if _DELAY in msg.properties:
+                self._rewrite_delay(msg)
+            # `_plan` unrolled for the common message (a topic checked and encoded before, a body and properties
+            # within the limits); anything else takes `_plan`, which tells the refusals apart
+            body = msg.body
+            ps = msg.properties_string
+            props = ps.encode() if ps else b""
+            if (
+                msg.topic in topics_ok
+                and (head := heads.get(msg.topic)) is not None
+                and body is not None
+                and len(body) <= max_body
+                and len(props) <= MAX_PROPERTIES_LENGTH
+            ):
+                tail = b"".join((head, _SHORT.pack(len(props)), props))
+                crc = crc32(body) & 0x7FFFFFFF
+                size = FIXED_PART_LENGTH + len(body) + len(tail)
+            else:
+                plan = self._plan(msg)
+                if plan.__class__ is PutMessageResult:
+                    self.stats.put_failed += 1
+                    results[i] = plan
+                    continue
+                tail, crc, size = plan
+            if size + 8 > file_size:
+                results[i] = PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    None,
+                    f"{size} bytes do not fit in a CommitLog file of {file_size}",
+                )
+                continue
+            accepted.append(msg)
+            tails.append(tail)
+            crcs.append(crc)
+            sizes.append(size)
+            at.append(i)
         # one pass of the CommitLog for the accepted ones while the writer is idle; the writer takes the rest
         # (a new file, a stall), queued behind it in order
-        appended = cl.append_group_now(reqs, begin) if reqs and stall_append_ms <= 0 else []
+        appended = cl.append_group_now(accepted, tails, crcs, sizes, begin) if accepted and stall_append_ms <= 0 else []
         inline_end = -1
         for i, result in zip(at, appended):
             results[i] = result
             if result.__class__ is AppendMessageResult:
                 inline_end = result.wrote_offset + result.wrote_bytes
         queued: list[tuple[int, AppendRequest]] = []
-        if len(appended) < len(reqs):
+        if len(appended) < len(accepted):
             create_future = asyncio.get_running_loop().create_future
-            for k in range(len(appended), len(reqs)):
-                req = reqs[k]
-                req.future = create_future()
+            for k in range(len(appended), len(accepted)):
+                msg = accepted[k]
+                size = sizes[k]
+                req = AppendRequest(
+                    [msg],
+                    [tails[k]],
+                    [crcs[k]],
+                    [size],
+                    size,
+                    msg.topic,
+                    msg.queue_id,
+                    msg.sys_flag,
+                    msg.prepared_transaction_offset,
+                    msg.store_host,
+                    stall_append_ms,
+                    create_future(),
+                )
                 cl.submit(req)
                 queued.append((at[k], req))
         if inline_end >= 0:
             if not (self._pooled and cl.dispatch_queue) and self.dispatcher.after_inline_put():
                 await self.reput.wait_dispatched(inline_end)
-            self._inline_appends += len(msgs) - len(queued)
+            self._inline_appends += len(appended)
             if self._inline_appends >= _YIELD_EVERY_INLINE:
                 self._inline_appends = 0
                 await asyncio.sleep(0)
         for i, req in queued:
             results[i] = await req.future
+        # each stored one: its store timestamp and PUT_OK; the flush woken once for the group (ASYNC_FLUSH), or
+        # each registered with the group commit at once (SYNC_FLUSH: one fsync covers them all)
+        after_put = self._after_put
+        sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
         waits: list[tuple[int, Awaitable[PutMessageStatus]]] = []
+        last: AppendMessageResult | None = None
+        stored = 0
         for i, result in enumerate(results):
-            if result.__class__ is AppendFailure:
-                self.stats.put_failed += 1
-                results[i] = PutMessageResult(result.status, None, result.remark)
-            elif result.__class__ is AppendMessageResult:
+            cls = result.__class__
+            if cls is AppendMessageResult:
                 msg = msgs[i]
                 msg.store_timestamp = result.store_timestamp
-                waiting = self._after_put(result, msg, msg.topic)
-                if waiting is not None:
+                if sync and (waiting := after_put(result, msg, msg.topic)) is not None:
                     waits.append((i, waiting))
+                last = result
+                stored += 1
                 results[i] = PutMessageResult(_PUT_OK, result)
-        if waits:  # (all registered with the group commit at once: one fsync covers them)
+            elif cls is AppendFailure:
+                self.stats.put_failed += 1
+                results[i] = PutMessageResult(result.status, None, result.remark)
+        if last is not None and not sync:
+            after_put(last, None, "")  # (wakes the flush or commit service; nothing to wait for)
+        if waits:
             statuses = await asyncio.gather(*(waiting for _, waiting in waits))
             for (i, _), status in zip(waits, statuses):
                 results[i].status = status
-        end = self.now_ms()
-        for result in results:
-            if result.append_result is not None:
-                self.stats.put_done(end - begin)
+        if stored:
+            self.stats.put_done_many(stored, self.now_ms() - begin)
         return results
 
     @staticmethod

@@ -27,6 +27,12 @@ class StoreStats:
         self.put_count += 1
         self.put_entire_time_max = max(self.put_entire_time_max, elapsed_ms)
 
+    def put_done_many(self, puts: int, elapsed_ms: int) -> None:
+        """`put_done` for the puts of one group, all of which took `elapsed_ms`."""
+        self.put_count += puts
+        if elapsed_ms > self.put_entire_time_max:
+            self.put_entire_time_max = elapsed_ms
+
     def get_time(self, elapsed_ms: int) -> None:
         self.get_entire_time_max = max(self.get_entire_time_max, elapsed_ms)
 

@@ -26,7 +26,7 @@ from broker.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, decode_header
-from store.results import GetMessageStatus
+from store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
     from broker.client.consumer_manager import ConsumerManager
@@ -55,6 +55,7 @@ _STATUS_CODE = {
     GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
     GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
 }
+_REMARK = {status: status.name for status in GetMessageStatus}  # Enum.name is a Python-level property
 
 
 class PullMessageProcessor:
@@ -208,18 +209,7 @@ class PullMessageProcessor:
         code = _STATUS_CODE.get(status)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        ext = {
-            "suggestWhichBrokerId": "0",
-            "nextBeginOffset": str(result.next_begin_offset),
-            "minOffset": str(result.min_offset),
-            "maxOffset": str(result.max_offset),
-        }
-
-        if code == ResponseCode.SUCCESS:
-            body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
-            self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
-            response = request.response(code, status.name, ext_fields=ext, body=body)
-        elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
+        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
             pr = PullRequest(
                 request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter, header=hdr
@@ -228,25 +218,46 @@ class PullMessageProcessor:
             self.hold_service.suspend(pr, timeout)
             response = None
         else:
-            if code == ResponseCode.PULL_OFFSET_MOVED:
-                log.info(
-                    "pull offset moved",
-                    group=hdr.consumer_group,
-                    topic=hdr.topic,
-                    queue_id=hdr.queue_id,
-                    request_offset=hdr.queue_offset,
-                    suggested=result.next_begin_offset,
-                    min_offset=result.min_offset,
-                    max_offset=result.max_offset,
-                    status=status.name,
-                )
-            response = request.response(code, status.name, ext_fields=ext)
+            response = self._answer(request, hdr, code, status, result)
 
         if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
             self.offsets.commit_offset(
                 hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr
             )
         return response
+
+    def _answer(
+        self,
+        request: RemotingCommand,
+        hdr: PullMessageRequestHeader,
+        code: int,
+        status: GetMessageStatus,
+        result: GetMessageResult,
+    ) -> RemotingCommand:
+        """The response to a pull that is not parked (a parked one builds none)."""
+        ext = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
+            self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
+            return request.response(code, _REMARK[status], ext_fields=ext, body=body)
+        if code == ResponseCode.PULL_OFFSET_MOVED:
+            log.info(
+                "pull offset moved",
+                group=hdr.consumer_group,
+                topic=hdr.topic,
+                queue_id=hdr.queue_id,
+                request_offset=hdr.queue_offset,
+                suggested=result.next_begin_offset,
+                min_offset=result.min_offset,
+                max_offset=result.max_offset,
+                status=status.name,
+            )
+        return request.response(code, _REMARK[status], ext_fields=ext)
 
     def _build_filter(self, request: RemotingCommand, subscription, topic: str):
         if self.config.filter_support_retry and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):

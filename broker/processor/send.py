@@ -34,7 +34,6 @@ from broker.topic import (
 )
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.executor import failed_response
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -78,6 +77,13 @@ _STORED_CODES = {
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
+_PUT_OK = PutMessageStatus.PUT_OK
+_DELAY = MessageConst.DELAY
+_TRAN_MSG = MessageConst.TRAN_MSG
+_CLUSTER = MessageConst.CLUSTER
+_WAIT = MessageConst.WAIT
+_TAGS = MessageConst.TAGS
+_SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
@@ -229,19 +235,24 @@ class SendMessageProcessor:
         batch = ext.get("m") or ext.get("batch")
         return batch is None or batch == "false"
 
-    async def process_requests(self, channel, requests: list[RemotingCommand]) -> list[RemotingCommand | None]:
+    async def process_requests(
+        self, channel, requests: list[RemotingCommand]
+    ) -> list[RemotingCommand | Exception | None]:
         """Several requests of one connection (the SEND requests decoded from one read), answered as
         ``process_request`` answers each: the single sends are checked one by one and stored with one
         ``put_message_group`` (one status check, one clock read, one dispatch wait, one fsync with SYNC_FLUSH);
         anything else (a batch, a send-back) goes through ``process_request`` in its place, after the sends
-        held before it are stored, so the store sees the requests in their order. Responses in request order."""
-        responses: list[RemotingCommand | None] = [None] * len(requests)
+        held before it are stored, so the store sees the requests in their order. Responses in request order; a
+        request whose processing raised gets its exception in its place (``RequestGroup`` answers it SYSTEM_ERROR
+        and the metrics count it "process_request_failed", as for a lone request whose processor raised)."""
+        responses: list[RemotingCommand | Exception | None] = [None] * len(requests)
         if self.config.fault_injection_enable:  # per-message stalls and sleeps: the one-at-a-time path
             for i, request in enumerate(requests):
                 responses[i] = await self._process_guarded(channel, request)
             return responses
         msgs: list[MessageExtBrokerInner] = []
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
+        checked: dict[str, Any] = {}  # topic → its config, checked once for the group (the queue id: each send)
         for i, request in enumerate(requests):
             code = request.code
             if code == _SEND_MESSAGE_V2 or code == _SEND_MESSAGE:
@@ -249,15 +260,15 @@ class SendMessageProcessor:
                 try:
                     hdr = self._header(request)
                     if not self._is_batch(request, hdr):
-                        msg, queue_id, _ = self._message(channel, request, hdr)
+                        msg, queue_id, _ = self._message(channel, request, hdr, checked)
                         msgs.append(msg)
                         held.append((i, request, hdr, queue_id))
                         continue
                 except SendError as exc:
                     responses[i] = self._refused(channel, request, hdr, exc)  # type: ignore[arg-type]
                     continue
-                except Exception as exc:  # noqa: BLE001 - as RequestTask.run answers a failing processor
-                    responses[i] = failed_response(channel, request, exc)
+                except Exception as exc:  # noqa: BLE001 - answered by RequestGroup, as RequestTask.run would
+                    responses[i] = exc
                     continue
             if msgs:
                 await self._put_group(channel, msgs, held, responses)
@@ -272,27 +283,55 @@ class SendMessageProcessor:
         channel,
         msgs: list[MessageExtBrokerInner],
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
-        responses: list[RemotingCommand | None],
+        responses: list[RemotingCommand | Exception | None],
     ) -> None:
         try:
             results = await self.store.put_message_group(msgs)
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
-            for i, request, _hdr, _queue_id in held:
-                responses[i] = failed_response(channel, request, exc)
+            for i, _request, _hdr, _queue_id in held:
+                responses[i] = exc
             return
+        cfg = self.config
+        region = cfg.region_id
+        trace_on = "true" if cfg.trace_on else "false"
+        on_put = self.stats.on_put
+        run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
+            if result.status is _PUT_OK:  # (the common answer, unrolled from _put_result_to_response)
+                ar = result.append_result
+                topic = msg.topic
+                responses[i] = request.response(
+                    _SUCCESS,
+                    None,
+                    {
+                        "msgId": ar.msg_id,
+                        "queueId": str(msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id),
+                        "queueOffset": str(ar.logics_offset),
+                        "MSG_REGION": region,
+                        "TRACE_ON": trace_on,
+                    },
+                )
+                if topic != run_topic:
+                    if run_msgs:
+                        on_put(run_topic, run_msgs, run_bytes)
+                    run_topic, run_msgs, run_bytes = topic, 0, 0
+                run_msgs += 1
+                run_bytes += ar.wrote_bytes
+                continue
             response = self._put_result_to_response(request, result, msg, queue_id)
             if response.code != ResponseCode.SUCCESS:
                 _log_not_stored(channel, hdr, response)
             responses[i] = response
+        if run_msgs:
+            on_put(run_topic, run_msgs, run_bytes)
 
-    async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        """``process_request`` for one request of a group: an exception costs that request a SYSTEM_ERROR, as
-        ``RequestTask.run`` would answer it, not the group."""
+    async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | Exception | None:
+        """``process_request`` for one request of a group: an exception is that request's outcome (answered by
+        ``RequestGroup``), not the group's."""
         try:
             return await self.process_request(channel, request)
         except Exception as exc:  # noqa: BLE001
-            return failed_response(channel, request, exc)
+            return exc
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:
@@ -328,7 +367,24 @@ class SendMessageProcessor:
         return response
 
     # -- checks ---------------------------------------------------------------------------
-    def _msg_check(self, channel, hdr: SendMessageRequestHeader):
+    def _msg_check(self, channel, hdr: SendMessageRequestHeader, checked: dict[str, Any] | None = None):
+        """The send's checks (upstream msgCheck) and its topic's config. `checked`: the topics of this group
+        that passed already (their config), so that a group checks each topic once and each queue id."""
+        if checked is not None:
+            tc = checked.get(hdr.topic)
+            if tc is None:
+                tc = checked[hdr.topic] = self._topic_check(channel, hdr)
+        else:
+            tc = self._topic_check(channel, hdr)
+        if hdr.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: {channel.remote_addr}",
+            )
+        return tc
+
+    def _topic_check(self, channel, hdr: SendMessageRequestHeader):
+        """The checks that depend on the broker and the topic alone; the topic's config (created if allowed)."""
         cfg = self.config
         tcm = self.topic_config_manager
         topic = hdr.topic
@@ -360,12 +416,6 @@ class SendMessageProcessor:
                     f"topic[{hdr.topic}] not exist, apply first please!"
                     "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
                 )
-        queue_nums = max(tc.write_queue_nums, tc.read_queue_nums)
-        if hdr.queue_id >= queue_nums:
-            raise SendError(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: {channel.remote_addr}",
-            )
         return tc
 
     def _check_size(self, body_len: int, props_len: int) -> None:
@@ -419,9 +469,9 @@ class SendMessageProcessor:
         props: dict[str, str],
         sys_flag: int,
     ) -> MessageExtBrokerInner:
-        props[MessageConst.CLUSTER] = self.config.broker_cluster_name
-        props.pop(MessageConst.WAIT, None)
-        tags = props.get(MessageConst.TAGS)
+        props[_CLUSTER] = self.config.broker_cluster_name
+        props.pop(_WAIT, None)
+        tags = props.get(_TAGS)
         # positional (the field order of MessageExtBrokerInner): about half the cost of keywords, once per send
         return MessageExtBrokerInner(
             topic,
@@ -460,20 +510,29 @@ class SendMessageProcessor:
         return self._put_result_to_response(request, result, msg, queue_id)
 
     def _message(
-        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader
+        self,
+        channel,
+        request: RemotingCommand,
+        hdr: SendMessageRequestHeader,
+        checked: dict[str, Any] | None = None,
     ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
-        properties as sent, for fault injection); SendError when refused."""
-        tc = self._msg_check(channel, hdr)
+        properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`."""
+        # (once per send: the helpers below are called only where they have something to do)
+        tc = self._msg_check(channel, hdr, checked)
         body = bytes(request.body) if request.body is not None else b""
         props_text = hdr.properties or ""
-        self._check_size(len(body), len(props_text) if props_text.isascii() else len(props_text.encode("utf-8")))
+        props_len = len(props_text) if props_text.isascii() else len(props_text.encode("utf-8"))
+        if len(body) > self.config.max_message_size or props_len > MAX_PROPERTIES_LENGTH:
+            self._check_size(len(body), props_len)
         props = decode_properties(props_text)
-        topic = self._handle_retry_and_dlq(hdr, props, tc, request)
-        queue_id = 0 if topic != hdr.topic else self._queue_id(hdr, tc)
+        topic = hdr.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            topic = self._handle_retry_and_dlq(hdr, props, tc, request)
+        queue_id = 0 if topic != hdr.topic else hdr.queue_id if hdr.queue_id >= 0 else self._queue_id(hdr, tc)
         sys_flag = hdr.sys_flag
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
-        if props.get(MessageConst.TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
+        if props.get(_TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
             if self.config.reject_transaction_message:
                 raise SendError(
                     ResponseCode.NO_PERMISSION,
@@ -483,7 +542,8 @@ class SendMessageProcessor:
             msg = self.transaction_service.prepare_half_message(msg)
         else:
             # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
-            check_delay_level(props)
+            if _DELAY in props:
+                check_delay_level(props)
             # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
             # without any of them park() has nothing to do (most sends: no clock read, no call)
             if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:

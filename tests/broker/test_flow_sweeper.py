@@ -49,16 +49,45 @@ def sweeper(
     )
 
 
+async def beats(ff: BrokerFastFailure, n: int, timeout_s: float = 5.0) -> None:
+    """Wait for the end of ``n`` more beats of the sweeper."""
+    for _ in range(n):
+        await asyncio.wait_for(ff.next_beat(), timeout_s)
+
+
 async def test_loop_waits_for_its_start_delay_then_ticks_every_interval():
     send = RequestExecutor("send", 1, 100)
     ff = sweeper(send, Clock(), interval_s=0.01, start_delay_s=0.3)
+    loop = asyncio.get_running_loop()
+    with structlog.testing.capture_logs() as logs:
+        t0 = loop.time()
+        ff.start()
+        try:
+            assert await asyncio.wait_for(ff.next_beat(), 5) == 1
+            first = loop.time() - t0
+            assert first >= 0.3, first  # upstream starts the sweeper 1 s after boot; here 0.3 s
+            assert ff.ticks == 1
+            t1 = loop.time()
+            await beats(ff, 10)
+            # ten beats at a 10 ms interval; a generous upper bound for a shared machine
+            assert 0.09 <= loop.time() - t1 < 2.0, loop.time() - t1
+            assert ff.ticks == ff.beats == 11
+        finally:
+            await ff.stop()
+    started = [e for e in logs if e["event"] == "fast failure sweeper started"]
+    assert len(started) == 1 and started[0]["interval_ms"] == 10, started
+
+
+async def test_a_beat_resolves_every_waiter_and_nothing_waits_once_it_is_done():
+    send = RequestExecutor("send", 1, 100)
+    ff = sweeper(send, Clock())
     ff.start()
     try:
-        await asyncio.sleep(0.2)
-        assert ff.ticks == 0  # upstream starts the sweeper 1 s after boot; here 0.3 s
-        await asyncio.sleep(0.4)
-        # ~30 ticks in 0.3 s at a 10 ms beat; generous bounds for a shared machine
-        assert 8 <= ff.ticks <= 40, ff.ticks
+        got = await asyncio.wait_for(asyncio.gather(ff.next_beat(), ff.next_beat(), ff.next_beat()), 5)
+        assert len(set(got)) == 1 and got[0] >= 1  # the same beat ended all three waits
+        assert ff._beat_waiters is None  # nobody waits: a beat costs one attribute test
+        later = await asyncio.wait_for(ff.next_beat(), 5)
+        assert later > got[0]
     finally:
         await ff.stop()
 
@@ -71,10 +100,10 @@ async def test_disabled_sweeper_answers_nothing_and_reads_the_switch_every_tick(
     ff = sweeper(send, clock, enabled=lambda: switch["on"])
     ff.start()
     try:
-        await asyncio.sleep(0.1)
-        assert ch.sent == [] and len(send.queue) == 1
+        await beats(ff, 3)
+        assert ch.sent == [] and len(send.queue) == 1 and ff.ticks == 0
         switch["on"] = True  # brokerFastFailureEnable changed by updateBrokerConfig
-        await asyncio.sleep(0.1)
+        await beats(ff, 1)  # the very next beat reads the switch
         assert len(ch.sent) == 1 and ch.sent[0].remark.startswith("[TIMEOUT_CLEAN_QUEUE]")
     finally:
         await ff.stop()
@@ -93,7 +122,7 @@ async def test_sweeper_survives_a_failing_busy_check_and_logs_at_most_once_a_sec
     with structlog.testing.capture_logs() as logs:
         ff.start()
         try:
-            await asyncio.sleep(0.15)
+            await beats(ff, 5)
             assert ff.ticks >= 5  # still beating
         finally:
             await ff.stop()

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+import structlog
 from store_rig import StoreRig, opened
 
 import broker.schedule as schedule_module
@@ -345,11 +346,12 @@ async def test_the_offsets_file_follows_the_commit_log_without_deliveries(tmp_pa
 
 
 async def test_a_slow_offsets_file_write_does_not_hold_a_delivery_back(rig, monkeypatch):
-    """The write ahead of a put (commitLogOffset far behind) goes on in the background: an fsync that takes
-    a second on a busy disk made every put of a burst wait for it. The file still gets the position from
-    before the put."""
-    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 4096)
-    for _i in range(20):
+    """The write ahead of a put (commitLogOffset half the limit behind) goes on in the background: an fsync
+    that takes a second on a busy disk made every put of a burst wait for it. The file still gets the position
+    from before the put."""
+    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", 64 * 1024)
+    monkeypatch.setattr(schedule_module, "STALE_CHECK_S", 60.0)  # only the delivery writes the file
+    for _i in range(20):  # ~42 KB (the KEYS property repeats the body): past half the limit, within it
         await rig.store.put_message(_msg("Other", b"x" * 1000, None))
     written = []
     real_write = schedule_module.write_atomically
@@ -368,6 +370,83 @@ async def test_a_slow_offsets_file_write_does_not_hold_a_delivery_back(rig, monk
     await rig.service.stop()
     assert written and written[0] == end_before_delivery, (written, end_before_delivery)
     rig.service.start()  # the fixture's close stops it again
+
+
+class SmallRoundsRig(Rig):
+    """Rounds of 16 entries, so that one round is small against the test's scan limit."""
+
+    def make_service(self, store: MessageStore) -> ScheduleMessageService:
+        return ScheduleMessageService(
+            store=store,
+            delay_levels_ms=LEVELS_MS,
+            store_path_root_dir=str(self.root),
+            now_ms=self.now_ms,
+            batch_max_messages=16,
+        )
+
+
+async def test_after_a_crash_during_a_slow_offsets_write_recovery_reads_within_the_limit(tmp_path, monkeypatch):
+    """Every write of delayOffset.json takes 100 ms and the broker dies in the middle of a burst, the write in
+    flight never landing: the start after it reads at most RECOVERY_SCAN_LIMIT of the CommitLog (before, the
+    deliveries went on past the limit for as long as the write took), and neither loses nor repeats."""
+    limit = 64 * 1024
+    monkeypatch.setattr(schedule_module, "RECOVERY_SCAN_LIMIT", limit)
+    monkeypatch.setattr(schedule_module, "STALE_CHECK_S", 60.0)
+    real_write = schedule_module.write_atomically
+    disk = {"slow": False, "crashed": False}
+
+    def write(path, payload):
+        if disk["slow"]:
+            deadline = time.monotonic() + 0.1
+            while time.monotonic() < deadline:
+                if disk["crashed"]:
+                    raise OSError("the process died during this write")
+                time.sleep(0.005)
+        if disk["crashed"]:
+            raise OSError("the process died during this write")
+        real_write(path, payload)
+
+    monkeypatch.setattr(schedule_module, "write_atomically", write)
+    clock = ShiftedClock()
+    clock.shift_ms = -60_000  # nothing is due while the burst is parked
+    rig = await SmallRoundsRig(tmp_path / "store", now_ms=clock).open()
+    n, queues = 1500, 3
+    try:
+        for i in range(n):
+            assert (await rig.store.put_message(_msg("T", f"{i:04d}".encode() * 10, 1, queue_id=i % queues))).is_ok()
+        parked_end = rig.store.commit_log.get_max_offset()
+        assert parked_end > 4 * limit  # the burst's deliveries alone are several limits long
+        disk["slow"] = True
+        clock.shift_ms = 60_000  # the whole burst is due now
+        await _wait_total(rig, "T", queues, n // 2)
+        # crash: the levels and writers stop where they are; the write in flight never reaches the disk
+        disk["crashed"] = True
+        service = rig.service
+        tasks = [*service._tasks, service._persister, *([service._early_write] if service._early_write else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        before = sum(rig.store.get_max_offset_in_queue("T", q) for q in range(queues))
+        assert n // 2 <= before < n, before
+        await rig.store.shutdown()
+    except BaseException:
+        await rig.close()
+        raise
+    disk.update(slow=False, crashed=False)
+    with structlog.testing.capture_logs() as logs:
+        await rig.open()
+    try:
+        recovery = [e for e in logs if e["event"] == "schedule recovery"]
+        assert len(recovery) == 1, logs
+        read = recovery[0]["commit_log_to"] - recovery[0]["commit_log_from"]
+        assert 0 < read <= limit, (read, limit, recovery[0])
+        await _wait_total(rig, "T", queues, n)
+        await asyncio.sleep(0.3)  # room for a duplicate to show up
+        got = _bodies_by_queue(rig, "T", queues)
+        for q in range(queues):
+            assert got[q] == [f"{i:04d}" * 10 for i in range(q, n, queues)], (q, len(got[q]))
+    finally:
+        await rig.close()
 
 
 async def test_a_round_reads_parked_records_across_commit_log_files(tmp_path):

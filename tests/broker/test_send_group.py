@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
+import structlog
 from broker_helpers import send_request, start_broker
 
 from remoting.codes import RequestCode, ResponseCode
@@ -98,11 +99,39 @@ async def test_a_refused_send_costs_only_its_own_answer_and_a_batch_keeps_its_pl
     cells = broker.metrics.requests.latency
     v2 = int(RequestCode.SEND_MESSAGE_V2)
     assert cells[(v2, int(ResponseCode.SUCCESS), False, "success")].count == 3
-    # (the request without a header is counted "process_request_failed" when it ran alone, as a lone request
-    # whose processor raised is; inside a group the processor answers it itself)
-    refused = [cells.get((v2, int(ResponseCode.SYSTEM_ERROR), False, r)) for r in ("success", "process_request_failed")]
-    assert sum(c.count for c in refused if c is not None) == 2
+    # the refused topic was answered by the processor ("success" with SYSTEM_ERROR, as alone); the request
+    # without a header made its processing raise: "process_request_failed", as a lone one is counted
+    assert cells[(v2, int(ResponseCode.SYSTEM_ERROR), False, "success")].count == 1
+    assert cells[(v2, int(ResponseCode.SYSTEM_ERROR), False, "process_request_failed")].count == 1
     assert cells[(int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS), False, "success")].count == 1
+
+
+async def test_a_send_without_a_header_is_counted_alike_alone_and_in_a_group(broker) -> None:
+    """The same undecodable send, alone and inside a group: the same answer, one warning each, and the same
+    metrics cell ("process_request_failed"), whichever path ran it."""
+    v2 = int(RequestCode.SEND_MESSAGE_V2)
+    cells = broker.metrics.requests.latency
+    key = (v2, int(ResponseCode.SYSTEM_ERROR), False, "process_request_failed")
+
+    def headerless() -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "GroupT3"}, b"no header")
+
+    with structlog.testing.capture_logs() as logs:
+        alone = await exchange(broker, [headerless()])
+    assert alone[1].code == ResponseCode.SYSTEM_ERROR and "missing" in alone[1].remark
+    assert cells[key].count == 1
+    sizes = spy_groups(broker)
+    with structlog.testing.capture_logs() as group_logs:
+        grouped = await exchange(broker, [send_request("GroupT3", b"a"), headerless(), send_request("GroupT3", b"b")])
+    assert sizes == [2]  # the two good sends were stored by one group put: the headerless one was in the group
+    assert [grouped[o].code for o in (1, 2, 3)] == [ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR, 0]
+    assert grouped[2].remark == alone[1].remark
+    assert cells[key].count == 2
+    assert (v2, int(ResponseCode.SYSTEM_ERROR), False, "success") not in cells
+    for seen in (logs, group_logs):
+        warnings = [e for e in seen if e["log_level"] == "warning"]
+        assert [e["event"] for e in warnings] == ["request processing failed"], warnings
+        assert not warnings[0].get("exc_info")  # our own decode error: no traceback
 
 
 async def test_a_group_under_sync_flush_is_answered_after_its_fsync(tmp_path) -> None:
@@ -117,3 +146,26 @@ async def test_a_group_under_sync_flush_is_answered_after_its_fsync(tmp_path) ->
         assert mfq.flushed_where >= mfq.max_offset() > 0  # answered only once an fsync covered them
     finally:
         await broker.shutdown()
+
+
+async def test_a_group_checks_each_topic_once_and_each_queue_id(broker, monkeypatch) -> None:
+    """The topic checks (permission, name, config lookup or creation) run once per topic of a group, the queue
+    id check once per send; the put statistics are updated once per run of sends to one topic."""
+    processor = broker.send_processor
+    checks: list[str] = []
+    real_check = processor._topic_check
+    monkeypatch.setattr(processor, "_topic_check", lambda ch, hdr: checks.append(hdr.topic) or real_check(ch, hdr))
+    puts: list[tuple[str, int]] = []
+    real_put = broker.stats.on_put
+    monkeypatch.setattr(broker.stats, "on_put", lambda t, n, size: puts.append((t, n)) or real_put(t, n, size))
+    sizes = spy_groups(broker)
+    requests = [send_request("OnceA", f"a{i}".encode(), queue_id=i % 3) for i in range(5)]
+    requests += [send_request("OnceA", b"bad", queue_id=99)]  # refused by its queue id alone
+    requests += [send_request("OnceB", f"b{i}".encode()) for i in range(3)]
+    answers = await exchange(broker, requests)
+    assert sizes == [8]
+    assert checks == ["OnceA", "OnceB"]
+    assert answers[6].code == ResponseCode.SYSTEM_ERROR and "queueId[99] is illegal" in answers[6].remark
+    assert [answers[o].code for o in (1, 2, 3, 4, 5, 7, 8, 9)] == [ResponseCode.SUCCESS] * 8
+    assert puts == [("OnceA", 5), ("OnceB", 3)]
+    assert broker.stats.put_nums["OnceA"] == 5 and broker.stats.put_nums["OnceB"] == 3

@@ -37,8 +37,10 @@ from remoting.headers import (
 from store.message import encode_properties
 from tests.starvation import Starvation
 
-#: The broker starts its sweeper this long after boot (upstream: 1 s); tests wait for it (plus slack).
-SWEEPER_START_S = 1.2
+#: The line the broker logs when its fast-failure sweeper makes its first sweep (1 s after boot, as upstream).
+SWEEPER_STARTED = "fast failure sweeper started"
+#: How long a booted broker may take to log it on a loaded machine.
+SWEEPER_START_TIMEOUT_S = 20.0
 
 OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 REJECTREQUEST = "[REJECTREQUEST]system busy, start flow control for a while"
@@ -67,16 +69,22 @@ def unique(prefix: str) -> str:
 def start_broker(root: Path, name: str, *settings: str) -> BrokerProcess:
     """Boot `python -m broker.main` on free loopback ports with `--set` for each "key=value"."""
     broker = BrokerProcess(root / name / "store", log_path=root / f"{name}.log", extra_args=set_args(*settings))
+    broker.log_at_start = broker.log_size()  # type: ignore[attr-defined] # this process's lines begin here
     broker.start()
-    broker.booted_at = time.monotonic()  # type: ignore[attr-defined]
     return broker
 
 
 def wait_sweeper_started(broker: BrokerProcess) -> None:
-    """Block until the broker's fast-failure sweeper runs (it starts 1 s after boot)."""
-    left = broker.booted_at + SWEEPER_START_S - time.monotonic()  # type: ignore[attr-defined]
-    if left > 0:
-        time.sleep(left)
+    """Block until the broker's fast-failure sweeper has made its first sweep (it starts 1 s after boot and
+    logs ``SWEEPER_STARTED`` then): polls the log, no fixed sleep. Remembered per broker process."""
+    if getattr(broker, "sweeper_started_pid", None) == broker.pid:
+        return
+    deadline = time.monotonic() + SWEEPER_START_TIMEOUT_S
+    while SWEEPER_STARTED not in broker.log_text(getattr(broker, "log_at_start", 0)):
+        assert broker.running, f"broker exited before its sweeper started\n{broker.tail()}"
+        assert time.monotonic() < deadline, f"no {SWEEPER_STARTED!r} in the broker log\n{broker.tail()}"
+        time.sleep(0.02)
+    broker.sweeper_started_pid = broker.pid  # type: ignore[attr-defined]
 
 
 def send_request(

@@ -201,7 +201,7 @@ async def test_a_group_is_appended_in_one_pass_of_the_commit_log(store_factory, 
     passes, sections = [], []
     real_group, real_account = cl.append_group_now, cl._account
     monkeypatch.setattr(cl, "append_now", lambda *a, **kw: pytest.fail("a group appended message by message"))
-    monkeypatch.setattr(cl, "append_group_now", lambda reqs, now: passes.append(len(reqs)) or real_group(reqs, now))
+    monkeypatch.setattr(cl, "append_group_now", lambda msgs, *a: passes.append(len(msgs)) or real_group(msgs, *a))
     monkeypatch.setattr(cl, "_account", lambda begin: sections.append(begin) or real_account(begin))
     results = await s.put_message_group(_group())
     assert passes == [5] and len(sections) == 1  # the refused one (bad/topic) never reaches the CommitLog

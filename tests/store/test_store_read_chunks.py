@@ -6,6 +6,7 @@ from __future__ import annotations
 from store_helpers import make_msg
 
 from store import GetMessageStatus, PutMessageStatus
+from store.mapped_file import MappedFile
 from store.results import TagsMessageFilter
 
 
@@ -87,3 +88,54 @@ async def test_each_record_is_cut_at_its_consume_queue_entry_across_commit_log_f
                 phy, size, _ = cq.get_entry(queue_offset)
                 mf = mfq.find_mapped_file_by_offset(phy)
                 assert bytes(record) == bytes(mf.select(phy - mf.file_from_offset, size))
+
+
+async def test_transfer_limits_cut_a_chunk_as_the_full_window(store_factory, config_factory):
+    """The list path takes a whole chunk only within the in-memory transfer limits; a pull past them (bytes,
+    count, or records far behind the end, which the disk limits govern) is cut exactly as the full window cuts it."""
+    for limits in (
+        {"max_transfer_bytes_on_message_in_memory": 5000},
+        {"max_transfer_count_on_message_in_memory": 5},
+        {"access_message_in_memory_max_ratio": 0, "max_transfer_count_on_message_in_disk": 3},
+    ):
+        cfg = config_factory()
+        for key, value in limits.items():
+            setattr(cfg, key, value)
+        s = await store_factory(cfg)
+        await _fill(s, 64, b"l" * 700)
+        for offset in (0, 5, 40):
+            full = s.get_message("g", "T", 0, offset, 32, EveryEntryFilter())
+            assert full.message_count < 32, limits
+            assert _answer(s.get_message("g", "T", 0, offset, 32)) == _answer(full), (limits, offset)
+        await s.shutdown()
+
+
+async def test_drain_pull_in_one_file_cuts_its_records_without_a_walk(store_factory, monkeypatch):
+    """A pull of 32 records that lie in one commit-log file below its read position is taken in list passes: one
+    select() vouches for the span from the first record's start to the last one's end (the per-record walk selects
+    the first record alone), and each record is cut from that span."""
+    s = await store_factory()
+    for n in range(96):  # three queues interleaved: the records of one queue are not contiguous
+        msg = make_msg(body=bytes([65 + n % 26]) * (300 + n), queue_id=n % 3)
+        assert (await s.put_message(msg)).status == PutMessageStatus.PUT_OK
+    mfq = s.commit_log.mapped_file_queue
+    mf = mfq.mapped_files[0]
+    selects: list[tuple[int, int]] = []
+    select = MappedFile.select
+
+    def spy(self, pos, size):
+        selects.append((pos, size))
+        return select(self, pos, size)
+
+    monkeypatch.setattr(MappedFile, "select", spy)
+    r = s.get_message("g", "T", 1, 0, 32)
+    assert (r.status, r.message_count, r.next_begin_offset) == (GetMessageStatus.FOUND, 32, 32)
+    cq = s.dispatcher.get_consume_queue("T", 1)
+    first_phy = cq.get_entry(0)[0]
+    last_phy, last_size, _ = cq.get_entry(31)
+    assert selects == [(first_phy - mf.file_from_offset, last_phy + last_size - first_phy)]
+    assert r.msg_queue_offsets == list(range(32))
+    for queue_offset, record in zip(r.msg_queue_offsets, r.buffers, strict=True):
+        phy, size, _ = cq.get_entry(queue_offset)
+        assert bytes(record) == bytes(select(mf, phy - mf.file_from_offset, size))
+    assert r.buffer_total_size == sum(len(b) for b in r.buffers)

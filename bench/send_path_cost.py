@@ -31,6 +31,7 @@ async def measure(
     per_request: bool = False,
     serialize: str = "rocketmq",
     bytecodes: bool = False,
+    wire: bool = False,
 ) -> float:
     from broker.testing.in_loop import start_in_loop
     from remoting.command import RemotingCommand
@@ -66,6 +67,8 @@ async def measure(
                 await asyncio.sleep(0)
         while channel.inflight:
             await asyncio.sleep(0.001)
+        if wire:
+            return await _measure_wire(controller.server, frame, messages, window, bytecodes)
         ops = _OpcodeCounter() if bytecodes else None
         if ops is not None:
             sys.settrace(ops.trace)
@@ -94,6 +97,69 @@ async def measure(
         return (time.thread_time() - t0) * 1e6 / messages
     finally:
         await controller.shutdown()
+
+
+async def _measure_wire(server, frame: bytes, messages: int, window: int, bytecodes: bool) -> float:  # noqa: ANN001
+    """``--wire``: the same sends as bytes through the connection's own code (``RemotingProtocol``: frame split,
+    decode, grouping, dispatch, ``Channel.send`` and the flush at the loop turn's end) over a transport that
+    drops what is written: each window of frames is one ``data_received``, as one read of the socket."""
+    from remoting.protocol import RemotingProtocol
+
+    transport = _Transport()
+    protocol = RemotingProtocol(server, 1_000_000)
+    protocol.connection_made(transport)
+    read = (len(frame).to_bytes(4, "big") + frame) * window
+    for _ in range(200):
+        protocol.data_received(read)
+        await asyncio.sleep(0)
+    while protocol.inflight:
+        await asyncio.sleep(0.001)
+    ops = _OpcodeCounter() if bytecodes else None
+    if ops is not None:
+        sys.settrace(ops.trace)
+    t0 = time.thread_time()
+    for _ in range(messages // window):
+        protocol.data_received(read)
+        await asyncio.sleep(0)
+    while protocol.inflight:
+        await asyncio.sleep(0)
+    if ops is not None:
+        sys.settrace(None)
+        return ops.count / (messages // window * window)
+    cost = (time.thread_time() - t0) * 1e6 / (messages // window * window)
+    protocol.connection_lost(None)
+    return cost
+
+
+class _Transport:
+    """What ``RemotingProtocol`` and ``Channel`` use of a transport; writes are counted and dropped."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, data) -> None:  # noqa: ANN001
+        self.written += len(data)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class _OpcodeCounter:
@@ -128,6 +194,12 @@ class _Channel:
         cmd.encode()
         self.answers += 1
 
+    def send_many(self, cmds) -> list:  # noqa: ANN001
+        for cmd in cmds:
+            cmd.encode()
+        self.answers += len(cmds)
+        return []
+
     def request_started(self) -> None:
         self.inflight += 1
 
@@ -149,7 +221,7 @@ def child(args: argparse.Namespace) -> int:
         runner = asyncio.run
     with tempfile.TemporaryDirectory(prefix="send-cost-") as tmp:
         print(
-            f"{runner(measure(args.messages, args.window, Path(tmp), args.per_request, args.serialize, args.bytecodes)):.2f}"
+            f"{runner(measure(args.messages, args.window, Path(tmp), args.per_request, args.serialize, args.bytecodes, args.wire)):.2f}"
         )
     return 0
 
@@ -168,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bytecodes", action="store_true", help="count Python bytecodes per send instead of CPU time (slow)"
     )
+    parser.add_argument(
+        "--wire", action="store_true", help="feed bytes through the connection (frame split, grouping, write)"
+    )
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
     args = parser.parse_args(argv)
     if args.root is not None:
@@ -182,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 + ["--window", str(args.window)]
                 + ["--serialize", args.serialize]
                 + (["--bytecodes"] if args.bytecodes else [])
+                + (["--wire"] if args.wire else [])
                 + (["--per-request"] if args.per_request else []),
                 capture_output=True,
                 text=True,

@@ -9,6 +9,7 @@ one. Requests we send carry opaques from this channel's own counter; the peer's 
 from __future__ import annotations
 
 import asyncio
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -28,6 +29,7 @@ log = structlog.get_logger(__name__)
 _OPAQUE_MAX = 0x7FFFFFFF  # opaques are int32 in the binary header
 #: answers buffered in one loop iteration past this many bytes are written at once (see Channel.send)
 FLUSH_EARLY_BYTES = 256 * 1024
+_flatten = chain.from_iterable
 
 
 def _format_addr(peer: Any) -> str:
@@ -107,6 +109,36 @@ class Channel:
         if size >= FLUSH_EARLY_BYTES:
             self.flush()
 
+    def send_many(self, cmds: list[RemotingCommand]) -> list[tuple[int, Exception]]:
+        """Write several commands (a request group's answers) as ``send`` writes each, with one closed check,
+        one scheduled flush and one size update for all (past ``FLUSH_EARLY_BYTES`` they leave at once, after
+        the last). A command that cannot be encoded is left out and returned with its index and the error (the
+        caller logs it); the others are written."""
+        if self._closed or self._transport.is_closing():
+            log.debug("dropping writes on a closed channel", remote=self.remote_addr, commands=len(cmds))
+            return []
+        failed: list[tuple[int, Exception]] = []
+        try:
+            encoded = [cmd.encode() for cmd in cmds]
+        except Exception:  # noqa: BLE001 - one unencodable answer must not cost the others: encode one by one
+            encoded = []
+            for i, cmd in enumerate(cmds):
+                try:
+                    encoded.append(cmd.encode())
+                except Exception as exc:  # noqa: BLE001
+                    failed.append((i, exc))
+        parts = list(_flatten(encoded))
+        if parts:
+            out = self._out
+            if not out:
+                self._loop.call_soon(self.flush)
+            out += parts
+            size = self._out_bytes + sum(map(len, parts))
+            self._out_bytes = size
+            if size >= FLUSH_EARLY_BYTES:
+                self.flush()
+        return failed
+
     def flush(self) -> None:
         out = self._out
         if out:
@@ -176,6 +208,12 @@ class Channel:
 
     def request_finished(self) -> None:
         self._protocol.request_finished()
+
+    def requests_started(self, count: int) -> None:
+        self._protocol.requests_started(count)
+
+    def requests_finished(self, count: int) -> None:
+        self._protocol.requests_finished(count)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._closed = True

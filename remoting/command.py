@@ -94,6 +94,100 @@ def _outbound_ext(ext: dict[str, str]) -> dict[str, str]:
     return out
 
 
+_U16 = struct.Struct(">H")
+
+
+def _binary_ext_fast(header: bytes, pos: int, end: int) -> dict[str, str] | None:
+    """The ROCKETMQ extFields ``header[pos:end]`` (int16 key length, key, int32 value length, value, ...) when
+    every length is in bounds and every key and value ASCII (the common request), else None: then
+    ``_binary_ext`` decodes them with a check per field and gives the same map or the precise error.
+
+    Why it may skip the per-field checks: lengths read unsigned only ever move ``pos`` forward, so a length
+    that is negative for ``_binary_ext`` or runs past ``end`` leaves ``pos`` past ``end`` (or past the header:
+    ``struct.error``); the loop ends exactly at ``end`` only when every field lies within it. Keys and values
+    are sliced from one latin-1 view and checked ASCII together at the end (two joins in C); their lengths
+    must add up to the fields' bytes, so a key sent twice (whose first value the map no longer holds, maybe
+    not even UTF-8) takes the checked path too, and the keys together must fit an int16, so no key length read
+    unsigned was negative as J's int16."""
+    start = pos
+    text = header.decode("latin-1")
+    ext: dict[str, str] = {}
+    unpack_u16 = _U16.unpack_from
+    unpack_u32 = _U32.unpack_from
+    try:
+        while pos < end:
+            kstart = pos + 2
+            kend = kstart + unpack_u16(header, pos)[0]
+            vstart = kend + 4
+            pos = vstart + unpack_u32(header, kend)[0]
+            ext[text[kstart:kend]] = text[vstart:pos]
+    except struct.error:
+        return None
+    if pos != end:
+        return None
+    keys = "".join(ext)
+    values = "".join(ext.values())
+    if (
+        len(keys) + len(values) + 6 * len(ext) != end - start
+        or len(keys) > 0x7FFF  # a key length that is negative as J's int16 (so no key that long here)
+        or not (keys.isascii() and values.isascii())
+    ):
+        return None
+    return ext
+
+
+def _binary_ext(header: bytes, pos: int, end: int) -> dict[str, str]:
+    """The ROCKETMQ extFields field by field: each length checked, non-ASCII text decoded as UTF-8 (the
+    wire's encoding). Raises RemotingCommandError naming the first bad field, or UnicodeDecodeError."""
+    ext: dict[str, str] = {}
+    # Keys and values are sliced from one latin-1 view of the header (one decode, not two per field);
+    # a slice that is not pure ASCII is decoded again from its bytes as UTF-8.
+    text = header.decode("latin-1")
+    unpack_i16 = _I16.unpack_from
+    unpack_i32 = _I32.unpack_from
+    while pos < end:
+        if pos + 2 > end:
+            raise RemotingCommandError("ROCKETMQ header: truncated extFields key length")
+        (klen,) = unpack_i16(header, pos)
+        kstart = pos + 2
+        kend = kstart + klen
+        if klen < 0 or kend + 4 > end:
+            raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
+        (vlen,) = unpack_i32(header, kend)
+        vstart = kend + 4
+        pos = vstart + vlen
+        if vlen < 0 or pos > end:
+            raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
+        key = text[kstart:kend]
+        value = text[vstart:pos]
+        if not (key.isascii() and value.isascii()):
+            key = header[kstart:kend].decode()
+            value = header[vstart:pos].decode()
+        ext[key] = value
+    return ext
+
+
+def _binary_ext_bytes(ext: dict[str, Any]) -> bytes:
+    """extFields as the ROCKETMQ header writes them (int16 key length, key, int32 value length, value, ...). Each
+    key's length-prefixed bytes come from a small cache (a broker answers with a few dozen distinct keys: the
+    SEND_OK ones are encoded once, not per response); values that are not str are turned into text (None
+    omitted), as J's Map<String,String> would hold them. (A plain loop: map/zip/chain passes in C measured
+    slower for the five fields of a SEND_OK, 2.6 → 3.8 µs an answer.)"""
+    parts: list[bytes] = []
+    key_bytes = _KEY_BYTES
+    for key, value in ext.items():
+        prefixed = key_bytes.get(key)
+        if prefixed is None:
+            prefixed = _key_bytes(key)
+        if type(value) is not str:
+            value = _ext_value_to_str(value)
+            if value is None:
+                continue
+        vb = value.encode()
+        parts += (prefixed, _pack_i32(len(vb)), vb)
+    return b"".join(parts)
+
+
 @dataclass(slots=True)
 class RemotingCommand:
     code: int
@@ -208,21 +302,7 @@ class RemotingCommand:
             raise RemotingCommandError(f"cannot encode JSON header: {exc}") from exc
 
     def _encode_binary_header(self) -> bytes:
-        # One pass over extFields; each key's length-prefixed bytes come from a small cache (a broker answers
-        # with a few dozen distinct keys: the SEND_OK ones are encoded once, not per response).
-        parts: list[bytes] = []
-        key_bytes = _KEY_BYTES
-        for key, value in self.ext_fields.items():
-            prefixed = key_bytes.get(key)
-            if prefixed is None:
-                prefixed = _key_bytes(key)
-            if type(value) is not str:
-                value = _ext_value_to_str(value)
-                if value is None:
-                    continue
-            vb = value.encode()
-            parts += (prefixed, _pack_i32(len(vb)), vb)
-        ext = b"".join(parts)
+        ext = _binary_ext_bytes(self.ext_fields)
         try:
             fixed = _BIN_FIXED.pack(
                 self.code,
@@ -266,6 +346,8 @@ class RemotingCommand:
 
     @classmethod
     def _decode_json_header(cls, header: memoryview | bytes | bytearray) -> RemotingCommand:
+        # (One itemgetter and a type-tuple compare for the common request instead of a get and a check per field
+        # was tried: fewer bytecodes, 3-4 % more CPU under 3.11's specialised bytecodes.)
         try:
             obj = orjson.loads(header)
         except orjson.JSONDecodeError as exc:
@@ -323,31 +405,9 @@ class RemotingCommand:
             if elen < 0 or pos + elen > n:
                 raise RemotingCommandError(f"ROCKETMQ header: extFields length {elen} out of bounds")
             end = pos + elen
-            ext: dict[str, str] = {}
-            # Keys and values are sliced from one latin-1 view of the header (one decode, not two per field);
-            # a slice that is not pure ASCII is decoded again from its bytes as UTF-8, the wire's encoding.
-            text = header.decode("latin-1")
-            unpack_i16 = _I16.unpack_from
-            unpack_i32 = _I32.unpack_from
-            while pos < end:
-                if pos + 2 > end:
-                    raise RemotingCommandError("ROCKETMQ header: truncated extFields key length")
-                (klen,) = unpack_i16(header, pos)
-                kstart = pos + 2
-                kend = kstart + klen
-                if klen < 0 or kend + 4 > end:
-                    raise RemotingCommandError(f"ROCKETMQ header: extFields key length {klen} out of bounds")
-                (vlen,) = unpack_i32(header, kend)
-                vstart = kend + 4
-                pos = vstart + vlen
-                if vlen < 0 or pos > end:
-                    raise RemotingCommandError(f"ROCKETMQ header: extFields value length {vlen} out of bounds")
-                key = text[kstart:kend]
-                value = text[vstart:pos]
-                if not (key.isascii() and value.isascii()):
-                    key = header[kstart:kend].decode()
-                    value = header[vstart:pos].decode()
-                ext[key] = value
+            ext = _binary_ext_fast(header, pos, end)
+            if ext is None:
+                ext = _binary_ext(header, pos, end)
         except UnicodeDecodeError as exc:
             raise RemotingCommandError(
                 f"ROCKETMQ header: invalid UTF-8: {exc}", opaque=opaque, flag=flag, serialize_type=_ROCKETMQ

@@ -203,16 +203,17 @@ def _compile_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | None =
     return ns["decode"]
 
 
-_STR_ONLY = frozenset((str,))
 _INT_MAX = _INT_RANGE[1]
 _LONG_MAX = _LONG_RANGE[1]
 
 
 def _compile_fast_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | None = None) -> Any:
-    """The decoder of ``_compile_decoder`` behind a fast path for the common request (every value a str, the
+    """The decoder of ``_compile_decoder`` behind a fast path for the common request (every field read a str, the
     required fields present, the numbers plain non-negative ASCII digits within range): the required fields
-    fetched with one ``itemgetter`` call, the digits of all number fields checked with one ``isdigit`` on their
-    concatenation, their range with one ``max``. Anything else takes the field-by-field decoder, which gives
+    fetched with one ``itemgetter`` call, each field that is not a number checked ``type(v) is str``, the digits
+    of all number fields checked with one ``isdigit`` on their concatenation (which fails for a value that is not
+    a str), their range with one ``max``. (Only the fields read are checked, not every value of the map: the
+    checked decoder ignores the others too, and a C pass over the map's 14 values of a send cost 0.5 µs.) Anything else takes the field-by-field decoder, which gives
     the same header or raises the same error: the fast path only ever returns what that one would."""
     slow = _compile_decoder(cls, plan, name)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
@@ -225,8 +226,8 @@ def _compile_fast_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | N
     ):
         return slow
     required = [(i, fp) for i, fp in enumerate(plan) if fp.required]
-    ns: dict[str, Any] = {"_cls": cls, "_slow": slow, "_STR_ONLY": _STR_ONLY, "max": max, "int": int}
-    lines = ["def decode(ext):", "    if not _STR_ONLY.issuperset(map(type, ext.values())): return _slow(ext)"]
+    ns: dict[str, Any] = {"_cls": cls, "_slow": slow, "max": max, "int": int}
+    lines = ["def decode(ext):"]
     if required:
         ns["_required"] = operator.itemgetter(*(fp.wire for _, fp in required))
         targets = ", ".join(f"v{i}" for i, _ in required)  # (one name: itemgetter returns the value itself)
@@ -243,6 +244,7 @@ def _compile_fast_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | N
     longs: list[str] = []
     converts: list[str] = []
     bools: list[str] = []
+    texts: list[str] = []  # the str checks of the fields that are not numbers (numbers: the digits' concatenation)
     for i, fp in enumerate(plan):
         v = f"v{i}"
         number = fp.kind in (_KIND_INT, _KIND_LONG)
@@ -253,8 +255,18 @@ def _compile_fast_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | N
                 if number or fp.kind == _KIND_BOOL
                 else f"    {v} = get({fp.wire!r}, d{i})"
             )
+        if not number:
+            texts.append(
+                f"type({v}) is str"
+                if fp.required
+                else (
+                    f"({v} is None or type({v}) is str)"
+                    if fp.kind == _KIND_BOOL
+                    else f"({v} is d{i} or type({v}) is str)"
+                )
+            )
         if number:
-            digits.append(v if fp.required else f"({v} or '')")
+            digits.append(v if fp.required else f"('' if {v} is None else {v})")
             (ints if fp.kind == _KIND_INT else longs).append(v if fp.required else f"({v} or 0)")
             converts.append(
                 f"        {v} = int({v})" if fp.required else f"        {v} = d{i} if {v} is None else int({v})"
@@ -265,9 +277,17 @@ def _compile_fast_decoder(cls: type, plan: tuple[_FieldPlan, ...], name: str | N
                 if fp.required
                 else f"    {v} = d{i} if {v} is None else {v}.lower() == 'true'"
             )
+    if texts:
+        lines.append(f"    if not ({' and '.join(texts)}): return _slow(ext)")
     if digits:
-        lines.append(f"    digits = {' + '.join(digits)}")
-        lines.append("    if not (digits.isdigit() and digits.isascii()): return _slow(ext)")
+        # (a value that is not a str fails the concatenation, or, all of them ints, the type check)
+        lines += [
+            "    try:",
+            f"        digits = {' + '.join(digits)}",
+            "    except TypeError:",
+            "        return _slow(ext)",
+        ]
+        lines.append("    if not (type(digits) is str and digits.isdigit() and digits.isascii()): return _slow(ext)")
         lines += ["    try:", *converts, "    except ValueError:", "        return _slow(ext)"]
         # (an empty value adds no digit and fails int(); a huge one converts and fails the range)
         checks = []

@@ -124,6 +124,22 @@ class RemotingProtocol(asyncio.Protocol):
             flow.set_busy(False)
             self._schedule_process()
 
+    def requests_started(self, count: int) -> None:
+        """``request_started`` for ``count`` requests at once (a request group's)."""
+        self._inflight += count
+        if self._inflight >= self._max_inflight:
+            assert self._flow is not None
+            self._flow.set_busy(True)
+
+    def requests_finished(self, count: int) -> None:
+        """``request_finished`` for ``count`` requests at once: the same end state as ``count`` calls (reading
+        resumes once, when the count falls to the resume mark)."""
+        self._inflight -= count
+        flow = self._flow
+        if flow is not None and flow.busy and self._inflight <= self._resume_inflight:
+            flow.set_busy(False)
+            self._schedule_process()
+
     @property
     def inflight(self) -> int:
         return self._inflight
@@ -158,6 +174,9 @@ class RemotingProtocol(asyncio.Protocol):
         groups = self._groups
         assert flow is not None and channel is not None
         run: list[RemotingCommand] = []
+        # a run never takes the connection past its in-flight bound (reading pauses between runs); the count
+        # only moves when something is dispatched, so the room is worked out again after each dispatch
+        room = min(_RUN_MAX, self._max_inflight - self._inflight)
         while not flow.read_paused:
             try:
                 frame = decoder.next_frame()
@@ -176,6 +195,7 @@ class RemotingProtocol(asyncio.Protocol):
                 if run:
                     self._dispatch_run(run)
                     run = []
+                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 if exc.opaque is None or exc.flag & FLAG_RESPONSE:
                     self._fail(exc, "undecodable command")
                     return
@@ -196,18 +216,20 @@ class RemotingProtocol(asyncio.Protocol):
                 if run:
                     self._dispatch_run(run)
                     run = []
+                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 channel.response_received(cmd)
             elif groups is None or not groups(cmd):
                 if run:
                     self._dispatch_run(run)
                     run = []
                 dispatcher.dispatch(channel, cmd)
+                room = min(_RUN_MAX, self._max_inflight - self._inflight)
             else:
                 run.append(cmd)
-                # a run never takes the connection past its in-flight bound (reading pauses between runs)
-                if len(run) >= _RUN_MAX or len(run) >= self._max_inflight - self._inflight:
+                if len(run) >= room:
                     self._dispatch_run(run)
                     run = []
+                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
         if run:
             self._dispatch_run(run)
 

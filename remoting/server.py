@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+_CODE = operator.attrgetter("code")
 
 REJECT_REQUEST_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
@@ -238,6 +241,12 @@ class RemotingServer:
         routes = self._routes
         default = self._default
         n = len(requests)
+        codes = set(map(_CODE, requests))
+        if len(codes) == 1:  # the common run (every send V2): one route for all, no per-request lookup
+            route = routes.get(codes.pop()) or default
+            if route is not None and route.group is not None and n > 1 and route.executor.can_run_now():
+                self._dispatch_group(channel, route, requests)
+                return
         i = 0
         while i < n:
             route = routes.get(requests[i].code) or default
@@ -261,19 +270,33 @@ class RemotingServer:
     def _dispatch_group(self, channel: Channel, route: _Route, requests: list[RemotingCommand]) -> None:
         """Steps 2-4 for a run of requests of one processor whose executor can run them now: each is checked
         against ``reject_request`` and counted in flight, then they run as one ``RequestGroup``."""
-        if route.reject is not None:
-            kept = []
-            for request in requests:
-                if self._rejects(route, request):
-                    if not request.flag & FLAG_ONEWAY:
+        reject = route.reject
+        if reject is not None:
+            # one reject_request call per request, as dispatch makes; the answers only when one said busy
+            busy: list[object] = []
+            try:
+                for _ in requests:
+                    busy.append(reject())
+            except Exception:  # as _rejects: a broken busy check lets the request in
+                log.exception("reject_request failed", code=requests[len(busy)].code)
+                busy.append(False)
+                busy += [self._rejects(route, request) for request in requests[len(busy) :]]
+            if any(busy):
+                kept = []
+                for request, is_busy in zip(requests, busy):
+                    if not is_busy:
+                        kept.append(request)
+                    elif not request.flag & FLAG_ONEWAY:
                         channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
-                else:
-                    kept.append(request)
-            requests = kept
-            if not requests:
-                return
-        for _ in requests:
-            channel.request_started()
+                requests = kept
+                if not requests:
+                    return
+        started = getattr(channel, "requests_started", None)  # (a stand-in channel may lack it)
+        if started is not None:
+            started(len(requests))
+        else:
+            for _ in requests:
+                channel.request_started()
         route.executor.run_now(RequestGroup(channel, requests, route.processor, self._hook), len(requests))
 
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None:

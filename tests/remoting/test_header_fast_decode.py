@@ -54,6 +54,13 @@ _ODD = [
     12,
     True,
     None,
+    # not str: each must take the checked decoder, whose _as_str text they get (the fast path checks the type
+    # of each field it reads, and a number's through the digits' concatenation)
+    0,
+    0.0,
+    False,
+    b"1",
+    "7".join(["", ""]) + "7",  # a str made at run time (not interned)
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import structlog
 from remoting_helpers import FnProcessor, expect_silence, read_frame
 
@@ -144,4 +145,65 @@ async def test_a_busy_executor_takes_the_run_one_request_at_a_time(make_server) 
     assert [a.opaque for a in answers] == [1, 2, 3, 4, 5]
     assert processor.groups == [] and processor.singles == [1, 2, 3, 4, 5]
     assert executor.peak == 5  # the queue (what the fast-failure sweep reads) saw every one of them
+    writer.close()
+
+
+class _NotACommand:
+    """An answer a buggy processor might return: it has no opaque to set."""
+
+    __slots__ = ()
+
+
+@pytest.mark.parametrize("not_a_command", [False, True])
+async def test_an_answer_that_cannot_be_written_costs_only_itself(make_server, not_a_command: bool) -> None:
+    """The group's answers leave in one ``Channel.send_many``: one that cannot be encoded (a value orjson cannot
+    write) or is not a command is logged once, as ``write_response`` logs it, and the others arrive."""
+
+    class Answers(GroupProcessor):
+        async def process_requests(self, channel, requests):
+            self.groups.append([r.opaque for r in requests])
+            answers = [r.response(0, None, {"seen": str(r.opaque)}) for r in requests]
+            answers[2].ext_fields["bad"] = object()  # opaque 3: orjson cannot encode it
+            if not_a_command:
+                answers[3] = _NotACommand()  # opaque 4
+            return answers
+
+    processor = Answers()
+    server = await make_server({10: (processor, RequestExecutor("send", 1, 100))})
+    reader, writer = await open_raw(server)
+    with structlog.testing.capture_logs() as logs:
+        writer.write(frames(10, range(1, 7)))
+        answers = await read_all(reader, 4 if not_a_command else 5)
+        await expect_silence(reader)
+    lost = [3, 4] if not_a_command else [3]
+    assert processor.groups == [[1, 2, 3, 4, 5, 6]]
+    assert [a.opaque for a in answers] == [o for o in range(1, 7) if o not in lost]
+    assert all(a.ext_fields == {"seen": str(a.opaque)} for a in answers)
+    unwritten = [e for e in logs if e["event"] == "cannot write response"]
+    assert sorted(e["opaque"] for e in unwritten) == lost and all(e["code"] == 10 for e in unwritten)
+    writer.close()
+
+
+async def test_a_failing_reject_check_lets_its_request_in_and_the_others_are_still_checked(make_server) -> None:
+    """As ``dispatch``: one ``reject_request`` call per request of a group; one that raises is logged and lets its
+    request in; one that says busy is answered [REJECTREQUEST]."""
+
+    class Flaky(GroupProcessor):
+        def reject_request(self) -> bool:
+            self.reject_calls += 1
+            if self.reject_calls == 2:
+                raise RuntimeError("busy check broken")
+            return self.reject_calls == 3
+
+    processor = Flaky()
+    server = await make_server({10: (processor, RequestExecutor("send", 1, 100))})
+    reader, writer = await open_raw(server)
+    with structlog.testing.capture_logs() as logs:
+        writer.write(frames(10, range(1, 5)))
+        answers = await read_all(reader, 4)
+        await expect_silence(reader)
+    assert processor.reject_calls == 4 and processor.groups == [[1, 2, 4]]
+    assert [(a.opaque, a.code) for a in answers] == [(3, ResponseCode.SYSTEM_BUSY), (1, 0), (2, 0), (4, 0)]
+    assert len([e for e in logs if e["event"] == "reject_request failed"]) == 1
+    assert server.channels[0]._protocol.inflight == 0
     writer.close()

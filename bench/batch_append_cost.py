@@ -27,16 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-class _OpcodeCounter:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def trace(self, frame, event: str, arg):  # noqa: ANN001, ANN201
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            self.count += 1
-        return self.trace
+from bench.opcode_counter import OpcodeCounter
 
 
 async def measure(directory: str, batches: int, batch: int, size: int, index: bool, bytecodes: bool) -> float:
@@ -59,7 +50,7 @@ async def measure(directory: str, batches: int, batch: int, size: int, index: bo
             await store.put_messages(ready[k % 16])
         store.dispatcher.build_index_keys()
         await asyncio.sleep(0.3)
-        ops = _OpcodeCounter() if bytecodes else None
+        ops = OpcodeCounter() if bytecodes else None
         if ops is not None:
             sys.settrace(ops.trace)
         t0 = time.thread_time()

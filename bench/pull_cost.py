@@ -27,6 +27,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.opcode_counter import OpcodeCounter
 from broker.controller import BrokerController
 from broker.testing.in_loop import start_in_loop
 from remoting import loop as loop_choice
@@ -105,19 +106,6 @@ def heartbeat() -> RemotingCommand:
         "producerDataSet": [],
     }
     return RemotingCommand.request(RequestCode.HEART_BEAT, {}, orjson.dumps(body))
-
-
-class OpcodeCounter:
-    """Python bytecodes executed while tracing (C code such as the CRC or orjson counts as the one call it is)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def trace(self, frame, event: str, arg):  # noqa: ANN001, ANN201
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            self.count += 1
-        return self.trace
 
 
 class Meter:

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.opcode_counter import OpcodeCounter
+
 
 async def measure(
     messages: int,
@@ -69,7 +71,7 @@ async def measure(
             await asyncio.sleep(0.001)
         if wire:
             return await _measure_wire(controller.server, frame, messages, window, bytecodes)
-        ops = _OpcodeCounter() if bytecodes else None
+        ops = OpcodeCounter() if bytecodes else None
         if ops is not None:
             sys.settrace(ops.trace)
         t0 = time.thread_time()
@@ -114,7 +116,7 @@ async def _measure_wire(server, frame: bytes, messages: int, window: int, byteco
         await asyncio.sleep(0)
     while protocol.inflight:
         await asyncio.sleep(0.001)
-    ops = _OpcodeCounter() if bytecodes else None
+    ops = OpcodeCounter() if bytecodes else None
     if ops is not None:
         sys.settrace(ops.trace)
     t0 = time.thread_time()
@@ -160,21 +162,6 @@ class _Transport:
 
     def close(self) -> None:
         pass
-
-
-class _OpcodeCounter:
-    """Python bytecodes executed on the loop's thread (``sys.settrace`` opcode events): a count of the work
-    per send that another process taking the core cannot move (C code such as orjson or the CRC counts as
-    the one call it is)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def trace(self, frame, event: str, arg):  # noqa: ANN001, ANN201
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            self.count += 1
-        return self.trace
 
 
 _SERIALIZE = {"json": 0, "rocketmq": 1}  # the Java Producer sends JSON headers unless told otherwise

@@ -13,14 +13,16 @@ effects per record:
 - the put path, which asks it to schedule the deferred index build (`after_inline_put`).
 
 A record or queue that cannot be dispatched costs its consume queue entry only: one error line per
-queue, never the writer or the reput. The inline, group and batch paths repeat `dispatch` for speed and
-stay next to it: a change to what a dispatch does is one edit in four places of this file.
+queue, never the writer or the reput. The inline paths (`_dispatch_group`, which the single puts share) and
+the batch path repeat `dispatch` for speed and stay next to it: a change to what a dispatch does is one edit in
+three places of this file.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -279,11 +281,10 @@ class CommitLogDispatcher:
             return 0
 
     def _dispatch_group(
-        self, msgs: list[MessageExtBrokerInner], sizes: list[int], queue_offsets: list[int], phy: int, store_ts: int
+        self, msgs: list[MessageExtBrokerInner], sizes: list[int], queue_offsets: Iterable[int], phy: int, store_ts: int
     ) -> int:
-        """`dispatch_group` record by record, unrolled (the SEND path's hot loop; `_dispatch_records` is the
-        same for the records of one request): stops where a consume queue needs its next file, which the
-        reput creates."""
+        """`dispatch_group` record by record, unrolled (the SEND path's hot loop; `_dispatch_records` runs it for
+        the records of one request): stops where a consume queue needs its next file, which the reput creates."""
         index = self._index_enabled
         index_keys, index_phys, index_times = self._index_keys, self._index_phys, self._index_times
         listener = self.message_arriving_listener if self._listening else None
@@ -344,64 +345,15 @@ class CommitLogDispatcher:
 
     def _dispatch_records(self, req: AppendRequest, phy: int, queue_offset: int, store_ts: int) -> int:
         """`dispatch_appended` record by record (a single put, or a batch `_dispatch_batch` does not
-        take): stops where a consume queue needs its next file, which the reput creates."""
-        topic = req.topic
-        queue_id = req.queue_id
+        take): `_dispatch_group`'s loop over the request's records, whose queue offsets follow one another
+        (a prepared or rolled-back transaction takes none: each record then reports the request's)."""
+        n = len(req.msgs)
         tran = req.sys_flag & TRANSACTION_ROLLBACK_TYPE
-        counts = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
-        cq = None
-        if counts:
-            queues = self.consume_queue_table.get(topic)
-            if queues is None or (cq := queues.get(queue_id)) is None:
-                cq = self._queue_for_dispatch(topic, queue_id)
-        index = self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE
-        listener = self.message_arriving_listener if self._listening else None
-        parser = self.commit_log.parser
-        scheduled = topic == RMQ_SYS_SCHEDULE_TOPIC
-        tags_codes = parser.tags_cache  # TAGS → hash (the common case, inlined)
-        checkpoint = self.checkpoint
-        sizes = req.sizes
-        qo = queue_offset
-        done = 0
-        for m in req.msgs:
-            size = sizes[done]
-            props = m.properties
-            if scheduled or (tags_code := tags_codes.get(props.get(_TAGS))) is None:
-                tags_code = parser.dispatch_tags_code(topic, props, store_ts)
-            if cq is not None:
-                if not cq.try_append(phy, size, tags_code, qo):
-                    if cq.needs_file_for(qo) and phy + size > cq.max_physic_offset:
-                        break  # the file is created in a worker thread: the reput continues from here
-                    if not cq.put_message_position_info(phy, size, tags_code, qo):
-                        log.error("[BUG] put commit log position info failed", topic=topic, queue_id=queue_id)
-                if checkpoint is not None:
-                    checkpoint.logics_msg_timestamp = store_ts
-            if index:
-                keys = props.get(_KEYS)
-                if keys and _KEY_SEPARATOR in keys:
-                    self._queue_index_keys(topic, props.get(_UNIQ_KEY), keys, phy, store_ts)
-                else:  # (index_keys inlined for at most one key each)
-                    if uniq := props.get(_UNIQ_KEY):
-                        self._index_keys.append(f"{topic}#{uniq}")
-                        self._index_phys.append(phy)
-                        self._index_times.append(store_ts)
-                    if keys:
-                        self._index_keys.append(f"{topic}#{keys}")
-                        self._index_phys.append(phy)
-                        self._index_times.append(store_ts)
-            if listener is not None:
-                try:
-                    listener(topic, queue_id, qo + 1, tags_code, store_ts, props)
-                except Exception:
-                    log.exception("message arriving listener failed", topic=topic)
-            phy += size
-            if counts:
-                qo += 1
-            done += 1
-        reput = self.reput
-        reput.reput_from_offset = phy
-        reput.dispatched_total += done
-        return done
+        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+            queue_offsets = range(queue_offset, queue_offset + n)
+        else:
+            queue_offsets = repeat(queue_offset, n)
+        return self._dispatch_group(req.msgs, req.sizes, queue_offsets, phy, store_ts)
 
     def dispatch_described_batch(self, batch: DispatchBatch) -> bool:
         """The reput's path for a batch descriptor (a batch in a pool buffer, now committed)."""

@@ -199,14 +199,18 @@ def cmd_score(args: argparse.Namespace) -> int:
     _require_bench()
     from bench.report import write_report
     from bench.score import score_outcomes, write_score
-    from bench.session import get_session
+    from bench.session import SparkLaunchError, get_session
 
     out = Path(args.dir)
     if not (out / "outcomes").is_dir():
         _err(f"{out} holds no outcomes/ table")
         return EXIT_BAD_INPUT
     meta = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-    spark = get_session(args.master, log_dir=out)
+    try:
+        spark = get_session(args.master, log_dir=out)
+    except SparkLaunchError as exc:
+        _err(str(exc))
+        return EXIT_FAILED
     try:
         result = score_outcomes(spark, out / "outcomes", meta)
     finally:

@@ -208,7 +208,7 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
     from bench.progress import ProgressCollector
     from bench.report import write_report
     from bench.score import score_outcomes, write_score
-    from bench.session import get_session
+    from bench.session import SparkLaunchError, get_session
 
     out = opts.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,10 @@ def run_scenario(scen: Scenario, opts: RunOptions) -> RunResult:
             prepare_topics(namesrv, topic_names(scen, run_id), scen.queues_per_topic, credentials)
         )
         if spark is None:
-            spark = get_session(opts.master, log_dir=out, conf=opts.spark_conf)
+            try:
+                spark = get_session(opts.master, log_dir=out, conf=opts.spark_conf)
+            except SparkLaunchError as exc:
+                raise RunError(str(exc)) from None
         meta["master"] = spark.sparkContext.master
         host = spark.sparkContext.getConf().get("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
         collector = ProgressCollector(host, out=opts.progress_out, enabled=opts.progress).start()

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+import structlog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+_log = structlog.get_logger("mqbench.session")
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -62,6 +68,49 @@ def _stderr_to(path: Path) -> Iterator[None]:
             os.close(saved)
 
 
+class SparkLaunchError(RuntimeError):
+    """Spark's JVM would not start; the message carries the end of its log, which says why."""
+
+
+#: Times a JVM that dies before it hands PySpark its gateway port is started again.
+LAUNCH_ATTEMPTS = 3
+_LOG_TAIL_LINES = 20
+
+
+def launch(start: Callable[[], T], log_path: Path, *, attempts: int = LAUNCH_ATTEMPTS, pause_s: float = 1.0) -> T:
+    """Run ``start`` (a builder's ``getOrCreate``) with the JVM's stderr in ``log_path``, again if the JVM
+    exited before it answered.
+
+    The JVM has been seen to die at birth once in an otherwise green CI run, and the next launch, seconds
+    later, started fine: a JVM start can lose a race with the machine (memory, a port, a temp directory)
+    that the same command wins a moment later. Any other error is raised at once. When every attempt
+    fails, the error quotes the end of ``log_path``, where the JVM wrote why, since PySpark itself only
+    says that the gateway exited.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            with _stderr_to(log_path):
+                return start()
+        except Exception as exc:
+            if "JAVA_GATEWAY_EXITED" not in str(exc):
+                raise
+            _log.warning("spark JVM exited at start", attempt=attempt, attempts=attempts, log=str(log_path))
+            if attempt < attempts:
+                time.sleep(pause_s)
+    raise SparkLaunchError(
+        f"Spark's JVM exited before it started ({attempts} attempts); the end of {log_path}:\n"
+        + _tail(log_path, _LOG_TAIL_LINES)
+    )
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
 def get_session(
     master: str = "local[*]",
     *,
@@ -105,8 +154,7 @@ def get_session(
         builder = builder.config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    with _stderr_to(log_dir / "spark.log"):
-        spark = builder.getOrCreate()
+    spark = launch(builder.getOrCreate, log_dir / "spark.log")
     spark.sparkContext.setLogLevel("ERROR")
     if not (master == "local" or master.startswith("local[")):
         ship_code(spark, log_dir)

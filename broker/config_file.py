@@ -82,16 +82,12 @@ def write_from_loop(path: str | os.PathLike, payload: bytes) -> None:
 def sync_file(path: Path) -> None:
     """fsync ``path`` and its folder (the rename). A file replaced meanwhile is the newer write's to sync."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        for target in (path, path.parent):
+            fd = os.open(target, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as exc:
         log.warning("config file not synced", file=str(path), error=str(exc))
 

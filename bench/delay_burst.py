@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +77,9 @@ class BurstResult:
     cpu_share: float  # process CPU seconds / wall seconds from the first put to the last delivery (-1: unknown)
     stall_ms: float  # the longest the event loop did not run a 5 ms ticker (-1: unknown)
     by_tenth: list[float]  # median lateness of each tenth of the burst, in put order
+    #: sends the Java Producer saw acknowledged (-1: not sent by it). Under load the broker's flow control answers
+    #: some with an error ("Response Failed"): those are never stored, so only these must all arrive.
+    acknowledged: int = -1
 
     def line(self) -> str:
         return (
@@ -306,6 +311,19 @@ async def run_cost(service_cls: type, count: int, level: int, body: bytes, timeo
         shutil.rmtree(root, ignore_errors=True)
 
 
+def producer_acknowledged(complete_line: str) -> int:
+    """Sends acknowledged by the broker, from the benchmark Producer's ``[Complete]`` line (-1: no such line).
+
+    Its "Send Total" counts the sends that succeeded plus those that failed on the client's side ("Send
+    Failed"); error answers from the broker ("Response Failed") are outside it.
+    """
+    total = re.search(r"Send Total: (\d+)", complete_line)
+    failed = re.search(r"Send Failed: (\d+)", complete_line)
+    if total is None or failed is None:
+        return -1
+    return int(total.group(1)) - int(failed.group(1))
+
+
 async def run_broker_burst(args: argparse.Namespace, name: str, tree: Path) -> BurstResult | None:
     """The burst through a broker process running the source `tree`, sent by the Java benchmark Producer;
     figures from its store once it delivered everything and stopped. None when rmqjava is not installed."""
@@ -353,7 +371,8 @@ async def run_broker_burst(args: argparse.Namespace, name: str, tree: Path) -> B
         try:
             assert await store.load()
             await store.start()
-            return burst_figures(store, name, topic=TOPIC, queues=args.queues, level=args.level, burst_per_s=None)
+            result = burst_figures(store, name, topic=TOPIC, queues=args.queues, level=args.level, burst_per_s=None)
+            return dataclasses.replace(result, acknowledged=producer_acknowledged(complete[-1] if complete else ""))
         finally:
             await store.shutdown()
     finally:

@@ -45,8 +45,21 @@ async def test_the_broker_mode_measures_a_burst_sent_by_the_java_producer(tmp_pa
     args = argparse.Namespace(count=200, level=1, body=32, queues=2, threads=4, timeout=120.0, rmq_bin=None)
     result = await delay_burst.run_broker_burst(args, "after", Path(delay_burst.__file__).resolve().parents[1])
     assert result is not None and result.name == "after"
-    # paired by the Java client's UNIQ_KEY; a send it retried after a timeout is parked (and delivered) twice
-    assert result.count >= 200 and result.early == 0
+    # Every send the Producer saw acknowledged is delivered, none early. Paired by the Java client's UNIQ_KEY: a
+    # send it retried after a timeout is parked (and delivered) twice. On a loaded machine flow control may answer
+    # a few sends with an error ("Response Failed"); those were never stored (a CI run once saw 198 of 200).
+    assert 0 < result.acknowledged <= 200, result
+    assert result.count >= result.acknowledged and result.early == 0, result
+
+
+def test_the_producers_complete_line_gives_the_acknowledged_sends() -> None:
+    line = (
+        "[Complete] Send Total: 198 Send TPS: 20 Max RT(ms): 2304 Average RT(ms):  62.340 Send Failed: 3 "
+        "Response Failed: 2"
+    )
+    assert delay_burst.producer_acknowledged(line) == 195
+    assert delay_burst.producer_acknowledged("[Complete] Send Total: 200 Send Failed: 0 Response Failed: 0") == 200
+    assert delay_burst.producer_acknowledged("") == -1
 
 
 async def test_a_key_parked_twice_pairs_each_copy_with_its_own_parked_record(tmp_path) -> None:

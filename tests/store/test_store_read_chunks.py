@@ -139,3 +139,38 @@ async def test_drain_pull_in_one_file_cuts_its_records_without_a_walk(store_fact
         phy, size, _ = cq.get_entry(queue_offset)
         assert bytes(record) == bytes(select(mf, phy - mf.file_from_offset, size))
     assert r.buffer_total_size == sum(len(b) for b in r.buffers)
+
+
+def _full_answer(r):
+    return (*_answer(r), r.buffer_total_size, r.suggest_pulling_from_slave, r.min_offset, r.max_offset)
+
+
+async def test_one_entry_pull_answers_as_the_walk(store_factory, monkeypatch):
+    """A match-everything pull that finds one entry (a consumer keeping up with its producer) takes its record with
+    one select(): the same answer as the walk, including the transfer accounting and the slave suggestion, for the
+    last entry of a queue file and of the queue, a pull of 1 anywhere, and records removed with their file."""
+    s = await store_factory()
+    await _fill(s, 250, b"c" * 1500)
+    mfq = s.commit_log.mapped_file_queue
+    mfq._delete_head(mfq.mapped_files[:3])
+    reader = s.reader
+    taken: list[int] = []
+    take_one = type(reader)._take_one
+
+    def spy(self, entries, offset, result):
+        found = take_one(self, entries, offset, result)
+        if found is not None:
+            taken.append(offset)
+        return found
+
+    cases = [(offset, max_nums) for offset in (0, 30, 68, 99, 150, 199, 249) for max_nums in (1, 32)]
+    for offset, max_nums in cases:
+        monkeypatch.setattr(type(reader), "_take_one", lambda self, entries, offset, result: None)
+        walked = s.get_message("g", "T", 0, offset, max_nums)
+        monkeypatch.setattr(type(reader), "_take_one", spy)
+        fast = s.get_message("g", "T", 0, offset, max_nums)
+        assert _full_answer(fast) == _full_answer(walked), (offset, max_nums)
+    # taken for a readable record alone in its pull; the records of the three removed 64 KiB files (the first ~130
+    # messages: 0-99 here) go to the walk, which answers MESSAGE_WAS_REMOVING or skips on to the next file
+    assert set(taken) == {150, 199, 249}
+    assert s.stats.get_transferred > 0

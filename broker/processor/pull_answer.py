@@ -19,40 +19,35 @@ import struct
 
 from remoting.codes import LanguageCode
 from remoting.command import DEFAULT_VERSION, FLAG_RESPONSE, RemotingCommand
-from remoting.errors import RemotingCommandError
 from store.results import GetMessageStatus
 
 ROCKETMQ = 1  # SerializeType.ROCKETMQ as RemotingCommand holds it
 
 # total length, headerLenAndType, then the ROCKETMQ fixed fields: code, language, version, opaque, flag
 _FRAME_HEAD = struct.Struct(">IIhbhii")
-_I32 = struct.Struct(">i")
 _FIXED_SIZE = 2 + 1 + 2 + 4 + 4
 _JAVA = LanguageCode.JAVA.value
 
 KEYS = ("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset")
 
+# The header after its fixed fields is written as one latin-1 str (one encode): every byte of it is a char below
+# 256 there. The length prefixes are such chars too, from a table of lengths below 1024 (an answer's extFields are
+# 78 bytes and the offsets' digits; longer ones, which no pull gives, take the generic encode).
+_LEN = tuple(struct.pack(">i", n).decode("latin-1") for n in range(1024))
 
-def _key(name: str) -> bytes:
-    raw = name.encode()
-    return struct.pack(">h", len(raw)) + raw
+
+def _key(name: str) -> str:
+    return struct.pack(">h", len(name)).decode("latin-1") + name
 
 
 # suggestWhichBrokerId "0" whole, then each offset's key (its value's length and digits follow)
-_SUGGEST_ZERO_AND_NEXT_KEY = _key(KEYS[0]) + _I32.pack(1) + b"0" + _key(KEYS[1])
+_SUGGEST_ZERO_AND_NEXT_KEY = _key(KEYS[0]) + _LEN[1] + "0" + _key(KEYS[1])
 _MIN_KEY = _key(KEYS[2])
 _MAX_KEY = _key(KEYS[3])
 _FIXED_EXT = len(_SUGGEST_ZERO_AND_NEXT_KEY) + len(_MIN_KEY) + len(_MAX_KEY) + 3 * 4
-_VALUE_LEN = tuple(_I32.pack(n) for n in range(21))  # an offset is at most 20 characters ("-" and 19 digits)
 
-
-def _remark_part(remark: str) -> bytes:
-    raw = remark.encode()
-    return _I32.pack(len(raw)) + raw
-
-
-# the remarks pulls answer with (the store status's name) → their int32 length and bytes
-_REMARKS = {status.name: _remark_part(status.name) for status in GetMessageStatus}
+# the remarks pulls answer with (the store status's name, ASCII) → their int32 length and text
+_REMARKS = {status.name: _LEN[len(status.name)] + status.name for status in GetMessageStatus}
 
 
 class PullAnswer(RemotingCommand):
@@ -96,39 +91,24 @@ class PullAnswer(RemotingCommand):
             # (dict order is insertion order: the keys checked in one compare of the tuple)
             if tuple(ext) != KEYS or suggest != "0":
                 return RemotingCommand.encode(self)
-            nb = next_begin.encode("ascii")
-            mn = min_offset.encode("ascii")
-            mx = max_offset.encode("ascii")
-            value_len = _VALUE_LEN
-            ext_len = _FIXED_EXT + len(nb) + len(mn) + len(mx)
-            hlen = _FIXED_SIZE + len(remark) + 4 + ext_len
+            values = next_begin + min_offset + max_offset  # (TypeError unless all three are str)
+            if not values.isascii():  # the generic encode writes UTF-8
+                return RemotingCommand.encode(self)
+            size = _LEN  # (IndexError for extFields of 1024 bytes or more)
+            text = (
+                f"{remark}{size[_FIXED_EXT + len(values)]}{_SUGGEST_ZERO_AND_NEXT_KEY}{size[len(next_begin)]}"
+                f"{next_begin}{_MIN_KEY}{size[len(min_offset)]}{min_offset}{_MAX_KEY}{size[len(max_offset)]}{max_offset}"
+            )
+            hlen = _FIXED_SIZE + len(text)
             body = self.body
             blen = len(body) if body else 0
-            head = _FRAME_HEAD.pack(
+            header = _FRAME_HEAD.pack(
                 4 + hlen + blen, (ROCKETMQ << 24) | hlen, self.code, _JAVA, DEFAULT_VERSION, self.opaque, self.flag
-            )
-            header = b"".join(
-                (
-                    head,
-                    remark,
-                    _I32.pack(ext_len),
-                    _SUGGEST_ZERO_AND_NEXT_KEY,
-                    value_len[len(nb)],
-                    nb,
-                    _MIN_KEY,
-                    value_len[len(mn)],
-                    mn,
-                    _MAX_KEY,
-                    value_len[len(mx)],
-                    mx,
-                )
-            )
-        except (AttributeError, UnicodeEncodeError, IndexError, TypeError, struct.error):
-            # a value that is not an ASCII str of at most 20 characters, or a field out of its wire range: the
+            ) + text.encode("latin-1")
+        except (IndexError, TypeError, struct.error):
+            # a value that is not a str, extFields of 1024 bytes or more, or a field out of its wire range: the
             # generic encode writes it (or raises its own error for it)
             return RemotingCommand.encode(self)
-        if hlen > 0xFFFFFF:  # (cannot happen: four short values)
-            raise RemotingCommandError(f"header too long to encode: {hlen} bytes")
         if blen:
             return [header, body]  # type: ignore[list-item]
         return [header]

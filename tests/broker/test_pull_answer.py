@@ -71,6 +71,8 @@ EXT_CHANGES = st.one_of(
         lambda kv: {kv[0]: kv[1]}  # one key changed to any value (non-ASCII, too long, not a str)
     ),
     st.just({"extra": "1"}),
+    st.sampled_from(KEYS[1:]).map(lambda key: {key: "9" * 1100}),  # extFields past the template's length table
+    st.sampled_from(KEYS[1:]).map(lambda key: {key: "7" * 300}),
 )
 
 

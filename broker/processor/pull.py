@@ -23,7 +23,7 @@ from broker.filter import (
 from broker.heartbeat import SubscriptionData, build_subscription
 from broker.long_polling import PullRequest, PullRequestHoldService
 from broker.processor.pull_answer import PullAnswer
-from broker.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
+from broker.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, decode_header
@@ -134,7 +134,7 @@ class PullMessageProcessor:
         if hdr is None:
             hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
         cfg = self.config
-        if not is_readable(cfg.broker_permission):
+        if not cfg.broker_permission & PERM_READ:  # (is_readable, inlined: twice per caught-up pull)
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden"
             )
@@ -149,28 +149,27 @@ class PullMessageProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {hdr.consumer_group}"
             )
-        has_commit_offset = bool(hdr.sys_flag & FLAG_COMMIT_OFFSET)
-        has_suspend = bool(hdr.sys_flag & FLAG_SUSPEND)
-        has_subscription = bool(hdr.sys_flag & FLAG_SUBSCRIPTION)
-        suspend_ms = hdr.suspend_timeout_millis if has_suspend else 0
+        sys_flag = hdr.sys_flag
+        topic = hdr.topic
+        queue_id = hdr.queue_id
 
-        tc = self.topic_configs.select_topic_config(hdr.topic)
+        tc = self.topic_configs.select_topic_config(topic)
         if tc is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{hdr.topic}] not exist, apply first please! "
                 "See http://rocketmq.apache.org/docs/faq/ for further details.",
             )
-        if not is_readable(tc.perm):
+        if not tc.perm & PERM_READ:
             return request.response(ResponseCode.NO_PERMISSION, f"the topic[{hdr.topic}] pulling message is forbidden")
-        if hdr.queue_id < 0 or hdr.queue_id >= tc.read_queue_nums:
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{hdr.queue_id}] is illegal, topic:[{hdr.topic}] "
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.remote_addr}]",
             )
 
-        if has_subscription:
+        if sys_flag & FLAG_SUBSCRIPTION:
             try:
                 subscription = self._parse_subscription(
                     hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version
@@ -204,16 +203,17 @@ class PullMessageProcessor:
             return message_filter
 
         result = self.store.get_message(
-            hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
+            hdr.consumer_group, topic, queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
         )
         status = result.status
         code = _STATUS_CODE.get(status)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
-            timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
+        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and sys_flag & FLAG_SUSPEND:
+            timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+            # positional: a slotted dataclass builds about twice as fast that way (deadline handle None, header)
             pr = PullRequest(
-                request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter, header=hdr
+                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, None, hdr
             )
             assert self.hold_service is not None, "the controller attaches the hold service at construction"
             self.hold_service.suspend(pr, timeout)
@@ -221,10 +221,8 @@ class PullMessageProcessor:
         else:
             response = self._answer(request, hdr, code, status, result)
 
-        if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
-            self.offsets.commit_offset(
-                hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr
-            )
+        if broker_allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and cfg.broker_role != "SLAVE":
+            self.offsets.commit_offset(hdr.consumer_group, topic, queue_id, hdr.commit_offset, channel.remote_addr)
         return response
 
     def _answer(

@@ -150,6 +150,10 @@ class MessageReader:
                 found = self._take_one(entries, offset, result)
                 if found is not None:
                     return found
+            else:
+                found = self._take_few(entries, offset, result)
+                if found is not None:
+                    return found
         cfg = self.config
         commit_log = self.commit_log
         max_phy = commit_log.get_max_offset()
@@ -321,6 +325,43 @@ class MessageReader:
         memory = self._total_memory * self.config.access_message_in_memory_max_ratio // 100
         result.suggest_pulling_from_slave = commit_log.get_max_offset() - phy > memory
         return GetMessageStatus.FOUND, offset + 1
+
+    def _take_few(self, entries: Any, offset: int, result: GetMessageResult) -> tuple[GetMessageStatus, int] | None:
+        """`_take_all` for a chunk of 2 to 7 entries (a consumer that follows its producer closely): the same
+        conditions and answer, read from the structured rows' one `tolist()` (below 8 entries that is cheaper than
+        two column conversions and the list passes over them) and checked in one short loop; the records must
+        ascend without overlapping (they do within a queue), so the span from the first one's start to the last
+        one's end holds them all."""
+        rows = entries.tolist()
+        lo = end = rows[0][0]
+        total = 0
+        for phy, size, _tags in rows:
+            if size <= 0 or phy < end:
+                return None
+            end = phy + size
+            total += size
+        n = len(rows)
+        cfg = self.config
+        commit_log = self.commit_log
+        max_phy = commit_log.get_max_offset()
+        memory = self._total_memory * cfg.access_message_in_memory_max_ratio // 100
+        if (
+            max_phy - lo > memory  # a record on disk: the disk limits apply to it
+            or n > cfg.max_transfer_count_on_message_in_memory
+            or total > cfg.max_transfer_bytes_on_message_in_memory
+        ):
+            return None
+        mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(lo)
+        span = mf.select(lo - mf.file_from_offset, end - lo) if mf is not None else None  # readable and open
+        if span is None:
+            return None
+        result.buffers = [span[phy - lo : phy - lo + size] for phy, size, _tags in rows]
+        result.msg_queue_offsets = list(range(offset, offset + n))
+        result.message_count = n
+        result.buffer_total_size = total
+        self.stats.get_transferred += n
+        result.suggest_pulling_from_slave = max_phy - rows[-1][0] > memory
+        return GetMessageStatus.FOUND, offset + n
 
     def _ensure_readable(self, what: str) -> None:
         if not self._loaded():

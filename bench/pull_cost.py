@@ -9,7 +9,11 @@ pulls carry no subscription), then
 - **caught up**: a pull parks (long polling), one message arrives, the woken pull answers it — the
   consume-while-producing cycle, one message per pull.
 
-    python -m bench.pull_cost [--backlog 20000] [--repeat 5] [--bytecodes]
+    python -m bench.pull_cost [--backlog 20000] [--repeat 5] [--bytecodes] [--serialize rocketmq|json]
+
+Each pull request is decoded from its frame, as the server decodes it, in the serialization RocketMQ 4.9.7's
+benchmark Consumer uses (``--serialize``, default ROCKETMQ: its main sets ``rocketmq.serialize.type``, as the
+benchmark Producer's does), and each answer is encoded in it (the request's type).
 
 ``--bytecodes`` counts the Python bytecodes the loop thread executes instead (``sys.settrace`` opcode events):
 a figure the other processes on the machine cannot move, to compare two checkouts with
@@ -37,6 +41,8 @@ from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader, encode_header
 
 TOPIC = "PullCostTopic"
+ROCKETMQ, JSON = 1, 0  # SerializeType
+SERIALIZE = {"rocketmq": ROCKETMQ, "json": JSON}
 GROUP = "PullCostGroup"
 QUEUES = 4
 
@@ -75,7 +81,9 @@ def send_request(queue_id: int, body: bytes) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_header(hdr.to_v2()), body)
 
 
-def pull_request(queue_id: int, offset: int, commit: int) -> RemotingCommand:
+def pull_frame(queue_id: int, offset: int, commit: int, serialize: int = ROCKETMQ) -> memoryview:
+    """A PULL_MESSAGE's frame after its length word, as a consumer sends it (built before the meter starts: the
+    client's encode is not the broker's cost; ``RemotingCommand.decode`` of it is, as the server decodes it)."""
     ext = {
         "consumerGroup": GROUP,
         "topic": TOPIC,
@@ -88,7 +96,8 @@ def pull_request(queue_id: int, offset: int, commit: int) -> RemotingCommand:
         "subVersion": "0",
         "expressionType": "TAG",
     }
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+    frame = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext, serialize_type=serialize).to_bytes()
+    return memoryview(frame)[4:]
 
 
 def heartbeat() -> RemotingCommand:
@@ -130,18 +139,20 @@ class Meter:
         return (time.thread_time() - self._started) / per * 1e6
 
 
-async def measure(backlog: int, repeat: int, bytecodes: bool = False) -> None:
+async def measure(backlog: int, repeat: int, bytecodes: bool = False, serialize: int = ROCKETMQ) -> None:
     with tempfile.TemporaryDirectory(prefix="pull-cost-") as tmp:
         broker = await start_in_loop(Path(tmp) / "store", mappedFileSizeCommitLog=256 * 1024 * 1024)
         client = RemotingClient()
         try:
-            await run(broker, client, backlog, repeat, Meter(bytecodes))
+            await run(broker, client, backlog, repeat, Meter(bytecodes), serialize)
         finally:
             await client.close()
             await broker.shutdown()
 
 
-async def run(broker: BrokerController, client: RemotingClient, backlog: int, repeat: int, meter: Meter) -> None:
+async def run(
+    broker: BrokerController, client: RemotingClient, backlog: int, repeat: int, meter: Meter, serialize: int
+) -> None:
     addr = broker.config.broker_addr
     body = b"m" * 1024
     sink = SinkChannel()
@@ -151,6 +162,8 @@ async def run(broker: BrokerController, client: RemotingClient, backlog: int, re
     assert (await client.invoke(addr, heartbeat(), 5)).code == ResponseCode.SUCCESS
     pull = broker.pull_processor
     per_queue = backlog // QUEUES
+    decode = RemotingCommand.decode
+    frames = {(q, o): pull_frame(q, o, o, serialize) for q in range(QUEUES) for o in range(0, per_queue, 32)}
     drain: list[float] = []
     for _ in range(repeat):
         pulls = 0
@@ -158,7 +171,7 @@ async def run(broker: BrokerController, client: RemotingClient, backlog: int, re
         for q in range(QUEUES):
             offset = 0
             while offset < per_queue:
-                response = await pull.process_request(sink, pull_request(q, offset, offset))
+                response = await pull.process_request(sink, decode(frames[q, offset]))
                 assert response is not None and response.code == ResponseCode.SUCCESS, response
                 sink.send(response)
                 offset = int(response.ext_fields["nextBeginOffset"])
@@ -172,10 +185,12 @@ async def run(broker: BrokerController, client: RemotingClient, backlog: int, re
     cycle: list[float] = []
     for _ in range(repeat):
         sink.last = None
+        first = broker.store.get_max_offset_in_queue(TOPIC, 0)
+        frames = {o: pull_frame(0, o, o, serialize) for o in range(first, first + rounds)}
         meter.start()
         for _ in range(rounds):
             offset = broker.store.get_max_offset_in_queue(TOPIC, 0)
-            assert await pull.process_request(sink, pull_request(0, offset, offset)) is None  # parked
+            assert await pull.process_request(sink, decode(frames[offset])) is None  # parked
             await send.process_request(sink, send_request(0, body))
             for _ in range(3):  # the wake-up is deferred to the loop
                 await asyncio.sleep(0)
@@ -198,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--bytecodes", action="store_true", help="count Python bytecodes instead of CPU time")
+    parser.add_argument("--serialize", choices=sorted(SERIALIZE), default="rocketmq", help="the pulls' header type")
     args = parser.parse_args(argv)
     loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
-    asyncio.run(measure(args.backlog, args.repeat, args.bytecodes))
+    asyncio.run(measure(args.backlog, args.repeat, args.bytecodes, SERIALIZE[args.serialize]))
     return 0
 
 

@@ -109,17 +109,22 @@ class MappedFileQueue:
         return self.max_offset() - self.flushed_where
 
     def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        """The file holding ``offset``. Two or more lookups per pull (its consume-queue file, its records' commit-log
+        file): the file the index says is checked first, in as few bytecodes as that takes (~45, where the range
+        checks before it took ~70); any other case (before the first file, past the last, a hole after a deletion in
+        the middle) takes the checked search, which only a file that holds the offset passes."""
         files = self.mapped_files
         if not files:
             return None
-        first = files[0]
         size = self.mapped_file_size
+        index = (offset - files[0].file_from_offset) // size  # file offsets are multiples of the file size
+        if 0 <= index < len(files):
+            candidate = files[index]
+            start = candidate.file_from_offset
+            if start <= offset < start + size:
+                return candidate
+        first = files[0]
         if first.file_from_offset <= offset < files[-1].file_from_offset + size:
-            index = offset // size - first.file_from_offset // size
-            if 0 <= index < len(files):
-                candidate = files[index]
-                if candidate.file_from_offset <= offset < candidate.file_from_offset + size:
-                    return candidate
             for mf in files:  # holes after a deletion in the middle; not expected
                 if mf.file_from_offset <= offset < mf.file_from_offset + size:
                     return mf

@@ -22,7 +22,8 @@ from broker.filter import (
 )
 from broker.heartbeat import SubscriptionData, build_subscription
 from broker.long_polling import PullRequest, PullRequestHoldService
-from broker.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
+from broker.processor.pull_answer import PullAnswer
+from broker.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, decode_header
@@ -133,7 +134,7 @@ class PullMessageProcessor:
         if hdr is None:
             hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
         cfg = self.config
-        if not is_readable(cfg.broker_permission):
+        if not cfg.broker_permission & PERM_READ:  # (is_readable, inlined: twice per caught-up pull)
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden"
             )
@@ -148,28 +149,27 @@ class PullMessageProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {hdr.consumer_group}"
             )
-        has_commit_offset = bool(hdr.sys_flag & FLAG_COMMIT_OFFSET)
-        has_suspend = bool(hdr.sys_flag & FLAG_SUSPEND)
-        has_subscription = bool(hdr.sys_flag & FLAG_SUBSCRIPTION)
-        suspend_ms = hdr.suspend_timeout_millis if has_suspend else 0
+        sys_flag = hdr.sys_flag
+        topic = hdr.topic
+        queue_id = hdr.queue_id
 
-        tc = self.topic_configs.select_topic_config(hdr.topic)
+        tc = self.topic_configs.select_topic_config(topic)
         if tc is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{hdr.topic}] not exist, apply first please! "
                 "See http://rocketmq.apache.org/docs/faq/ for further details.",
             )
-        if not is_readable(tc.perm):
+        if not tc.perm & PERM_READ:
             return request.response(ResponseCode.NO_PERMISSION, f"the topic[{hdr.topic}] pulling message is forbidden")
-        if hdr.queue_id < 0 or hdr.queue_id >= tc.read_queue_nums:
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{hdr.queue_id}] is illegal, topic:[{hdr.topic}] "
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.remote_addr}]",
             )
 
-        if has_subscription:
+        if sys_flag & FLAG_SUBSCRIPTION:
             try:
                 subscription = self._parse_subscription(
                     hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version
@@ -203,16 +203,17 @@ class PullMessageProcessor:
             return message_filter
 
         result = self.store.get_message(
-            hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
+            hdr.consumer_group, topic, queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
         )
         status = result.status
         code = _STATUS_CODE.get(status)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
-            timeout = suspend_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
+        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and sys_flag & FLAG_SUSPEND:
+            timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+            # positional: a slotted dataclass builds about twice as fast that way (deadline handle None, header)
             pr = PullRequest(
-                request, channel, hdr.topic, hdr.queue_id, hdr.queue_offset, subscription, message_filter, header=hdr
+                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, None, hdr
             )
             assert self.hold_service is not None, "the controller attaches the hold service at construction"
             self.hold_service.suspend(pr, timeout)
@@ -220,10 +221,8 @@ class PullMessageProcessor:
         else:
             response = self._answer(request, hdr, code, status, result)
 
-        if broker_allow_suspend and has_commit_offset and cfg.broker_role != "SLAVE":
-            self.offsets.commit_offset(
-                hdr.consumer_group, hdr.topic, hdr.queue_id, hdr.commit_offset, channel.remote_addr
-            )
+        if broker_allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and cfg.broker_role != "SLAVE":
+            self.offsets.commit_offset(hdr.consumer_group, topic, queue_id, hdr.commit_offset, channel.remote_addr)
         return response
 
     def _answer(
@@ -234,17 +233,14 @@ class PullMessageProcessor:
         status: GetMessageStatus,
         result: GetMessageResult,
     ) -> RemotingCommand:
-        """The response to a pull that is not parked (a parked one builds none)."""
-        ext = {
-            "suggestWhichBrokerId": "0",
-            "nextBeginOffset": str(result.next_begin_offset),
-            "minOffset": str(result.min_offset),
-            "maxOffset": str(result.max_offset),
-        }
+        """The response to a pull that is not parked (a parked one builds none): a ``PullAnswer``, whose ROCKETMQ
+        header (the benchmark Consumer's) is written from pre-encoded parts."""
         if code == ResponseCode.SUCCESS:
             body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
             self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
-            return request.response(code, _REMARK[status], ext_fields=ext, body=body)
+            return PullAnswer.answer(
+                request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset, body
+            )
         if code == ResponseCode.PULL_OFFSET_MOVED:
             log.info(
                 "pull offset moved",
@@ -257,7 +253,9 @@ class PullMessageProcessor:
                 max_offset=result.max_offset,
                 status=status.name,
             )
-        return request.response(code, _REMARK[status], ext_fields=ext)
+        return PullAnswer.answer(
+            request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset
+        )
 
     def _build_filter(self, request: RemotingCommand, subscription, topic: str):
         if self.config.filter_support_retry and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -315,10 +313,31 @@ class PullMessageProcessor:
         return lookup
 
 
-def wake_in_loop(processor: PullMessageProcessor):
+def wake_in_loop(processor: PullMessageProcessor) -> Callable[[PullRequest], None]:
     """The wake callback for the hold service: defer to the loop so arrival paths never re-enter pulls."""
+    return _WakeBatch(processor).wake
 
-    def wake(pr: PullRequest) -> None:
-        asyncio.get_running_loop().call_soon(processor.execute_request_when_wakeup, pr)
 
-    return wake
+class _WakeBatch:
+    """Pulls woken in one loop iteration, re-run together in one callback of the next (in the order they woke):
+    one ``call_soon`` handle per iteration instead of one per woken pull (the arrivals of one read's group of
+    sends wake the pulls of every queue they touch, and each deadline timer wakes its own)."""
+
+    def __init__(self, processor: PullMessageProcessor) -> None:
+        self._processor = processor
+        self._pending: list[PullRequest] = []
+
+    def wake(self, pr: PullRequest) -> None:
+        pending = self._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._run)
+        pending.append(pr)
+
+    def _run(self) -> None:
+        pending, self._pending = self._pending, []
+        run = self._processor.execute_request_when_wakeup
+        for pr in pending:
+            try:
+                run(pr)
+            except Exception:  # one pull's failed write must not cost the others their answers
+                log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)

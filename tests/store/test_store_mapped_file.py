@@ -122,3 +122,37 @@ def test_delete_expired_by_time_keeps_the_last_file(tmp_path):
     assert q.delete_expired_file_by_time(3_600_000 * 2, now_ms, False) == 0
     assert q.delete_expired_file_by_time(1000, now_ms, False) == 2
     assert [f.file_from_offset for f in q.mapped_files] == [2048]
+
+
+def _find_as_before(q: MappedFileQueue, offset: int, return_first: bool) -> MappedFile | None:
+    """The lookup as it was written before its shortcut: range check, index, then a search for holes."""
+    files = q.mapped_files
+    if not files:
+        return None
+    first, size = files[0], q.mapped_file_size
+    if first.file_from_offset <= offset < files[-1].file_from_offset + size:
+        index = offset // size - first.file_from_offset // size
+        if 0 <= index < len(files):
+            candidate = files[index]
+            if candidate.file_from_offset <= offset < candidate.file_from_offset + size:
+                return candidate
+        for mf in files:
+            if mf.file_from_offset <= offset < mf.file_from_offset + size:
+                return mf
+    return first if return_first else None
+
+
+def test_lookup_finds_what_the_checked_search_finds(tmp_path):
+    """Every offset around six files, after the head was deleted and with a hole in the middle: the same file (or
+    None / the first) as the range-checked lookup."""
+    q = MappedFileQueue(str(tmp_path / "q"), 1024)
+    assert q.find_mapped_file_by_offset(0) is None and q.find_mapped_file_by_offset(0, True) is None
+    for _ in range(6):
+        q.get_last_mapped_file(0).append(b"w" * 1024)
+    q.mapped_files.pop(0)  # the head deleted: files start at 1024
+    offsets = range(-1, 6 * 1024 + 40, 7)
+    for files in (list(q.mapped_files), [f for f in q.mapped_files if f.file_from_offset != 3072]):  # then a hole
+        q.mapped_files = files
+        for offset in offsets:
+            for return_first in (False, True):
+                assert q.find_mapped_file_by_offset(offset, return_first) is _find_as_before(q, offset, return_first)

@@ -139,3 +139,78 @@ async def test_drain_pull_in_one_file_cuts_its_records_without_a_walk(store_fact
         phy, size, _ = cq.get_entry(queue_offset)
         assert bytes(record) == bytes(select(mf, phy - mf.file_from_offset, size))
     assert r.buffer_total_size == sum(len(b) for b in r.buffers)
+
+
+def _full_answer(r):
+    return (*_answer(r), r.buffer_total_size, r.suggest_pulling_from_slave, r.min_offset, r.max_offset)
+
+
+async def test_one_entry_pull_answers_as_the_walk(store_factory, monkeypatch):
+    """A match-everything pull that finds one entry (a consumer keeping up with its producer) takes its record with
+    one select(): the same answer as the walk, including the transfer accounting and the slave suggestion, for the
+    last entry of a queue file and of the queue, a pull of 1 anywhere, and records removed with their file."""
+    s = await store_factory()
+    await _fill(s, 250, b"c" * 1500)
+    mfq = s.commit_log.mapped_file_queue
+    mfq._delete_head(mfq.mapped_files[:3])
+    reader = s.reader
+    taken: list[int] = []
+    take_one = type(reader)._take_one
+
+    def spy(self, entries, offset, result):
+        found = take_one(self, entries, offset, result)
+        if found is not None:
+            taken.append(offset)
+        return found
+
+    cases = [(offset, max_nums) for offset in (0, 30, 68, 99, 150, 199, 249) for max_nums in (1, 32)]
+    for offset, max_nums in cases:
+        monkeypatch.setattr(type(reader), "_take_one", lambda self, entries, offset, result: None)
+        walked = s.get_message("g", "T", 0, offset, max_nums)
+        monkeypatch.setattr(type(reader), "_take_one", spy)
+        fast = s.get_message("g", "T", 0, offset, max_nums)
+        assert _full_answer(fast) == _full_answer(walked), (offset, max_nums)
+    # taken for a readable record alone in its pull; the records of the three removed 64 KiB files (the first ~130
+    # messages: 0-99 here) go to the walk, which answers MESSAGE_WAS_REMOVING or skips on to the next file
+    assert set(taken) == {150, 199, 249}
+    assert s.stats.get_transferred > 0
+
+
+async def test_few_entries_pull_answers_as_the_walk(store_factory, config_factory, monkeypatch):
+    """A match-everything pull that finds 2-7 entries takes them from one span (as `_take_all` does): the same
+    answer as the walk for pulls of 2-7, at queue-file and queue ends, across commit-log files (two queues
+    interleaved), for removed records and when the transfer limits cut the pull."""
+    cfg = config_factory(max_transfer_bytes_on_message_in_memory=3 * 1600, max_transfer_count_on_message_in_memory=5)
+    s = await store_factory(cfg)
+    for n in range(300):
+        msg = make_msg(body=bytes([65 + n % 26]) * (1400 + 13 * (n % 7)), queue_id=n % 2)
+        assert (await s.put_message(msg)).status == PutMessageStatus.PUT_OK
+    mfq = s.commit_log.mapped_file_queue
+    mfq._delete_head(mfq.mapped_files[:2])
+    reader_cls = type(s.reader)
+    taken: list[tuple[int, int]] = []
+    take_few = reader_cls._take_few
+
+    def spy(self, entries, offset, result):
+        found = take_few(self, entries, offset, result)
+        if found is not None:
+            taken.append((offset, result.message_count))
+        return found
+
+    def nothing(self, entries, offset, result):
+        return None
+
+    for offset in (0, 40, 60, 95, 97, 120, 146, 148):
+        for max_nums in (2, 3, 5, 7):
+            monkeypatch.setattr(reader_cls, "_take_few", nothing)
+            monkeypatch.setattr(reader_cls, "_take_one", nothing)
+            walked = s.get_message("g", "T", 0, offset, max_nums)
+            monkeypatch.setattr(reader_cls, "_take_few", spy)
+            fast = s.get_message("g", "T", 0, offset, max_nums)
+            assert _full_answer(fast) == _full_answer(walked), (offset, max_nums)
+    # taken where the records are readable and within the limits (at most 3 records' bytes): pulls of 2 and 3, the
+    # last two entries of the queue (148), the 3 left before the queue file's end (97, asked 3-7); a pull of 5 from
+    # 60 is past the byte limit, records 0-40 were removed, and 146's two records lie in two commit-log files
+    assert {(60, 2), (60, 3), (95, 3), (97, 3), (120, 3), (148, 2)} <= set(taken)
+    assert max(count for _, count in taken) == 3
+    assert not [t for t in taken if t[0] in (0, 40, 146)]

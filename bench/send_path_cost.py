@@ -171,7 +171,8 @@ _SERIALIZE = {
 
 
 class _Channel:
-    """What dispatch and the processors need of a connection; answers are encoded, as a real one would."""
+    """What dispatch and the processors need of a connection; answers are encoded, as a real one would. (Not
+    remoting.offline_channel's: this script measures other checkouts too, older ones without that module.)"""
 
     remote_addr = "127.0.0.1:40000"
 
@@ -195,6 +196,12 @@ class _Channel:
 
     def request_finished(self) -> None:
         self.inflight -= 1
+
+    def requests_started(self, count: int) -> None:
+        self.inflight += count
+
+    def requests_finished(self, count: int) -> None:
+        self.inflight -= count
 
 
 def child(args: argparse.Namespace) -> int:

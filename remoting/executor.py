@@ -150,13 +150,7 @@ class RequestGroup:
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
-            channel = self.channel
-            release_all = getattr(channel, "requests_finished", None)  # (a stand-in channel may lack it)
-            if release_all is not None:
-                release_all(len(self.requests))
-                return
-            for _ in self.requests:
-                channel.request_finished()
+            self.channel.requests_finished(len(self.requests))
 
     async def run(self) -> None:
         """Run the group and write each answer (in request order). Never raises (except cancellation)."""
@@ -195,24 +189,20 @@ class RequestGroup:
                 failed_response(channel, request, response) if isinstance(response, Exception) else response
                 for request, response in zip(requests, responses)
             ]
-        send_many = getattr(channel, "send_many", None)
         answers: list[RemotingCommand] = []
-        if send_many is not None:
-            try:
-                for request, response in zip(requests, responses):
-                    if response is not None and not request.flag & FLAG_ONEWAY:
-                        response.opaque = request.opaque
-                        response.flag |= FLAG_RESPONSE
-                        answers.append(response)
-            except Exception:  # noqa: BLE001 - an answer that is not a command: write_response logs it below
-                send_many = None
-        if send_many is None:
+        try:
+            for request, response in zip(requests, responses):
+                if response is not None and not request.flag & FLAG_ONEWAY:
+                    response.opaque = request.opaque
+                    response.flag |= FLAG_RESPONSE
+                    answers.append(response)
+        except Exception:  # noqa: BLE001 - an answer that is not a command: write_response logs it, one by one
             for request, response in zip(requests, responses):
                 if response is not None and not request.flag & FLAG_ONEWAY:
                     write_response(channel, request, response)
             return
         if answers:
-            for i, exc in send_many(answers):
+            for i, exc in channel.send_many(answers):
                 unwritten = answers[i]
                 _log_unwritable(channel, next(q for q, a in zip(requests, responses) if a is unwritten), exc)
 

@@ -291,12 +291,7 @@ class RemotingServer:
                 requests = kept
                 if not requests:
                     return
-        started = getattr(channel, "requests_started", None)  # (a stand-in channel may lack it)
-        if started is not None:
-            started(len(requests))
-        else:
-            for _ in requests:
-                channel.request_started()
+        channel.requests_started(len(requests))
         route.executor.run_now(RequestGroup(channel, requests, route.processor, self._hook), len(requests))
 
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None:

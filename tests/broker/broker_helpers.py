@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from broker.controller import BrokerController
 from broker.testing.in_loop import start_in_loop
@@ -11,6 +10,7 @@ from broker.testing.ports import free_port  # noqa: F401 - tests take it from he
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader, encode_header
+from remoting.offline_channel import OfflineChannel
 from store.message import encode_properties
 
 
@@ -26,19 +26,15 @@ async def start_broker(tmp_path, **overrides) -> BrokerController:
     return await start_in_loop(tmp_path / "store", **(small | overrides))
 
 
-@dataclass
-class FakeChannel:
+class FakeChannel(OfflineChannel):
     """Stands in for a remoting Channel where a test only needs what was sent back."""
 
-    sent: list = field(default_factory=list)
-    remote_addr: str = "127.0.0.1:1"
-    finished: int = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list = []
 
     def send(self, cmd):
         self.sent.append(cmd)
-
-    def request_finished(self):
-        self.finished += 1
 
 
 class Clock:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from remoting.command import RemotingCommand
 from remoting.executor import RequestTask
+from remoting.offline_channel import OfflineChannel
 
 
 class FnProcessor:
@@ -44,20 +45,15 @@ async def expect_silence(reader: asyncio.StreamReader, seconds: float = 0.3) -> 
     raise AssertionError(f"expected no response, got {data!r}")
 
 
-class FakeChannel:
-    """What an executor needs of a connection: it records the answers and the finished requests."""
-
-    remote_addr = "127.0.0.1:1"
+class FakeChannel(OfflineChannel):
+    """What an executor needs of a connection: it records the answers (and counts the finished requests)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent: list[RemotingCommand] = []
-        self.finished = 0
 
     def send(self, cmd: RemotingCommand) -> None:
         self.sent.append(cmd)
-
-    def request_finished(self) -> None:
-        self.finished += 1
 
 
 def task(channel, opaque, processor=None, create_ms=0, oneway=False) -> RequestTask:

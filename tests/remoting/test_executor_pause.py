@@ -6,19 +6,16 @@ import asyncio
 
 from remoting.command import RemotingCommand
 from remoting.executor import RequestExecutor, RequestTask
+from remoting.offline_channel import OfflineChannel
 
 
-class _Channel:
-    remote_addr = "127.0.0.1:1"
-
+class _Channel(OfflineChannel):
     def __init__(self):
+        super().__init__()
         self.sent = []
 
     def send(self, cmd):
         self.sent.append(cmd)
-
-    def request_finished(self):
-        pass
 
 
 class _Processor:

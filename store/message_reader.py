@@ -10,7 +10,7 @@ carries the key. Reads return views into the mapped files, never copies.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import add
 from typing import Any
 
@@ -270,39 +270,11 @@ class MessageReader:
         entries) and stops there. Anything else returns None and the walk handles it, with the same answer."""
         phys = entries["offset"].tolist()  # two column conversions cost a third of one of the structured rows
         sizes = entries["size"].tolist()
-        n = len(phys)
+        if min(sizes) <= 0:
+            return None
         ends = list(map(add, phys, sizes))
-        lo = min(phys)  # the entries of one queue ascend; min and max keep the span check right if they did not
-        hi = max(ends)
-        total = sum(sizes)
-        cfg = self.config
-        commit_log = self.commit_log
-        max_phy = commit_log.get_max_offset()
-        memory = self._total_memory * cfg.access_message_in_memory_max_ratio // 100
-        if (
-            min(sizes) <= 0
-            or max_phy - lo > memory  # a record on disk: the disk limits apply to it
-            or (
-                n > 1
-                and (
-                    n > cfg.max_transfer_count_on_message_in_memory
-                    or total > cfg.max_transfer_bytes_on_message_in_memory
-                )
-            )
-        ):
-            return None
-        mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(lo)
-        span = mf.select(lo - mf.file_from_offset, hi - lo) if mf is not None else None  # readable and open
-        if span is None:
-            return None
-        # a comprehension: map(span.__getitem__, map(slice, ...)) measured twice as slow
-        result.buffers = [span[a - lo : b - lo] for a, b in zip(phys, ends)]
-        result.msg_queue_offsets = list(range(offset, offset + n))
-        result.message_count = n
-        result.buffer_total_size = total
-        self.stats.get_transferred += n
-        result.suggest_pulling_from_slave = max_phy - phys[-1] > memory
-        return GetMessageStatus.FOUND, offset + n
+        # the entries of one queue ascend; min and max keep the span check right if they did not
+        return self._take_span(result, offset, zip(phys, ends), len(phys), sum(sizes), min(phys), max(ends), phys[-1])
 
     def _take_one(self, entries: Any, offset: int, result: GetMessageResult) -> tuple[GetMessageStatus, int] | None:
         """`_read_queue`'s walk over the one entry a match-everything pull found (a consumer that keeps up with its
@@ -335,32 +307,49 @@ class MessageReader:
         rows = entries.tolist()
         lo = end = rows[0][0]
         total = 0
+        bounds = []
         for phy, size, _tags in rows:
             if size <= 0 or phy < end:
                 return None
             end = phy + size
             total += size
-        n = len(rows)
+            bounds.append((phy, end))
+        return self._take_span(result, offset, bounds, len(rows), total, lo, end, rows[-1][0])
+
+    def _take_span(
+        self,
+        result: GetMessageResult,
+        offset: int,
+        bounds: Iterable[tuple[int, int]],
+        n: int,
+        total: int,
+        lo: int,
+        end: int,
+        last_phy: int,
+    ) -> tuple[GetMessageStatus, int] | None:
+        """What `_take_all` and `_take_few` share once their entries are read: the walk's limits (a record on disk,
+        or more than the in-memory transfer limits past the first record, goes to the walk), then every record
+        cut from one `select()` of the commit-log span ``lo``..``end`` (start and end of each in ``bounds``)."""
         cfg = self.config
         commit_log = self.commit_log
         max_phy = commit_log.get_max_offset()
         memory = self._total_memory * cfg.access_message_in_memory_max_ratio // 100
-        if (
-            max_phy - lo > memory  # a record on disk: the disk limits apply to it
-            or n > cfg.max_transfer_count_on_message_in_memory
-            or total > cfg.max_transfer_bytes_on_message_in_memory
+        if max_phy - lo > memory or (  # a record on disk: the disk limits apply to it
+            n > 1
+            and (n > cfg.max_transfer_count_on_message_in_memory or total > cfg.max_transfer_bytes_on_message_in_memory)
         ):
             return None
         mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(lo)
         span = mf.select(lo - mf.file_from_offset, end - lo) if mf is not None else None  # readable and open
         if span is None:
             return None
-        result.buffers = [span[phy - lo : phy - lo + size] for phy, size, _tags in rows]
+        # a comprehension: map(span.__getitem__, map(slice, ...)) measured twice as slow
+        result.buffers = [span[a - lo : b - lo] for a, b in bounds]
         result.msg_queue_offsets = list(range(offset, offset + n))
         result.message_count = n
         result.buffer_total_size = total
         self.stats.get_transferred += n
-        result.suggest_pulling_from_slave = max_phy - rows[-1][0] > memory
+        result.suggest_pulling_from_slave = max_phy - last_phy > memory
         return GetMessageStatus.FOUND, offset + n
 
     def _ensure_readable(self, what: str) -> None:

@@ -40,6 +40,7 @@ from remoting.headers import (
     decode_header,
     decode_send_message_v2,
 )
+from remoting.send_answer import SendResultAnswer, SendResultTemplate
 from store.message import (
     COMPRESSED_FLAG,
     TRANSACTION_PREPARED_TYPE,
@@ -198,6 +199,17 @@ class SendMessageProcessor:
         self.store_host = store_host
         self.now_ms = now_ms
         self._valid_topics: set[str] = set()
+        self._template = SendResultTemplate(config.region_id, "true" if config.trace_on else "false")
+
+    def _answer_template(self) -> SendResultTemplate:
+        """The SEND answers' template for the broker's MSG_REGION and TRACE_ON now (both may be changed at run
+        time by updateBrokerConfig: checked once per group, remade when they differ)."""
+        cfg = self.config
+        trace_on = "true" if cfg.trace_on else "false"
+        template = self._template
+        if not template.matches(cfg.region_id, trace_on):
+            template = self._template = SendResultTemplate(cfg.region_id, trace_on)
+        return template
 
     def reject_request(self) -> bool:
         # Upstream: page cache busy or no free buffer in the transient store pool. The server calls this
@@ -291,25 +303,20 @@ class SendMessageProcessor:
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
             return
-        cfg = self.config
-        region = cfg.region_id
-        trace_on = "true" if cfg.trace_on else "false"
+        template = self._answer_template()
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
             if result.status is _PUT_OK:  # (the common answer, unrolled from _put_result_to_response)
                 ar = result.append_result
                 topic = msg.topic
-                responses[i] = request.response(
+                responses[i] = SendResultAnswer(
+                    template,
+                    request,
                     _SUCCESS,
-                    None,
-                    {
-                        "msgId": ar.msg_id,
-                        "queueId": str(msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id),
-                        "queueOffset": str(ar.logics_offset),
-                        "MSG_REGION": region,
-                        "TRACE_ON": trace_on,
-                    },
+                    ar.msg_id,
+                    msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id,
+                    ar.logics_offset,
                 )
                 if topic != run_topic:
                     if run_msgs:
@@ -591,16 +598,16 @@ class SendMessageProcessor:
         code = _STORED_CODES.get(status)
         if code is not None:
             ar = result.append_result
-            cfg = self.config
-            ext = {
-                "msgId": ar.msg_id,  # (comma-joined for a batch)
-                "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
-                "queueOffset": str(ar.logics_offset),
-                "MSG_REGION": cfg.region_id,
-                "TRACE_ON": "true" if cfg.trace_on else "false",
-            }
             self.stats.on_put(msg.topic, ar.msg_num or 1, ar.wrote_bytes)
-            return request.response(code, None, ext)
+            # (msgId is comma-joined for a batch)
+            return SendResultAnswer(
+                self._answer_template(),
+                request,
+                code,
+                ar.msg_id,
+                msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id,
+                ar.logics_offset,
+            )
         if status == PutMessageStatus.OS_PAGECACHE_BUSY:
             self.stats.on_busy("PC_SYNCHRONIZED")
             return request.response(ResponseCode.SYSTEM_ERROR, PC_SYNCHRONIZED)

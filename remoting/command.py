@@ -175,16 +175,22 @@ _LAYOUTS_MAX = 256  # lengths remembered; a peer sending ever new lengths costs 
 _LAYOUTS_PER_LENGTH = 4  # requests of other kinds may share a length: each keeps its layout
 
 
-def _binary_ext_layout(header: bytes, pos: int, end: int) -> dict[str, str] | None:
-    """The extFields ``header[pos:end]`` read by a layout learned for their length, when they match one (see
-    ``_ExtLayout``); else None, and ``_binary_ext_fast`` reads them."""
+def _match_layout(header: bytes, pos: int, end: int) -> tuple[_ExtLayout, tuple[str, ...]] | None:
+    """A layout learned for the length of the extFields ``header[pos:end]`` that they match (see ``_ExtLayout``),
+    and their values in its order; else None, and ``_binary_ext_fast`` reads them."""
     for layout in _LAYOUTS.get(end - pos, ()):
         if layout.pos == pos and layout.unpack(header, pos) == layout.expected:
             values = layout.values(header.decode("latin-1"))
             if not "".join(values).isascii():
                 return None
-            return dict(zip(layout.keys, values))
+            return layout, values
     return None
+
+
+def _binary_ext_layout(header: bytes, pos: int, end: int) -> dict[str, str] | None:
+    """The extFields as the matching layout reads them (None: no layout matches)."""
+    match = _match_layout(header, pos, end)
+    return None if match is None else dict(zip(match[0].keys, match[1]))
 
 
 def _learn_layout(ext: dict[str, str], pos: int, end: int) -> None:
@@ -266,6 +272,11 @@ class RemotingCommand:
     language: str = "JAVA"
     version: int = DEFAULT_VERSION
     serialize_type: int = _JSON  # SerializeType
+    # A ROCKETMQ request whose extFields a learned layout read: that layout and the values in its order, so that a
+    # processor may decode its header from them without the map (``remoting.headers.decode_send_message_v2_values``).
+    # What was decoded: whoever changes ``ext_fields`` of a decoded request sets these to None.
+    ext_layout: _ExtLayout | None = field(default=None, compare=False, repr=False)
+    ext_values: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -472,9 +483,13 @@ class RemotingCommand:
             if elen < 0 or pos + elen > n:
                 raise RemotingCommandError(f"ROCKETMQ header: extFields length {elen} out of bounds")
             end = pos + elen
-            ext = _binary_ext_layout(header, pos, end) if elen else {}
-            if ext is None:
-                ext = _binary_ext_fast(header, pos, end)
+            match = _match_layout(header, pos, end) if elen else None
+            if match is not None:
+                layout, values = match
+                ext = dict(zip(layout.keys, values))
+            else:
+                layout = values = None
+                ext = _binary_ext_fast(header, pos, end) if elen else {}
                 if ext is None:
                     ext = _binary_ext(header, pos, end)
                 elif len(ext) > 1:
@@ -488,4 +503,16 @@ class RemotingCommand:
             exc.flag = flag
             exc.serialize_type = _ROCKETMQ
             raise
-        return cls(code, opaque, flag, remark, ext, None, _LANG_BY_NUMBER.get(lang, "OTHER"), version, _ROCKETMQ)
+        return cls(
+            code,
+            opaque,
+            flag,
+            remark,
+            ext,
+            None,
+            _LANG_BY_NUMBER.get(lang, "OTHER"),
+            version,
+            _ROCKETMQ,
+            layout,
+            values,
+        )

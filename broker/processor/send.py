@@ -41,6 +41,7 @@ from remoting.headers import (
     decode_send_message_v2,
 )
 from remoting.send_answer import SendResultAnswer, SendResultTemplate
+from remoting.send_header import decode_send_message_v2_values
 from store.message import (
     COMPRESSED_FLAG,
     TRANSACTION_PREPARED_TYPE,
@@ -342,12 +343,14 @@ class SendMessageProcessor:
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:
-        ext = request.ext_fields
-        return (
-            decode_header(SendMessageRequestHeader, ext)
-            if request.code == _SEND_MESSAGE
-            else decode_send_message_v2(ext)
-        )
+        if request.code == _SEND_MESSAGE:
+            return decode_header(SendMessageRequestHeader, request.ext_fields)
+        layout = request.ext_layout
+        if layout is not None:  # a ROCKETMQ header read by a learned layout: straight from its values
+            hdr = decode_send_message_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
+            if hdr is not None:
+                return hdr
+        return decode_send_message_v2(request.ext_fields)
 
     @staticmethod
     def _is_batch(request: RemotingCommand, hdr: SendMessageRequestHeader) -> bool:

@@ -132,12 +132,12 @@ def test_a_key_length_negative_as_int16_is_refused_by_both(klen: int) -> None:
 
 def _checked_binary(frame: bytes):
     """RemotingCommand.decode of a ROCKETMQ frame with the fast extFields paths (layout, no checks) switched off."""
-    fast, layout = cmdmod._binary_ext_fast, cmdmod._binary_ext_layout
-    cmdmod._binary_ext_fast = cmdmod._binary_ext_layout = lambda header, pos, end: None
+    fast, layout = cmdmod._binary_ext_fast, cmdmod._match_layout
+    cmdmod._binary_ext_fast = cmdmod._match_layout = lambda header, pos, end: None
     try:
         return RemotingCommand.decode(frame)
     finally:
-        cmdmod._binary_ext_fast, cmdmod._binary_ext_layout = fast, layout
+        cmdmod._binary_ext_fast, cmdmod._match_layout = fast, layout
 
 
 def _java_v2_frame(queue_id: str = "0", uniq: str = "7F0000014E2A18B4AAC27D2F6B9E0000", remark: bytes = b"") -> bytes:

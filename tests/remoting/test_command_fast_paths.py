@@ -184,6 +184,8 @@ def test_a_layout_is_only_used_where_it_reads_what_the_checked_path_reads() -> N
         keys = rng.sample([b"a", b"b", b"queueId", b"topic", b"k" * 40, b"m"], rng.randrange(2, 6))
         fields = [(k, bytes(rng.choice(b"0123456789abc") for _ in range(rng.randrange(0, 9)))) for k in keys]
         base = _ext_bytes(fields)
+        cmdmod._LAYOUTS.clear()  # (a length keeps the first layouts learned for it: start afresh for each base)
+        cmdmod._LAYOUT_MISSES.clear()
         for _ in range(2):  # teach it
             RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(_rocketmq_header(base))) + _rocketmq_header(base))
         for _ in range(20):
@@ -200,9 +202,8 @@ def test_a_layout_is_only_used_where_it_reads_what_the_checked_path_reads() -> N
                 swapped = list(fields)
                 swapped[a], swapped[b] = swapped[b], swapped[a]
                 ext = bytearray(_ext_bytes(swapped))
-            elif roll < 0.7:  # one value byte not ASCII
-                value_ends = [i for i in range(len(ext))]
-                ext[rng.choice(value_ends)] = rng.randrange(0x80, 0x100)
+            elif roll < 0.7:  # one byte not ASCII (a value's, often)
+                ext[rng.randrange(len(ext))] = rng.randrange(0x80, 0x100)
             header = _rocketmq_header(bytes(ext), b"r" if rng.random() < 0.1 else b"")
             frame = struct.pack(">I", (1 << 24) | len(header)) + header
             start = len(header) - len(ext)
@@ -226,3 +227,17 @@ def test_the_layout_tables_stay_bounded() -> None:
             header = _rocketmq_header(ext)
             RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(header)) + header)
     assert all(len(layouts) <= cmdmod._LAYOUTS_PER_LENGTH for layouts in cmdmod._LAYOUTS.values())
+
+
+def test_a_length_whose_layout_keeps_changing_stops_being_learned(monkeypatch) -> None:
+    """Learning a layout costs more than reading the fields: requests of one length with a new layout each time
+    are learned a few times, then read by ``_binary_ext_fast`` alone (to the same map)."""
+    learned = []
+    real = cmdmod._ExtLayout
+    monkeypatch.setattr(cmdmod, "_ExtLayout", lambda ext, pos: learned.append(ext) or real(ext, pos))
+    for n in range(200):
+        fields = [(b"a", b"x" * (n % 40)), (b"b", b"y" * (40 - n % 40))]
+        header = _rocketmq_header(_ext_bytes(fields))
+        cmd = RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(header)) + header)
+        assert cmd.ext_fields == {"a": "x" * (n % 40), "b": "y" * (40 - n % 40)}
+    assert len(learned) == cmdmod._LAYOUTS_PER_LENGTH

@@ -11,6 +11,7 @@ values are always strings: C silently reads a non-string as 0 and G cannot decod
 
 from __future__ import annotations
 
+import operator
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +137,82 @@ def _binary_ext_fast(header: bytes, pos: int, end: int) -> dict[str, str] | None
     return ext
 
 
+class _ExtLayout:
+    """The byte layout of one extFields seen before: where each field starts, its key and its value's length.
+
+    A client sends the same fields in the same order with values of the same lengths request after request (the
+    benchmark Producer's SEND_MESSAGE_V2: 14 one-letter fields, only queue id, timestamp and UNIQ_KEY change), so
+    the next request of that length is read with one ``struct`` call that checks every key length, key and value
+    length against this layout (its values skipped) and one ``itemgetter`` of the values' slices, instead of
+    ~50 bytecodes a field. A layout is only learned from a map ``_binary_ext_fast`` decoded (every key distinct,
+    every key and value ASCII), so a header whose skeleton matches it and whose values are ASCII is the one the
+    fast loop would read the same way: same fields, same slices."""
+
+    __slots__ = ("pos", "keys", "expected", "unpack", "values")
+
+    def __init__(self, ext: dict[str, str], pos: int) -> None:
+        fmt = [">"]
+        expected: list[object] = []
+        slices = []
+        at = pos
+        for key, value in ext.items():
+            kb = key.encode()
+            fmt.append(f"H{len(kb)}sI{len(value)}x")
+            expected += (len(kb), kb, len(value))
+            at += 6 + len(kb)
+            slices.append(slice(at, at + len(value)))
+            at += len(value)
+        self.pos = pos
+        self.keys = tuple(ext)
+        self.expected = tuple(expected)
+        self.unpack = struct.Struct("".join(fmt)).unpack_from
+        self.values = operator.itemgetter(*slices)  # (two fields at least: one would give the value, not a tuple)
+
+
+_LAYOUTS: dict[int, tuple[_ExtLayout, ...]] = {}  # extFields length → the layouts learned for it, oldest first
+_LAYOUT_MISSES: set[int] = set()  # lengths that missed once since their last layout was learned
+_LAYOUTS_MAX = 256  # lengths remembered; a peer sending ever new lengths costs a cleared table now and then
+_LAYOUTS_PER_LENGTH = 4  # requests of other kinds may share a length: the first ones learned keep theirs
+
+
+def _match_layout(header: bytes, pos: int, end: int) -> tuple[_ExtLayout, tuple[str, ...]] | None:
+    """A layout learned for the length of the extFields ``header[pos:end]`` that they match (see ``_ExtLayout``),
+    and their values in its order; else None, and ``_binary_ext_fast`` reads them."""
+    for layout in _LAYOUTS.get(end - pos, ()):
+        if layout.pos == pos and layout.unpack(header, pos) == layout.expected:
+            values = layout.values(header.decode("latin-1"))
+            if not "".join(values).isascii():
+                return None
+            return layout, values
+    return None
+
+
+def _binary_ext_layout(header: bytes, pos: int, end: int) -> dict[str, str] | None:
+    """The extFields as the matching layout reads them (None: no layout matches)."""
+    match = _match_layout(header, pos, end)
+    return None if match is None else dict(zip(match[0].keys, match[1]))
+
+
+def _learn_layout(ext: dict[str, str], pos: int, end: int) -> None:
+    """Remember the layout of extFields that ``_binary_ext_fast`` decoded and no layout matched, the second time
+    their length misses (a length seen once may never come back: no struct compiled for it). A length keeps the
+    first few layouts learned for it until the table is cleared: requests of one length whose layout changes every
+    time (learning one costs ~10 µs, a read ~6 µs) stop being learned instead of being learned every other time."""
+    elen = end - pos
+    known = _LAYOUTS.get(elen, ())
+    if len(known) >= _LAYOUTS_PER_LENGTH:
+        return
+    if elen not in _LAYOUT_MISSES:
+        if len(_LAYOUT_MISSES) >= _LAYOUTS_MAX:
+            _LAYOUT_MISSES.clear()
+        _LAYOUT_MISSES.add(elen)
+        return
+    _LAYOUT_MISSES.discard(elen)
+    if not known and len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[elen] = (*known, _ExtLayout(ext, pos))
+
+
 def _binary_ext(header: bytes, pos: int, end: int) -> dict[str, str]:
     """The ROCKETMQ extFields field by field: each length checked, non-ASCII text decoded as UTF-8 (the
     wire's encoding). Raises RemotingCommandError naming the first bad field, or UnicodeDecodeError."""
@@ -199,6 +276,11 @@ class RemotingCommand:
     language: str = "JAVA"
     version: int = DEFAULT_VERSION
     serialize_type: int = _JSON  # SerializeType
+    # A ROCKETMQ request whose extFields a learned layout read: that layout and the values in its order, so that a
+    # processor may decode its header from them without the map (``remoting.headers.decode_send_message_v2_values``).
+    # What was decoded: whoever changes ``ext_fields`` of a decoded request sets these to None.
+    ext_layout: _ExtLayout | None = field(default=None, compare=False, repr=False)
+    ext_values: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -405,9 +487,17 @@ class RemotingCommand:
             if elen < 0 or pos + elen > n:
                 raise RemotingCommandError(f"ROCKETMQ header: extFields length {elen} out of bounds")
             end = pos + elen
-            ext = _binary_ext_fast(header, pos, end)
-            if ext is None:
-                ext = _binary_ext(header, pos, end)
+            match = _match_layout(header, pos, end) if elen else None
+            if match is not None:
+                layout, values = match
+                ext = dict(zip(layout.keys, values))
+            else:
+                layout = values = None
+                ext = _binary_ext_fast(header, pos, end) if elen else {}
+                if ext is None:
+                    ext = _binary_ext(header, pos, end)
+                elif len(ext) > 1:
+                    _learn_layout(ext, pos, end)
         except UnicodeDecodeError as exc:
             raise RemotingCommandError(
                 f"ROCKETMQ header: invalid UTF-8: {exc}", opaque=opaque, flag=flag, serialize_type=_ROCKETMQ
@@ -417,4 +507,16 @@ class RemotingCommand:
             exc.flag = flag
             exc.serialize_type = _ROCKETMQ
             raise
-        return cls(code, opaque, flag, remark, ext, None, _LANG_BY_NUMBER.get(lang, "OTHER"), version, _ROCKETMQ)
+        return cls(
+            code,
+            opaque,
+            flag,
+            remark,
+            ext,
+            None,
+            _LANG_BY_NUMBER.get(lang, "OTHER"),
+            version,
+            _ROCKETMQ,
+            layout,
+            values,
+        )

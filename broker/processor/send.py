@@ -40,6 +40,8 @@ from remoting.headers import (
     decode_header,
     decode_send_message_v2,
 )
+from remoting.send_answer import SendResultAnswer, SendResultTemplate
+from remoting.send_header import decode_send_message_v2_values
 from store.message import (
     COMPRESSED_FLAG,
     TRANSACTION_PREPARED_TYPE,
@@ -198,6 +200,17 @@ class SendMessageProcessor:
         self.store_host = store_host
         self.now_ms = now_ms
         self._valid_topics: set[str] = set()
+        self._template = SendResultTemplate(config.region_id, "true" if config.trace_on else "false")
+
+    def _answer_template(self) -> SendResultTemplate:
+        """The SEND answers' template for the broker's MSG_REGION and TRACE_ON now (both may be changed at run
+        time by updateBrokerConfig: checked once per group, remade when they differ)."""
+        cfg = self.config
+        trace_on = "true" if cfg.trace_on else "false"
+        template = self._template
+        if not template.matches(cfg.region_id, trace_on):
+            template = self._template = SendResultTemplate(cfg.region_id, trace_on)
+        return template
 
     def reject_request(self) -> bool:
         # Upstream: page cache busy or no free buffer in the transient store pool. The server calls this
@@ -291,25 +304,20 @@ class SendMessageProcessor:
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
             return
-        cfg = self.config
-        region = cfg.region_id
-        trace_on = "true" if cfg.trace_on else "false"
+        template = self._answer_template()
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
             if result.status is _PUT_OK:  # (the common answer, unrolled from _put_result_to_response)
                 ar = result.append_result
                 topic = msg.topic
-                responses[i] = request.response(
+                responses[i] = SendResultAnswer(
+                    template,
+                    request,
                     _SUCCESS,
-                    None,
-                    {
-                        "msgId": ar.msg_id,
-                        "queueId": str(msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id),
-                        "queueOffset": str(ar.logics_offset),
-                        "MSG_REGION": region,
-                        "TRACE_ON": trace_on,
-                    },
+                    ar.msg_id,
+                    msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id,
+                    ar.logics_offset,
                 )
                 if topic != run_topic:
                     if run_msgs:
@@ -335,12 +343,14 @@ class SendMessageProcessor:
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:
-        ext = request.ext_fields
-        return (
-            decode_header(SendMessageRequestHeader, ext)
-            if request.code == _SEND_MESSAGE
-            else decode_send_message_v2(ext)
-        )
+        if request.code == _SEND_MESSAGE:
+            return decode_header(SendMessageRequestHeader, request.ext_fields)
+        layout = request.ext_layout
+        if layout is not None:  # a ROCKETMQ header read by a learned layout: straight from its values
+            hdr = decode_send_message_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
+            if hdr is not None:
+                return hdr
+        return decode_send_message_v2(request.ext_fields)
 
     @staticmethod
     def _is_batch(request: RemotingCommand, hdr: SendMessageRequestHeader) -> bool:
@@ -591,16 +601,16 @@ class SendMessageProcessor:
         code = _STORED_CODES.get(status)
         if code is not None:
             ar = result.append_result
-            cfg = self.config
-            ext = {
-                "msgId": ar.msg_id,  # (comma-joined for a batch)
-                "queueId": str(msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id),
-                "queueOffset": str(ar.logics_offset),
-                "MSG_REGION": cfg.region_id,
-                "TRACE_ON": "true" if cfg.trace_on else "false",
-            }
             self.stats.on_put(msg.topic, ar.msg_num or 1, ar.wrote_bytes)
-            return request.response(code, None, ext)
+            # (msgId is comma-joined for a batch)
+            return SendResultAnswer(
+                self._answer_template(),
+                request,
+                code,
+                ar.msg_id,
+                msg.queue_id if msg.topic != TRANS_HALF_TOPIC else queue_id,
+                ar.logics_offset,
+            )
         if status == PutMessageStatus.OS_PAGECACHE_BUSY:
             self.stats.on_busy("PC_SYNCHRONIZED")
             return request.response(ResponseCode.SYSTEM_ERROR, PC_SYNCHRONIZED)

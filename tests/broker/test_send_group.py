@@ -169,3 +169,41 @@ async def test_a_group_checks_each_topic_once_and_each_queue_id(broker, monkeypa
     assert [answers[o].code for o in (1, 2, 3, 4, 5, 7, 8, 9)] == [ResponseCode.SUCCESS] * 8
     assert puts == [("OnceA", 5), ("OnceB", 3)]
     assert broker.stats.put_nums["OnceA"] == 5 and broker.stats.put_nums["OnceB"] == 3
+
+
+async def test_send_answers_come_in_the_request_s_serialization_as_the_generic_encode_writes_them(broker) -> None:
+    """A stored send's answer is written from a template (``remoting.send_answer``): a ROCKETMQ request gets a
+    ROCKETMQ answer and a JSON one JSON, in a group and alone, with the bytes the generic encode writes for the
+    same answer; a change of regionId / traceOn shows in the next answers."""
+
+    async def raw_answers(requests):
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.server.port)
+        try:
+            for opaque, request in enumerate(requests, 1):
+                request.opaque = opaque
+            writer.write(b"".join(r.to_bytes() for r in requests))
+            frames = []
+            for _ in requests:
+                (length,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+                frames.append(await asyncio.wait_for(reader.readexactly(length), 5))
+        finally:
+            writer.close()
+        return frames
+
+    for region, trace_on in (("DefaultRegion", True), ('Reg"ión', False)):
+        broker.config.region_id = region
+        broker.config.trace_on = trace_on
+        for serialize_type in (0, 1):
+            for count in (1, 5):  # alone, and a group of one read
+                requests = [send_request("AnswerT", b"m", queue_id=2) for _ in range(count)]
+                for request in requests:
+                    request.serialize_type = serialize_type
+                for frame in await raw_answers(requests):
+                    answer = RemotingCommand.decode(frame)
+                    assert answer.code == ResponseCode.SUCCESS and answer.serialize_type == serialize_type
+                    assert answer.ext_fields["queueId"] == "2" and len(answer.ext_fields["msgId"]) == 32
+                    assert answer.ext_fields["MSG_REGION"] == region
+                    assert answer.ext_fields["TRACE_ON"] == ("true" if trace_on else "false")
+                    generic = RemotingCommand(answer.code, answer.opaque, answer.flag, None, answer.ext_fields)
+                    generic.serialize_type = serialize_type
+                    assert generic.to_bytes()[4:] == frame

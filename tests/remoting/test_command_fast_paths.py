@@ -1,6 +1,7 @@
-"""``RemotingCommand``'s ROCKETMQ extFields fast path gives exactly what its field-by-field path gives, and its
-errors: ``_binary_ext_fast`` reads the extFields without a check per field and returns None whenever
-``_binary_ext`` (a check per field) would decode them differently or fail.
+"""``RemotingCommand``'s ROCKETMQ extFields fast paths give exactly what its field-by-field path gives, and its
+errors: ``_binary_ext_fast`` reads the extFields without a check per field, ``_binary_ext_layout`` by a layout
+learned from an earlier request of the same length, and each returns None whenever ``_binary_ext`` (a check per
+field) would decode them differently or fail.
 
 Each differential test draws thousands of variants, most of them malformed, from a fixed seed.
 """
@@ -74,6 +75,16 @@ def _mutate(rng: random.Random, ext: bytearray) -> None:
         ext += struct.pack(">h", 1) + b"z" + struct.pack(">i", -rng.randrange(1, 9)) + b"v"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_layouts():
+    """Each test starts with no learned layout (the tables are the module's)."""
+    cmdmod._LAYOUTS.clear()
+    cmdmod._LAYOUT_MISSES.clear()
+    yield
+    cmdmod._LAYOUTS.clear()
+    cmdmod._LAYOUT_MISSES.clear()
+
+
 def test_a_java_rocketmq_header_takes_the_fast_path() -> None:
     fields = [(k.encode(), v.encode()) for k, v in {"a": "producer", "b": "Topic", "g": "1764021600123"}.items()]
     ext = _ext_bytes(fields)
@@ -120,10 +131,113 @@ def test_a_key_length_negative_as_int16_is_refused_by_both(klen: int) -> None:
 
 
 def _checked_binary(frame: bytes):
-    """RemotingCommand.decode of a ROCKETMQ frame with the fast extFields path switched off."""
-    fast = cmdmod._binary_ext_fast
-    cmdmod._binary_ext_fast = lambda header, pos, end: None
+    """RemotingCommand.decode of a ROCKETMQ frame with the fast extFields paths (layout, no checks) switched off."""
+    fast, layout = cmdmod._binary_ext_fast, cmdmod._match_layout
+    cmdmod._binary_ext_fast = cmdmod._match_layout = lambda header, pos, end: None
     try:
         return RemotingCommand.decode(frame)
     finally:
-        cmdmod._binary_ext_fast = fast
+        cmdmod._binary_ext_fast, cmdmod._match_layout = fast, layout
+
+
+def _java_v2_frame(queue_id: str = "0", uniq: str = "7F0000014E2A18B4AAC27D2F6B9E0000", remark: bytes = b"") -> bytes:
+    """A SEND_MESSAGE_V2 header as RocketMQ's benchmark Producer sends it (ROCKETMQ, one-letter keys a..n)."""
+    values = {
+        "a": "benchmark_producer",
+        "b": "BenchmarkTest",
+        "c": "TBW102",
+        "d": "4",
+        "e": queue_id,
+        "f": "0",
+        "g": "1764021600123",
+        "h": "0",
+        "i": f"UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02",
+        "j": "0",
+        "k": "false",
+        "l": "16",
+        "m": "false",
+        "n": "broker-a",
+    }
+    header = _rocketmq_header(_ext_bytes([(k.encode(), v.encode()) for k, v in values.items()]), remark)
+    return struct.pack(">I", (1 << 24) | len(header)) + header
+
+
+def test_the_second_request_of_a_length_teaches_its_layout_and_the_next_ones_use_it(monkeypatch) -> None:
+    """Without the layout table every request would go through ``_binary_ext_fast``."""
+    first = RemotingCommand.decode(_java_v2_frame("0"))
+    assert not cmdmod._LAYOUTS  # one request of a length: nothing compiled for it
+    RemotingCommand.decode(_java_v2_frame("1"))
+    assert len(cmdmod._LAYOUTS) == 1
+    monkeypatch.setattr(cmdmod, "_binary_ext_fast", lambda header, pos, end: pytest.fail("layout not used"))
+    third = RemotingCommand.decode(_java_v2_frame("7", uniq="7F0000014E2A18B4AAC27D2F6B9E0042"))
+    assert third.ext_fields == {**first.ext_fields, "e": "7", "i": third.ext_fields["i"]}
+    assert third.ext_fields["i"].endswith("0042\x02WAIT\x01true\x02")
+    assert list(third.ext_fields) == list("abcdefghijklmn")
+
+
+def test_a_layout_is_only_used_where_it_reads_what_the_checked_path_reads() -> None:
+    """Requests of a learned length that differ from its layout anywhere (a length, a key, a byte that is not
+    ASCII, a remark moving the fields) decode to the checked path's command or error, thousands of variants."""
+    rng = random.Random(9)
+    layout_taken = 0
+    for _ in range(300):
+        keys = rng.sample([b"a", b"b", b"queueId", b"topic", b"k" * 40, b"m"], rng.randrange(2, 6))
+        fields = [(k, bytes(rng.choice(b"0123456789abc") for _ in range(rng.randrange(0, 9)))) for k in keys]
+        base = _ext_bytes(fields)
+        cmdmod._LAYOUTS.clear()  # (a length keeps the first layouts learned for it: start afresh for each base)
+        cmdmod._LAYOUT_MISSES.clear()
+        for _ in range(2):  # teach it
+            RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(_rocketmq_header(base))) + _rocketmq_header(base))
+        for _ in range(20):
+            ext = bytearray(base)
+            roll = rng.random()
+            if roll < 0.3:  # any byte: a length, a key, a value (maybe not ASCII)
+                ext[rng.randrange(len(ext))] = rng.randrange(256)
+            elif roll < 0.5:  # values changed, lengths kept: the layout's case
+                for i in range(len(ext)):
+                    if rng.random() < 0.2 and 0x30 <= ext[i] <= 0x7A:
+                        ext[i] = rng.choice(b"0123456789xyz")
+            elif roll < 0.6:  # two fields swapped (same length overall, another layout)
+                a, b = rng.sample(range(len(fields)), 2)
+                swapped = list(fields)
+                swapped[a], swapped[b] = swapped[b], swapped[a]
+                ext = bytearray(_ext_bytes(swapped))
+            elif roll < 0.7:  # one byte not ASCII (a value's, often)
+                ext[rng.randrange(len(ext))] = rng.randrange(0x80, 0x100)
+            header = _rocketmq_header(bytes(ext), b"r" if rng.random() < 0.1 else b"")
+            frame = struct.pack(">I", (1 << 24) | len(header)) + header
+            start = len(header) - len(ext)
+            layout_taken += cmdmod._binary_ext_layout(header, start, len(header)) is not None
+            assert _outcome(RemotingCommand.decode, frame) == _outcome(_checked_binary, frame), (fields, bytes(ext))
+    assert layout_taken > 1500, layout_taken
+
+
+def test_the_layout_tables_stay_bounded() -> None:
+    """A peer sending ever new lengths (and, for one length, ever new layouts) cannot make the tables grow."""
+    for n in range(1200):
+        for _ in range(2):
+            ext = _ext_bytes([(b"a", b"x" * n), (b"b", b"y")])
+            header = _rocketmq_header(ext)
+            RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(header)) + header)
+    assert len(cmdmod._LAYOUTS) <= cmdmod._LAYOUTS_MAX
+    assert len(cmdmod._LAYOUT_MISSES) <= cmdmod._LAYOUTS_MAX
+    for n in range(40):  # one length, many layouts
+        for _ in range(2):
+            ext = _ext_bytes([(b"a", b"x" * n), (b"b", b"y" * (40 - n))])
+            header = _rocketmq_header(ext)
+            RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(header)) + header)
+    assert all(len(layouts) <= cmdmod._LAYOUTS_PER_LENGTH for layouts in cmdmod._LAYOUTS.values())
+
+
+def test_a_length_whose_layout_keeps_changing_stops_being_learned(monkeypatch) -> None:
+    """Learning a layout costs more than reading the fields: requests of one length with a new layout each time
+    are learned a few times, then read by ``_binary_ext_fast`` alone (to the same map)."""
+    learned = []
+    real = cmdmod._ExtLayout
+    monkeypatch.setattr(cmdmod, "_ExtLayout", lambda ext, pos: learned.append(ext) or real(ext, pos))
+    for n in range(200):
+        fields = [(b"a", b"x" * (n % 40)), (b"b", b"y" * (40 - n % 40))]
+        header = _rocketmq_header(_ext_bytes(fields))
+        cmd = RemotingCommand.decode(struct.pack(">I", (1 << 24) | len(header)) + header)
+        assert cmd.ext_fields == {"a": "x" * (n % 40), "b": "y" * (40 - n % 40)}
+    assert len(learned) == cmdmod._LAYOUTS_PER_LENGTH

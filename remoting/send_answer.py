@@ -1,0 +1,149 @@
+"""The answer to a stored single send, written from a pre-encoded template in the request's serialization.
+
+A broker under send load answers every message with the same header but for four values: the opaque, the
+message id, the queue id and the queue offset (protocol §2.2, SendMessageResponseHeader; plus MSG_REGION and
+TRACE_ON, fixed by the broker's config). ``SendResultAnswer`` carries those values instead of an extFields map and
+writes its frame from a ``SendResultTemplate``: one ``struct`` pack and one join for a ROCKETMQ header, one string
+format for a JSON one, where the generic encode builds and walks a map and calls orjson (or packs each field).
+The bytes are the generic encode's own, byte for byte (tests/remoting/test_send_answer.py pins both against it).
+
+Anything that reads ``ext_fields`` gets the map, built on first read; from then on (it may have been changed) the
+answer is written by the generic encode, as is one whose remark, body, language or version is not the template's.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import orjson
+
+from remoting.command import _ROCKETMQ, DEFAULT_VERSION, FLAG_RESPONSE, RemotingCommand
+
+# length, headerLenAndType, then RocketMQSerializable's code, language (JAVA = 0), version, opaque, flag, remark
+# length (none: 0), extFields length
+_ROCKETMQ_HEAD = struct.Struct(">IIhbhiiii")
+_ROCKETMQ_HEAD_BYTES = 21  # code .. extFields length: the header bytes before the extFields
+_JSON = 0
+_JSON_HEAD = struct.Struct(">II")
+
+
+def _rocketmq_field(key: str, value: str) -> bytes:
+    kb = key.encode()
+    vb = value.encode()
+    return struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
+
+
+class SendResultTemplate:
+    """The fixed parts of a SEND answer for one (MSG_REGION, TRACE_ON): made once, used for every answer while
+    the broker's config keeps those two values."""
+
+    __slots__ = ("region", "trace_on", "rocketmq_tail", "json_fields")
+
+    def __init__(self, region: str, trace_on: str) -> None:
+        self.region = region
+        self.trace_on = trace_on
+        # ROCKETMQ: after msgId, queueId and queueOffset come the two fixed fields
+        self.rocketmq_tail = _rocketmq_field("MSG_REGION", region) + _rocketmq_field("TRACE_ON", trace_on)
+        # JSON: the two fixed fields as orjson writes them in the generic answer's map (no spaces)
+        self.json_fields = orjson.dumps({"MSG_REGION": region, "TRACE_ON": trace_on}).decode()[1:-1]
+
+    def matches(self, region: str, trace_on: str) -> bool:
+        return region == self.region and trace_on == self.trace_on
+
+
+class SendResultAnswer(RemotingCommand):
+    """A SEND answer held as its values (see the module docstring). ``opaque`` and ``flag`` are read when it is
+    written, so the executor may set them after the processor made it, as for any answer."""
+
+    __slots__ = ("template", "msg_id", "queue_id", "queue_offset", "_ext")
+
+    def __init__(  # (no super().__init__: the dataclass's would store an extFields map)
+        self,
+        template: SendResultTemplate,
+        request: RemotingCommand,
+        code: int,
+        msg_id: str,
+        queue_id: int,
+        queue_offset: int,
+    ) -> None:
+        """``msg_id`` a str (the store's hex offset id), ``queue_id`` and ``queue_offset`` ints."""
+        self.code = int(code)
+        self.opaque = request.opaque
+        self.flag = FLAG_RESPONSE
+        self.remark = None
+        self.body = None
+        self.language = "JAVA"
+        self.version = DEFAULT_VERSION
+        self.serialize_type = request.serialize_type
+        self.template = template
+        self.msg_id = msg_id
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self._ext: dict[str, str] | None = None
+
+    @property  # type: ignore[override]
+    def ext_fields(self) -> dict[str, str]:
+        ext = self._ext
+        if ext is None:
+            template = self.template
+            ext = self._ext = {
+                "msgId": self.msg_id,
+                "queueId": str(self.queue_id),
+                "queueOffset": str(self.queue_offset),
+                "MSG_REGION": template.region,
+                "TRACE_ON": template.trace_on,
+            }
+        return ext
+
+    @ext_fields.setter
+    def ext_fields(self, value: dict[str, str]) -> None:
+        self._ext = value
+
+    def encode(self) -> list[bytes | memoryview]:
+        msg_id = self.msg_id
+        if (
+            self._ext is not None
+            or self.remark is not None
+            or self.body
+            or self.language != "JAVA"
+            or self.version != DEFAULT_VERSION
+            or not (
+                msg_id.isascii() and msg_id.isalnum() and len(msg_id) < 256
+            )  # (hex: no JSON escape; one length byte)
+        ):
+            return RemotingCommand.encode(self)
+        template = self.template
+        queue_id = str(self.queue_id)
+        offset = str(self.queue_offset)
+        if self.serialize_type == _ROCKETMQ:
+            # msgId, queueId, queueOffset as (int16 key length, key, int32 value length, value), every length
+            # below 256: one latin-1 string, one encode
+            ext = (
+                f"\0\5msgId\0\0\0{chr(len(msg_id))}{msg_id}\0\7queueId\0\0\0{chr(len(queue_id))}{queue_id}"
+                f"\0\13queueOffset\0\0\0{chr(len(offset))}{offset}"
+            ).encode("latin-1") + template.rocketmq_tail
+            elen = len(ext)
+            try:
+                head = _ROCKETMQ_HEAD.pack(
+                    4 + _ROCKETMQ_HEAD_BYTES + elen,
+                    (_ROCKETMQ << 24) | (_ROCKETMQ_HEAD_BYTES + elen),
+                    self.code,
+                    0,
+                    DEFAULT_VERSION,
+                    self.opaque,
+                    self.flag,
+                    0,
+                    elen,
+                )
+            except struct.error:
+                return RemotingCommand.encode(self)  # (which raises the error it raises for any answer)
+            return [head + ext]
+        if self.serialize_type != _JSON:
+            return RemotingCommand.encode(self)
+        header = (
+            f'{{"code":{self.code},"extFields":{{"msgId":"{msg_id}","queueId":"{queue_id}",'
+            f'"queueOffset":"{offset}",{template.json_fields}}},"flag":{self.flag},"language":"JAVA",'
+            f'"opaque":{self.opaque},"serializeTypeCurrentRPC":"JSON","version":{DEFAULT_VERSION}}}'
+        ).encode()
+        hlen = len(header)
+        return [_JSON_HEAD.pack(4 + hlen, hlen) + header]

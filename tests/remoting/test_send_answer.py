@@ -1,0 +1,149 @@
+"""``SendResultAnswer`` writes, from its template, the bytes the generic encode writes for the same answer, in both
+serializations; its extFields map is there for whoever reads it, and once read (or anything the template does not
+cover is set) the generic encode writes it."""
+
+from __future__ import annotations
+
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remoting.command import DEFAULT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.send_answer import SendResultAnswer, SendResultTemplate
+
+_INT32 = st.integers(-(2**31), 2**31 - 1)
+# the store's msgId is 32 hex digits; anything else must give the generic bytes too (quotes, non-ASCII, long)
+_MSG_IDS = st.one_of(
+    st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32),
+    st.text(alphabet=string.ascii_letters + string.digits, max_size=300),
+    st.text(max_size=40),
+)
+
+
+def _generic(request: RemotingCommand, answer: SendResultAnswer) -> RemotingCommand:
+    """The same answer as any processor makes it: a map and the generic encode."""
+    return RemotingCommand(
+        answer.code,
+        answer.opaque,
+        answer.flag,
+        None,
+        {
+            "msgId": answer.msg_id,
+            "queueId": str(answer.queue_id),
+            "queueOffset": str(answer.queue_offset),
+            "MSG_REGION": answer.template.region,
+            "TRACE_ON": answer.template.trace_on,
+        },
+        None,
+        "JAVA",
+        DEFAULT_VERSION,
+        request.serialize_type,
+    )
+
+
+def _request(serialize_type: int, opaque: int) -> RemotingCommand:
+    return RemotingCommand.request(310, {"a": "g"}, b"body", opaque=opaque, serialize_type=serialize_type)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    serialize_type=st.sampled_from([0, 1]),
+    opaque=_INT32,
+    flag=st.sampled_from([FLAG_RESPONSE, FLAG_RESPONSE | FLAG_ONEWAY, 0, 7]),
+    code=st.sampled_from([0, 10, 11, 12, 1, 2**15 - 1]),
+    msg_id=_MSG_IDS,
+    queue_id=st.integers(-(2**31), 2**31 - 1),
+    queue_offset=st.integers(-(2**63), 2**63 - 1),
+    region=st.one_of(st.just("DefaultRegion"), st.text(max_size=20)),
+    trace_on=st.sampled_from(["true", "false"]),
+)
+def test_the_template_writes_the_generic_bytes(
+    serialize_type, opaque, flag, code, msg_id, queue_id, queue_offset, region, trace_on
+) -> None:
+    request = _request(serialize_type, 0)
+    answer = SendResultAnswer(SendResultTemplate(region, trace_on), request, code, msg_id, queue_id, queue_offset)
+    answer.opaque = opaque  # (as RequestGroup sets them after the processor made the answer)
+    answer.flag = flag
+    expected = _generic(request, answer).encode()
+    assert answer.encode() == expected
+    # and it reads back as that answer
+    back = RemotingCommand.decode(b"".join(answer.encode())[4:])
+    assert (back.code, back.opaque, back.flag, back.serialize_type) == (code, opaque, flag, serialize_type)
+    assert back.ext_fields == _generic(request, answer).ext_fields
+
+
+def test_a_java_answer_is_written_from_the_template_not_the_generic_encode(monkeypatch) -> None:
+    """The common answer (hex msgId, no remark) never reaches ``RemotingCommand.encode``."""
+    template = SendResultTemplate("DefaultRegion", "true")
+    for serialize_type in (0, 1):
+        request = _request(serialize_type, 42)
+        answer = SendResultAnswer(template, request, 0, "7F00000100002A9F0000000000001234", 3, 99)
+        expected = _generic(request, answer).encode()
+        monkeypatch.setattr(RemotingCommand, "encode", lambda self: (_ for _ in ()).throw(AssertionError("generic")))
+        got = answer.encode()
+        monkeypatch.undo()
+        assert got == expected
+
+
+def test_the_map_is_built_when_read_and_then_written_as_changed() -> None:
+    template = SendResultTemplate("DefaultRegion", "false")
+    for serialize_type in (0, 1):
+        request = _request(serialize_type, 5)
+        answer = SendResultAnswer(template, request, 0, "AB", 1, 2)
+        assert answer.ext_fields == {
+            "msgId": "AB",
+            "queueId": "1",
+            "queueOffset": "2",
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "false",
+        }
+        answer.ext_fields["extra"] = "x"
+        back = RemotingCommand.decode(b"".join(answer.encode())[4:])
+        assert back.ext_fields["extra"] == "x" and back.ext_fields["msgId"] == "AB"
+        answer.ext_fields = {"only": "this"}
+        assert RemotingCommand.decode(b"".join(answer.encode())[4:]).ext_fields == {"only": "this"}
+
+
+def test_a_remark_a_body_or_another_version_go_through_the_generic_encode() -> None:
+    template = SendResultTemplate("DefaultRegion", "true")
+    for serialize_type in (0, 1):
+        request = _request(serialize_type, 5)
+        for change in ({"remark": "note"}, {"body": b"payload"}, {"version": 317}, {"language": "CPP"}):
+            answer = SendResultAnswer(template, request, 0, "AB", 1, 2)
+            for name, value in change.items():
+                setattr(answer, name, value)
+            generic = _generic(request, answer)
+            for name, value in change.items():
+                setattr(generic, name, value)
+            assert answer.encode() == generic.encode(), change
+
+
+def test_an_opaque_out_of_range_fails_as_the_generic_encode_fails() -> None:
+    from remoting.errors import RemotingCommandError
+
+    answer = SendResultAnswer(SendResultTemplate("r", "true"), _request(1, 0), 0, "AB", 1, 2)
+    answer.opaque = 2**40
+    try:
+        answer.encode()
+    except RemotingCommandError as exc:
+        assert "cannot encode ROCKETMQ header" in str(exc)
+    else:
+        raise AssertionError("no error")
+
+
+def test_the_answer_has_the_request_s_opaque_and_serialization() -> None:
+    request = _request(1, 77)
+    answer = SendResultAnswer(SendResultTemplate("r", "true"), request, 0, "AB", 1, 2)
+    assert (answer.opaque, answer.flag, answer.serialize_type, answer.code, answer.remark) == (77, 1, 1, 0, None)
+    assert answer.is_response
+
+
+def test_msg_ids_of_any_length_give_the_generic_bytes() -> None:
+    """A msgId's length takes one byte of the template's ROCKETMQ text: 255 is the most it may take."""
+    template = SendResultTemplate("DefaultRegion", "true")
+    for serialize_type in (0, 1):
+        request = _request(serialize_type, 5)
+        for length in (0, 1, 127, 128, 255, 256, 1000, 70000):
+            answer = SendResultAnswer(template, request, 0, "A" * length, 1, 2)
+            assert answer.encode() == _generic(request, answer).encode(), length

@@ -83,3 +83,30 @@ async def test_a_clean_restart_does_not_read_around_the_commit_log_end(config_fa
     finally:
         await s.shutdown()
     assert all(n < read_around // 4 for n in resident.values()), (resident, read_around)
+
+
+async def test_a_restart_scans_the_consume_queues_without_reading_around(config_factory, tmp_path: Path):
+    """``store.consume_queue._no_read_around``: a queue holding a few entries brought its whole 6 MB file
+    (mostly never written) into the page cache when a restart scanned for its end (~5 ms a queue)."""
+    read_around = mapped_read_around(tmp_path)
+    if read_around < 64:
+        pytest.skip(f"a mapped read fault brings in only {read_around} pages here: the scan cannot be told apart")
+    cfg = config_factory(mapped_file_size_consume_queue=300_000 * 20)
+    s = MessageStore(cfg)
+    assert await s.load()
+    await s.start()
+    for q in range(3):
+        assert (await s.put_message(make_msg(body=b"x" * 100, queue_id=q))).status == PutMessageStatus.PUT_OK
+    await s.shutdown()
+    files = sorted(p for p in Path(cfg.store_path_root_dir, "consumequeue").rglob("0*") if p.is_file())
+    assert len(files) == 3
+    for path in files:
+        drop_from_page_cache(path)
+    s = MessageStore(cfg)
+    try:
+        assert await s.load()
+        assert s.get_max_offset_in_queue("T", 2) == 1
+        resident = {str(path.relative_to(cfg.store_path_root_dir)): resident_pages(path) for path in files}
+    finally:
+        await s.shutdown()
+    assert all(n < read_around // 4 for n in resident.values()), (resident, read_around)

@@ -70,11 +70,13 @@ def write_if_changed(path: str | os.PathLike, payload: bytes) -> bool:
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    except OSError:  # missing (a fresh store) or unreadable: the rewrite replaces it
         write_atomically(path, payload)
         return True
     try:
         same = os.fstat(fd).st_size == len(payload) and _read_all(fd, len(payload)) == payload
+    except OSError:
+        same = False
     finally:
         os.close(fd)
     if not same:

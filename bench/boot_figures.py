@@ -7,7 +7,9 @@ server, remoting, the gRPC endpoint with TLS, as by default) and a fresh tempora
 the first of a tree reuse one store (a restart, as in production: the self-signed certificate under
 ``<store>/grpc-tls`` is there). Boot seconds run from exec to
 both the remoting and the gRPC port accepting a connection (also as CPU seconds of the broker by then,
-less noisy on a shared machine); memory is read from /proc/PID/smaps_rollup after
+less noisy on a shared machine, and as the main thread's blocked milliseconds: boot wall time less its time on a
+CPU and waiting for one, from /proc/PID/schedstat; what a disk sync, a sleep or a wait for another thread
+costs, which the machine's CPU load barely moves); memory is read from /proc/PID/smaps_rollup after
 ``--idle`` seconds (private = Private_Clean + Private_Dirty; anon = Anonymous). ``--baseline-rev`` extracts that
 revision with ``git archive`` into a temp dir and measures it in the same run, boots interleaved.
 Memory is split (``/proc/PID/smaps``, per mapping) into: anon (Anonymous: heap, arenas, stacks, the copied-on-write
@@ -69,7 +71,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int, int]:
+def main_thread_blocked(pid: int, wall_s: float) -> float:
+    """Seconds of ``wall_s`` the main thread of ``pid`` was neither on a CPU nor waiting for one (schedstat:
+    run time and run-queue wait in ns); includes the fork and exec before the interpreter ran."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+        ran_ns, waited_ns, _ = (int(x) for x in f.read().split())
+    return wall_s - (ran_ns + waited_ns) / 1e9
+
+
+def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple[float, float, int, int, int, float]:
     broker = BrokerProcess(
         store,
         config={"mappedFileSizeCommitLog": 64 * MiB} if small_store else {},
@@ -82,11 +92,12 @@ def one_boot(tree: Path, store: Path, idle_s: float, small_store: bool) -> tuple
     try:
         assert broker.proc is not None and broker.boot_seconds is not None
         boot_cpu = cpu_seconds(broker.proc.pid)
+        blocked = main_thread_blocked(broker.proc.pid, broker.boot_seconds)
         time.sleep(idle_s)
         private, anon, in_store = smaps_figures(broker.proc.pid, store.resolve())
     finally:
         broker.stop()
-    return broker.boot_seconds, boot_cpu, private, anon, in_store
+    return broker.boot_seconds, boot_cpu, private, anon, in_store, blocked
 
 
 def extract(rev: str, into: Path) -> Path:
@@ -117,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 for package in PACKAGES:
                     if (tree / package).is_dir():
                         compileall.compile_dir(tree / package, quiet=1, workers=0)
-        samples: dict[str, list[tuple[float, float, int, int, int]]] = {name: [] for name in trees}
+        samples: dict[str, list[tuple[float, float, int, int, int, float]]] = {name: [] for name in trees}
         firsts: dict[str, float] = {}
         for i in range(args.boots):
             for name, tree in trees.items():
@@ -127,14 +138,14 @@ def main(argv: list[str] | None = None) -> int:
                     firsts[name] = figures[0]
                 samples[name].append(figures)
         print(
-            f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'private MiB':>12} {'anon MiB':>9}"
-            f" {'store MiB':>9} {'libs MiB':>8}   (medians of {args.boots} boots; memory after {args.idle:g} s idle)"
+            f"{'tree':<24} {'first boot s':>12} {'boot s':>7} {'boot cpu s':>10} {'blocked ms':>10} {'private MiB':>12}"
+            f" {'anon MiB':>9} {'store MiB':>9} {'libs MiB':>8}   (medians of {args.boots} boots; memory after {args.idle:g} s idle)"
         )
         for name, rows in samples.items():
-            med = [statistics.median(r[i] for r in rows) for i in range(5)]
+            med = [statistics.median(r[i] for r in rows) for i in range(6)]
             libs = statistics.median(r[2] - r[3] - r[4] for r in rows)
             print(
-                f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[2] / MiB:12.1f} "
+                f"{name:<24} {firsts[name]:12.3f} {med[0]:7.3f} {med[1]:10.3f} {med[5] * 1000:10.1f} {med[2] / MiB:12.1f} "
                 f"{med[3] / MiB:9.1f} {med[4] / MiB:9.1f} {libs / MiB:8.1f}",
                 flush=True,
             )

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.config_file import dumps, read_config, write_atomically
+from broker.config_file import dumps, read_config, write_atomically, write_if_changed
 from broker.inner_message import inner_from
 from broker.message_const import MessageConst
 from broker.parked_record import ParkedRecordReader
@@ -213,7 +213,7 @@ class ScheduleMessageService:
 
     def persist(self) -> None:
         payload, below, seq = self._snapshot()
-        write_atomically(self._path, payload)
+        write_if_changed(self._path, payload)
         self._written_seq = seq
         self._persisted_below = below
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 
-from broker.config_file import dumps, read_config, write_atomically, write_from_loop
+from broker.config_file import dumps, read_config, write_from_loop, write_if_changed
 from broker.data_version import DataVersion
 from broker.topic import check_group_name
 
@@ -122,6 +122,7 @@ class SubscriptionGroupManager:
         self.data_version = DataVersion.from_json(data.get("dataVersion"))
 
     def persist(self, *, sync: bool = False) -> None:
-        """Write the table; ``sync``: fsync it before returning (start and shutdown), else the fsync
+        """Write the table; ``sync``: synced before returning (start and shutdown; a file that already holds
+        the table is only synced, not rewritten: ``write_if_changed``), else the fsync
         runs in a worker thread (a change made by a request: ``write_from_loop``)."""
-        (write_atomically if sync else write_from_loop)(self._path, dumps(self.to_json()))
+        (write_if_changed if sync else write_from_loop)(self._path, dumps(self.to_json()))

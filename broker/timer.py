@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.config_file import dumps, read_config, write_atomically
+from broker.config_file import dumps, read_config, write_atomically, write_if_changed
 from broker.message_const import MessageConst
 from broker.schedule import ScheduleMessageService, _copy_key, scan_delivered_copies, wait_event
 from store.message import MessageExt, MessageExtBrokerInner, decode_record
@@ -161,7 +161,7 @@ class TimerMessageService:
         )
 
     def persist(self) -> None:
-        write_atomically(self._path, self._snapshot())
+        write_if_changed(self._path, self._snapshot())
 
     def start(self) -> None:
         self._stopping = False

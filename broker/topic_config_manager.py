@@ -13,7 +13,7 @@ from pathlib import Path
 import structlog
 
 from broker.config import BrokerConfig
-from broker.config_file import dumps, read_config, write_atomically, write_from_loop
+from broker.config_file import dumps, read_config, write_from_loop, write_if_changed
 from broker.data_version import DataVersion
 from broker.topic import (
     BENCHMARK_TOPIC,
@@ -99,9 +99,10 @@ class TopicConfigManager:
         log.info("topics loaded", count=len(self.table), file=str(self._path))
 
     def persist(self, *, sync: bool = False) -> None:
-        """Write the table; ``sync``: fsync it before returning (start and shutdown), else the fsync
+        """Write the table; ``sync``: synced before returning (start and shutdown; a file that already holds
+        the table is only synced, not rewritten: ``write_if_changed``), else the fsync
         runs in a worker thread (a change made by a request: ``write_from_loop``)."""
-        (write_atomically if sync else write_from_loop)(self._path, dumps(self.to_json()))
+        (write_if_changed if sync else write_from_loop)(self._path, dumps(self.to_json()))
 
     def to_json(self) -> dict:
         return {

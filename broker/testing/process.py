@@ -270,7 +270,9 @@ class ChildProcess:
                     if pending:  # the last line, cut short by the exit
                         self._line(pending)
                     return
-                self._exited.wait(0.02)
+                # until the ready line, as often as ``_wait_ready`` polls ports: a start's figure (vs_java's
+                # "start to ports open") must not carry up to 20 ms of this poll
+                self._exited.wait(0.02 if self._ready.is_set() else 0.002)
 
     def _line(self, raw: bytes) -> None:
         if self.on_line is None and (self.ready_line is None or self._ready.is_set()):

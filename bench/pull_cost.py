@@ -6,6 +6,8 @@ BrokerController gets a backlog, a consumer group registers by heartbeat (as the
 pulls carry no subscription), then
 
 - **drain**: pulls of 32 messages walk the backlog (processor + response encoding + offset commit);
+- **drain through dispatch**: the same pulls handed to ``RemotingServer.dispatch`` (executor task, metrics
+  wrapper, coroutines, the answer's write): the per-pull fixed cost around the processor;
 - **caught up**: a pull parks (long polling), one message arrives, the woken pull answers it — the
   consume-while-producing cycle, one message per pull.
 
@@ -39,6 +41,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import SendMessageRequestHeader, encode_header
+from remoting.offline_channel import OfflineChannel
 
 TOPIC = "PullCostTopic"
 ROCKETMQ, JSON = 1, 0  # SerializeType
@@ -47,23 +50,17 @@ GROUP = "PullCostGroup"
 QUEUES = 4
 
 
-class SinkChannel:
+class SinkChannel(OfflineChannel):
     """A channel that encodes what it is sent (as the real one does) and keeps the last answer."""
 
-    remote_addr = "127.0.0.1:1"
-    is_active = True
-
     def __init__(self) -> None:
-        self.attrs: dict[str, object] = {}
+        super().__init__()
         self.last: RemotingCommand | None = None
         self.bytes = 0
 
     def send(self, cmd: RemotingCommand) -> None:
         self.last = cmd
         self.bytes += sum(len(p) for p in cmd.encode())
-
-    def request_finished(self) -> None:
-        pass
 
 
 def send_request(queue_id: int, body: bytes) -> RemotingCommand:
@@ -179,6 +176,25 @@ async def run(
         drain.append(meter.stop(pulls))
     u = meter.unit
     print(f"drain: {min(drain):.1f} {u} per pull of 32 (best of {repeat}, loop thread; {pulls} pulls each)")
+
+    # the same pulls through the server's dispatch (executor task, metrics wrapper, coroutines, answer's write):
+    # the per-pull fixed cost around the processor
+    dispatched: list[float] = []
+    for _ in range(repeat):
+        pulls = 0
+        meter.start()
+        for q in range(QUEUES):
+            offset = 0
+            while offset < per_queue:
+                sink.last = None
+                broker.server.dispatch(sink, decode(frames[q, offset]))
+                while sink.last is None:  # (run at once when a worker is idle, as here; else queued)
+                    await asyncio.sleep(0)
+                assert sink.last.code == ResponseCode.SUCCESS, sink.last
+                offset = int(sink.last.ext_fields["nextBeginOffset"])
+                pulls += 1
+        dispatched.append(meter.stop(pulls))
+    print(f"  through RemotingServer.dispatch: {min(dispatched):.1f} {u} per pull of 32 (the processor's above)")
 
     # caught up: park, one arrival, the woken pull answers
     rounds = 2000

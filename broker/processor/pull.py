@@ -27,6 +27,7 @@ from broker.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, decode_header
+from remoting.pull_header import decode_pull_message_values
 from store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
@@ -132,7 +133,11 @@ class PullMessageProcessor:
         """``hdr``: the request's header when it was decoded already (a woken pull re-runs every check,
         as upstream does, but its extFields have not changed)."""
         if hdr is None:
-            hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
+            layout = request.ext_layout
+            if layout is not None:  # a ROCKETMQ header read by a learned layout: straight from its values
+                hdr = decode_pull_message_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
+            if hdr is None:
+                hdr = decode_header(PullMessageRequestHeader, request.ext_fields)
         cfg = self.config
         if not cfg.broker_permission & PERM_READ:  # (is_readable, inlined: twice per caught-up pull)
             return request.response(

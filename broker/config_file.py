@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,14 +105,7 @@ def _read_all(fd: int, size: int) -> bytes:
 
 def sync_data(path: Path) -> None:
     """fdatasync ``path``: its bytes, not the access time that reading it just changed."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        log.warning("config file not synced", file=str(path), error=str(exc))
+    _sync((path,), os.fdatasync)
 
 
 def write_from_loop(path: str | os.PathLike, payload: bytes) -> None:
@@ -137,15 +131,19 @@ def write_from_loop(path: str | os.PathLike, payload: bytes) -> None:
 
 def sync_file(path: Path) -> None:
     """fsync ``path`` and its folder (the rename). A file replaced meanwhile is the newer write's to sync."""
+    _sync((path, path.parent), os.fsync)
+
+
+def _sync(targets: tuple[Path, ...], sync: Callable[[int], None]) -> None:
     try:
-        for target in (path, path.parent):
+        for target in targets:
             fd = os.open(target, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                sync(fd)
             finally:
                 os.close(fd)
     except OSError as exc:
-        log.warning("config file not synced", file=str(path), error=str(exc))
+        log.warning("config file not synced", file=str(targets[0]), error=str(exc))
 
 
 class OrderedWriter:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from remoting.headers import PullMessageRequestHeader
+from remoting.layout_decoder import LayoutDecoders, compile_decoder, number_lines
 
 # PullMessageRequestHeader's wire names, in its fields' order (the positional arguments of its constructor)
 _FIELDS = (
@@ -40,24 +41,8 @@ _LONGS = ("queueOffset", "commitOffset", "suspendTimeoutMillis", "subVersion")  
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
-_Decoder = Callable[[tuple[str, ...]], PullMessageRequestHeader | None]
-_DECODERS: dict[int, tuple[tuple[str, ...], _Decoder | None]] = {}  # id(keys) → (keys, decoder or None)
-_DECODERS_MAX = 256  # as many as the layouts (remoting.command._LAYOUTS_MAX)
 
-
-def decode_pull_message_values(keys: tuple[str, ...], values: tuple[str, ...]) -> PullMessageRequestHeader | None:
-    """The pull header of a request whose extFields are ``keys`` → ``values`` (a learned layout's), or None when
-    the fast decode does not apply: then decode the map with ``decode_header(PullMessageRequestHeader, ...)``."""
-    entry = _DECODERS.get(id(keys))
-    if entry is None or entry[0] is not keys:  # (the keys are kept in the entry: their id cannot be reused)
-        if len(_DECODERS) >= _DECODERS_MAX:
-            _DECODERS.clear()
-        entry = _DECODERS[id(keys)] = (keys, _compile(keys))
-    decoder = entry[1]
-    return None if decoder is None else decoder(values)
-
-
-def _compile(keys: tuple[str, ...]) -> _Decoder | None:
+def _compile(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], PullMessageRequestHeader | None] | None:
     """Straight-line code for one layout's keys; None when a required field of the pull header is not among
     them (or a key is there twice, which a learned layout never has)."""
     present = set(keys)
@@ -70,15 +55,16 @@ def _compile(keys: tuple[str, ...]) -> _Decoder | None:
     lines = [
         "def decode(values):",
         f"    {', '.join(local.values())}, = values",
-        f"    digits = {' + '.join(numbers)}",
-        "    if not (digits.isdigit() and digits.isascii()): return None",  # (a layout's values are ASCII: cheap)
-        "    try:",
-        f"        {', '.join(numbers)} = map(int, ({', '.join(numbers)}))",  # (one call: fewer bytecodes than 7)
-        "    except ValueError:",  # (an empty value adds no digit and fails int())
-        "        return None",
+        *number_lines(numbers),
         f"    if max({ints}) > {_INT_MAX} or max({longs}) > {_LONG_MAX}: return None",
         f"    return _cls({', '.join(local.get(k, 'None') for k in _FIELDS)})",
     ]
     ns: dict[str, object] = {"_cls": PullMessageRequestHeader, "int": int, "max": max}
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from the fixed pull header names and a layout's keys
-    return ns["decode"]  # type: ignore[return-value]
+    return compile_decoder(lines, ns)
+
+
+_DECODERS: LayoutDecoders[PullMessageRequestHeader] = LayoutDecoders(_compile)
+
+#: The pull header of a request whose extFields are ``keys`` → ``values`` (a learned layout's), or None when the
+#: fast decode does not apply: then decode the map with ``decode_header(PullMessageRequestHeader, ...)``.
+decode_pull_message_values = _DECODERS.decode

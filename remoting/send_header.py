@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from remoting.headers import SendMessageRequestHeader
+from remoting.layout_decoder import LayoutDecoders, compile_decoder, number_lines
 
 # SendMessageRequestHeaderV2's one-letter wire names → SendMessageRequestHeader's fields, in that header's order
 _V2_NAMES = {
@@ -39,24 +40,8 @@ _BOOLS = ("k", "m")
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
-_Decoder = Callable[[tuple[str, ...]], SendMessageRequestHeader | None]
-_DECODERS: dict[int, tuple[tuple[str, ...], _Decoder | None]] = {}  # id(keys) → (keys, decoder or None)
-_DECODERS_MAX = 256  # as many as the layouts (remoting.command._LAYOUTS_MAX)
 
-
-def decode_send_message_v2_values(keys: tuple[str, ...], values: tuple[str, ...]) -> SendMessageRequestHeader | None:
-    """The send header of a V2 request whose extFields are ``keys`` → ``values`` (a learned layout's), or None
-    when the fast decode does not apply: then decode the map with ``decode_send_message_v2``."""
-    entry = _DECODERS.get(id(keys))
-    if entry is None or entry[0] is not keys:  # (the keys are kept in the entry: their id cannot be reused)
-        if len(_DECODERS) >= _DECODERS_MAX:
-            _DECODERS.clear()
-        entry = _DECODERS[id(keys)] = (keys, _compile(keys))
-    decoder = entry[1]
-    return None if decoder is None else decoder(values)
-
-
-def _compile(keys: tuple[str, ...]) -> _Decoder | None:
+def _compile(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], SendMessageRequestHeader | None] | None:
     """Straight-line code for one layout's keys; None when they are not a V2 send header's (a key other than
     ``a``..``n``, or a required one missing)."""
     present = set(keys)
@@ -69,17 +54,18 @@ def _compile(keys: tuple[str, ...]) -> _Decoder | None:
     lines = [
         "def decode(values):",
         f"    {', '.join(local[k] for k in keys)}, = values",
-        f"    digits = {' + '.join(local[k] for k in numbers)}",
-        "    if not (digits.isdigit() and digits.isascii()): return None",  # (a layout's values are ASCII: cheap)
-        "    try:",
-        *(f"        {local[k]} = int({local[k]})" for k in numbers),
-        "    except ValueError:",  # (an empty value adds no digit and fails int())
-        "        return None",
+        *number_lines([local[k] for k in numbers]),
         f"    if max({', '.join(ints)}) > {_INT_MAX} or {local['g']} > {_LONG_MAX}: return None",
     ]
     lines += [f"    {local[k]} = {local[k]}.lower() == 'true'" for k in _BOOLS if k in present]
     defaults = {"i": "None", "j": "None", "k": "False", "m": "False", "l": "None", "n": "None"}
     args = [local.get(k, defaults.get(k)) for k in _V2_NAMES]
     lines.append(f"    return _cls({', '.join(args)})")
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from the fixed V2 names and a layout's checked keys
-    return ns["decode"]  # type: ignore[return-value]
+    return compile_decoder(lines, ns)
+
+
+_DECODERS: LayoutDecoders[SendMessageRequestHeader] = LayoutDecoders(_compile)
+
+#: The send header of a V2 request whose extFields are ``keys`` → ``values`` (a learned layout's), or None when
+#: the fast decode does not apply: then decode the map with ``decode_send_message_v2``.
+decode_send_message_v2_values = _DECODERS.decode

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import struct
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from remoting.command import RemotingCommand
+from remoting.errors import HeaderError
 from remoting.executor import RequestTask
 from remoting.offline_channel import OfflineChannel
 
@@ -72,3 +75,25 @@ def raw_frame(
     hlen = len(header) if header_len is None else header_len
     total = 4 + len(header) + len(body) if length is None else length
     return struct.pack(">iI", total, (stype << 24) | hlen) + header + body
+
+
+def fast_decode_agrees(ext: dict[str, str], rng: random.Random, fast: Any, general: Any) -> bool:
+    """One differential case of a layout-values header decoder (``fast(keys, values)``) against the map decoder
+    (``general(ext)``: the header, or raises HeaderError): the keys sometimes shuffled; when the fast decoder
+    applies (not None) its header must equal the map's, field types included. True when it applied."""
+    keys = list(ext)
+    if rng.random() < 0.3:
+        rng.shuffle(keys)
+    ext = {k: ext[k] for k in keys}
+    got = fast(tuple(ext), tuple(ext.values()))
+    if got is None:
+        return False
+    try:
+        expected = general(ext)
+    except HeaderError:
+        expected = "error"
+    assert got == expected, ext
+    assert [type(getattr(got, f)) for f in got.__match_args__] == [
+        type(getattr(expected, f)) for f in got.__match_args__
+    ]
+    return True

@@ -29,6 +29,7 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
@@ -161,40 +162,41 @@ async def run(
     per_queue = backlog // QUEUES
     decode = RemotingCommand.decode
     frames = {(q, o): pull_frame(q, o, o, serialize) for q in range(QUEUES) for o in range(0, per_queue, 32)}
-    drain: list[float] = []
-    for _ in range(repeat):
+
+    async def processed(frame: bytes) -> RemotingCommand:
+        response = await pull.process_request(sink, decode(frame))
+        assert response is not None
+        sink.send(response)
+        return response
+
+    async def dispatched(frame: bytes) -> RemotingCommand:
+        sink.last = None
+        broker.server.dispatch(sink, decode(frame))
+        while sink.last is None:  # (run at once when a worker is idle, as here; else queued)
+            await asyncio.sleep(0)
+        return sink.last
+
+    async def drain_all(pull_one: Callable[[bytes], Awaitable[RemotingCommand]]) -> float:
+        """Every queue drained from offset 0 by pulls of 32; the meter's figure per pull."""
         pulls = 0
         meter.start()
         for q in range(QUEUES):
             offset = 0
             while offset < per_queue:
-                response = await pull.process_request(sink, decode(frames[q, offset]))
-                assert response is not None and response.code == ResponseCode.SUCCESS, response
-                sink.send(response)
+                response = await pull_one(frames[q, offset])
+                assert response.code == ResponseCode.SUCCESS, response
                 offset = int(response.ext_fields["nextBeginOffset"])
                 pulls += 1
-        drain.append(meter.stop(pulls))
+        return meter.stop(pulls)
+
+    drain = [await drain_all(processed) for _ in range(repeat)]
     u = meter.unit
-    print(f"drain: {min(drain):.1f} {u} per pull of 32 (best of {repeat}, loop thread; {pulls} pulls each)")
+    print(f"drain: {min(drain):.1f} {u} per pull of 32 (best of {repeat}, loop thread; {len(frames)} pulls each)")
 
     # the same pulls through the server's dispatch (executor task, metrics wrapper, coroutines, answer's write):
     # the per-pull fixed cost around the processor
-    dispatched: list[float] = []
-    for _ in range(repeat):
-        pulls = 0
-        meter.start()
-        for q in range(QUEUES):
-            offset = 0
-            while offset < per_queue:
-                sink.last = None
-                broker.server.dispatch(sink, decode(frames[q, offset]))
-                while sink.last is None:  # (run at once when a worker is idle, as here; else queued)
-                    await asyncio.sleep(0)
-                assert sink.last.code == ResponseCode.SUCCESS, sink.last
-                offset = int(sink.last.ext_fields["nextBeginOffset"])
-                pulls += 1
-        dispatched.append(meter.stop(pulls))
-    print(f"  through RemotingServer.dispatch: {min(dispatched):.1f} {u} per pull of 32 (the processor's above)")
+    through_dispatch = [await drain_all(dispatched) for _ in range(repeat)]
+    print(f"  through RemotingServer.dispatch: {min(through_dispatch):.1f} {u} per pull of 32 (the processor's above)")
 
     # caught up: park, one arrival, the woken pull answers
     rounds = 2000

@@ -81,5 +81,5 @@ def test_keys_of_one_length_take_one_matrix_product(monkeypatch):
     keys = [f"BenchmarkTest#7F0000014E2A18B4AAC27D2F6B9E{i:04X}" for i in range(50)]
     assert hasher.abs_hashes(keys).tolist() == [index_key_hash(k) for k in keys]
     assert calls == [(50, len(keys[0]))]
-    long_keys = ["\x7f" * JavaHasher.ROW_UNITS_MAX] * 8  # the largest sums the int64 product must hold exactly
+    long_keys = ["\x7f" * JavaHasher.ROW_UNITS_MAX] * 8  # the largest sums the float64 product must hold exactly
     assert hasher.hash_many(long_keys) == [java_string_hash(long_keys[0])] * 8

@@ -12,6 +12,7 @@ import socket
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from store.java_hash import java_string_hash
 from store.message_id import create_offset_msg_id as create_offset_msg_id
@@ -82,6 +83,7 @@ class MessageConst:
     REAL_QID = "REAL_QID"
     TRAN_MSG = "TRAN_MSG"
     UNIQ_KEY = "UNIQ_KEY"
+    CLUSTER = "CLUSTER"
     KEY_SEPARATOR = " "
 
 
@@ -120,6 +122,51 @@ def decode_properties(properties: str | None) -> dict[str, str]:
         if 0 < sep < len(piece) - 1:
             result[piece[:sep]] = piece[sep + 1 :]
     return result
+
+
+# one for each piece of a properties text (map stops at the shortest iterable: these are never used up)
+_NAME_VALUE_SEPARATORS = repeat(NAME_VALUE_SEPARATOR)
+_ONES = repeat(1)
+_WAIT_PIECE = MessageConst.WAIT + NAME_VALUE_SEPARATOR
+_CLUSTER_PIECE = MessageConst.CLUSTER + NAME_VALUE_SEPARATOR
+
+
+def split_properties(properties: str | None) -> tuple[dict[str, str], list[str] | None]:
+    """`decode_properties`, and the text's pieces (``name\x01value``) when they are exactly the dict's items in
+    order: every piece has a non-empty name and value and no name comes twice (what a client sends). The pieces let
+    `stored_properties` edit the text instead of encoding the dict again. In C passes for that common text (a
+    split, one ``dict(map(str.split))``); anything else (a junk piece, an empty name or value, a name sent twice)
+    gets None and the dict of `decode_properties`."""
+    if not properties:
+        return {}, None
+    pieces = properties.split(PROPERTY_SEPARATOR)
+    if not pieces[-1]:  # the separator J's client writes after every pair
+        pieces.pop()
+    try:
+        props = dict(map(str.split, pieces, _NAME_VALUE_SEPARATORS, _ONES))
+    except ValueError:  # a piece without a name-value separator (an empty piece among them)
+        return decode_properties(properties), None
+    if len(props) != len(pieces) or "" in props or "" in props.values():
+        return decode_properties(properties), None
+    return props, pieces
+
+
+def stored_properties(props: dict[str, str], pieces: list[str] | None, cluster: str) -> str:
+    """The properties string the broker stores for a sent message (upstream SendMessageProcessor): CLUSTER set to
+    `cluster` and WAIT dropped, in `props` and in the returned string. `pieces`: those `split_properties` gave
+    with `props`, when `props` has not been changed since (else None). Then the string is the sent pieces with
+    the WAIT piece removed and the CLUSTER piece appended, which is what encoding the changed dict writes (its
+    items in insertion order; a CLUSTER sent by the client is replaced in its place, so that case encodes)."""
+    if pieces is None or MessageConst.CLUSTER in props:
+        props[MessageConst.CLUSTER] = cluster
+        props.pop(MessageConst.WAIT, None)
+        return encode_properties(props)
+    wait = props.pop(MessageConst.WAIT, None)
+    if wait is not None:
+        pieces.remove(_WAIT_PIECE + wait)
+    props[MessageConst.CLUSTER] = cluster
+    pieces.append(_CLUSTER_PIECE + cluster)
+    return PROPERTY_SEPARATOR.join(pieces)
 
 
 # ----------------------------------------------------------------------------------------------- hashing

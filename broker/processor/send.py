@@ -49,6 +49,8 @@ from store.message import (
     MessageExtBrokerInner,
     decode_properties,
     encode_properties,
+    split_properties,
+    stored_properties,
     tags_hash,
 )
 from store.results import PutMessageStatus
@@ -82,8 +84,6 @@ _STORED_CODES = {
 _PUT_OK = PutMessageStatus.PUT_OK
 _DELAY = MessageConst.DELAY
 _TRAN_MSG = MessageConst.TRAN_MSG
-_CLUSTER = MessageConst.CLUSTER
-_WAIT = MessageConst.WAIT
 _TAGS = MessageConst.TAGS
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
@@ -478,9 +478,11 @@ class SendMessageProcessor:
         body: bytes,
         props: dict[str, str],
         sys_flag: int,
+        pieces: list[str] | None = None,
     ) -> MessageExtBrokerInner:
-        props[_CLUSTER] = self.config.broker_cluster_name
-        props.pop(_WAIT, None)
+        """The message to store; `pieces`: see `stored_properties` (None when `props` was changed since it was
+        split, or was not split: a batch element, a send-back)."""
+        props_string = stored_properties(props, pieces, self.config.broker_cluster_name)
         tags = props.get(_TAGS)
         # positional (the field order of MessageExtBrokerInner): about half the cost of keywords, once per send
         return MessageExtBrokerInner(
@@ -489,7 +491,7 @@ class SendMessageProcessor:
             flag,
             body,
             props,
-            encode_properties(props),
+            props_string,
             tags_hash(tags) if tags else 0,
             sys_flag,
             hdr.born_timestamp,
@@ -535,10 +537,13 @@ class SendMessageProcessor:
         props_len = len(props_text) if props_text.isascii() else len(props_text.encode("utf-8"))
         if len(body) > self.config.max_message_size or props_len > MAX_PROPERTIES_LENGTH:
             self._check_size(len(body), props_len)
-        props = decode_properties(props_text)
+        # (the pieces: the stored string is the sent one edited, as long as nothing below changes `props`)
+        props, pieces = split_properties(props_text)
         topic = hdr.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic = self._handle_retry_and_dlq(hdr, props, tc, request)
+            if topic != hdr.topic:  # promoted to the DLQ: DELAY dropped
+                pieces = None
         queue_id = 0 if topic != hdr.topic else hdr.queue_id if hdr.queue_id >= 0 else self._queue_id(hdr, tc)
         sys_flag = hdr.sys_flag
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
@@ -561,7 +566,8 @@ class SendMessageProcessor:
                     topic, queue_id = park(props, topic, queue_id, self.now_ms())
                 except TimerPropertyError as exc:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-            msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
+                pieces = None
+            msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag, pieces)
         return msg, queue_id, props
 
     # -- batch ------------------------------------------------------------------------------

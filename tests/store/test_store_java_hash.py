@@ -51,3 +51,35 @@ def test_segments_of_one_length():
     h, exact = JavaHasher().segment_hashes(u8, a, a + 4, unless=ord(" "))
     assert exact.tolist() == [True, False, False, True]
     assert [h[0], h[3]] == [java_string_hash("abcd"), java_string_hash("wxyz")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 300),
+    st.lists(st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=300, max_size=300), min_size=1, max_size=40),
+    st.sampled_from(["", "ä", "\ud800", "\x00"]),
+)
+def test_keys_of_one_length_match_scalar(width, texts, odd):
+    """Index keys of one length (topic#UNIQ_KEY): the one-matrix-product path (`_rows_hashes`) for ASCII keys,
+    whatever their bytes (NUL, 0x7F, the highest powers); a non-ASCII key among them, or a length that differs,
+    takes the other paths: every key's hash is the scalar's either way."""
+    keys = [t[:width] for t in texts] * 3  # at least MIN_VECTOR of them
+    hasher = JavaHasher()
+    assert hasher.hash_many(keys) == [java_string_hash(k) for k in keys]
+    if odd:
+        mixed = keys + [odd * width]
+        assert hasher.hash_many(mixed) == [java_string_hash(k) for k in mixed]
+    shorter = keys + [keys[0][:-1]]
+    assert hasher.hash_many(shorter) == [java_string_hash(k) for k in shorter]
+
+
+def test_keys_of_one_length_take_one_matrix_product(monkeypatch):
+    hasher = JavaHasher()
+    calls = []
+    real = hasher._rows_hashes
+    monkeypatch.setattr(hasher, "_rows_hashes", lambda *a: calls.append(a[1:]) or real(*a))
+    keys = [f"BenchmarkTest#7F0000014E2A18B4AAC27D2F6B9E{i:04X}" for i in range(50)]
+    assert hasher.abs_hashes(keys).tolist() == [index_key_hash(k) for k in keys]
+    assert calls == [(50, len(keys[0]))]
+    long_keys = ["\x7f" * JavaHasher.ROW_UNITS_MAX] * 8  # the largest sums the float64 product must hold exactly
+    assert hasher.hash_many(long_keys) == [java_string_hash(long_keys[0])] * 8

@@ -97,3 +97,22 @@ def fast_decode_agrees(ext: dict[str, str], rng: random.Random, fast: Any, gener
         type(getattr(expected, f)) for f in got.__match_args__
     ]
     return True
+
+
+#: a SEND_MESSAGE_V2 header's extFields as RocketMQ's benchmark Producer sends them (the one-letter V2 names)
+JAVA_SEND_V2 = {
+    "a": "benchmark_producer",
+    "b": "BenchmarkTest",
+    "c": "TBW102",
+    "d": "4",
+    "e": "3",
+    "f": "0",
+    "g": "1764021600123",
+    "h": "0",
+    "i": "UNIQ_KEY\x017F0000014E2A18B4AAC27D2F6B9E0000\x02WAIT\x01true\x02",
+    "j": "0",
+    "k": "false",
+    "l": "16",
+    "m": "false",
+    "n": "broker-a",
+}

@@ -7,27 +7,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from remoting_helpers import JAVA_SEND_V2
 
 from remoting import headers as hdrs
 from remoting.header_codec import _PLAN_ATTR, _compile_decoder, _compile_fast_decoder, header
 from remoting.headers import HeaderError, Long, SendMessageRequestHeader, decode_send_message_v2
 
-_V2 = {
-    "a": "benchmark_producer",
-    "b": "BenchmarkTest",
-    "c": "TBW102",
-    "d": "4",
-    "e": "3",
-    "f": "0",
-    "g": "1764021600123",
-    "h": "0",
-    "i": "UNIQ_KEY\x017F00000100002A9F0000000000000000\x02WAIT\x01true",
-    "j": "0",
-    "k": "false",
-    "l": "16",
-    "m": "false",
-    "n": "broker-a",
-}
+_V2 = JAVA_SEND_V2
 
 # values that parse one way or another, or not at all, under Java's rules
 _ODD = [

@@ -7,29 +7,14 @@ from __future__ import annotations
 import random
 import struct
 
-from remoting_helpers import fast_decode_agrees
+from remoting_helpers import JAVA_SEND_V2, fast_decode_agrees
 
 from remoting import command as cmdmod
 from remoting.command import RemotingCommand
 from remoting.headers import decode_send_message_v2
 from remoting.send_header import decode_send_message_v2_values
 
-_JAVA = {
-    "a": "benchmark_producer",
-    "b": "BenchmarkTest",
-    "c": "TBW102",
-    "d": "4",
-    "e": "3",
-    "f": "0",
-    "g": "1764021600123",
-    "h": "0",
-    "i": "UNIQ_KEY\x017F0000014E2A18B4AAC27D2F6B9E0000\x02WAIT\x01true\x02",
-    "j": "0",
-    "k": "false",
-    "l": "16",
-    "m": "false",
-    "n": "broker-a",
-}
+_JAVA = JAVA_SEND_V2
 _NUMBERS = ["0", "7", "", "-1", "+5", "007", "2147483647", "2147483648", "9223372036854775807", "9223372036854775808"]
 _NUMBERS += ["1" * 30, "0" * 25 + "1", "12a", " 1", "１"]
 _BOOLS = ["true", "TRUE", "True", "false", "1", "", "yes"]

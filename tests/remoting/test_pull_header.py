@@ -35,7 +35,7 @@ _NUMBERS += ["1" * 30, "0" * 25 + "1", "12a", " 1", "１", "-0"]
 def test_values_give_the_map_decoder_s_header_or_none() -> None:
     rng = random.Random(15)
     fast = 0
-    for _ in range(8000):
+    for _ in range(4000):
         ext = dict(_JAVA)
         if rng.random() < 0.3:
             ext["subscription"] = rng.choice(["*", "TagA || TagB", "", "a > 5"])
@@ -52,7 +52,7 @@ def test_values_give_the_map_decoder_s_header_or_none() -> None:
         fast += fast_decode_agrees(
             ext, rng, decode_pull_message_values, lambda ext: decode_header(PullMessageRequestHeader, ext)
         )
-    assert fast > 2000, fast
+    assert fast > 1000, fast
 
 
 def test_the_java_consumer_s_pull_decodes_fast() -> None:

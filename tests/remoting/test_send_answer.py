@@ -46,7 +46,7 @@ def _request(serialize_type: int, opaque: int) -> RemotingCommand:
     return RemotingCommand.request(310, {"a": "g"}, b"body", opaque=opaque, serialize_type=serialize_type)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     serialize_type=st.sampled_from([0, 1]),
     opaque=_INT32,

@@ -23,7 +23,7 @@ _BOOLS = ["true", "TRUE", "True", "false", "1", "", "yes"]
 def test_values_give_the_map_decoder_s_header_or_none() -> None:
     rng = random.Random(15)
     fast = 0
-    for _ in range(8000):
+    for _ in range(4000):
         ext = dict(_JAVA)
         for key in rng.sample(sorted(ext), rng.randrange(4)):
             roll = rng.random()
@@ -38,7 +38,7 @@ def test_values_give_the_map_decoder_s_header_or_none() -> None:
             else:
                 ext[key] = rng.choice(["", "x", "Topic", "a\x01b"])
         fast += fast_decode_agrees(ext, rng, decode_send_message_v2_values, decode_send_message_v2)
-    assert fast > 2000, fast
+    assert fast > 1000, fast
 
 
 def test_a_layout_decoded_send_request_carries_its_values_and_they_decode_to_its_header() -> None:

@@ -53,7 +53,7 @@ def test_segments_of_one_length():
     assert [h[0], h[3]] == [java_string_hash("abcd"), java_string_hash("wxyz")]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.integers(1, 300),
     st.lists(st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=300, max_size=300), min_size=1, max_size=40),

@@ -34,7 +34,7 @@ def dict_path(text: str, cluster: str) -> tuple[list[tuple[str, str]], str]:
     return list(props.items()), encode_properties(props)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(_TEXT, st.sampled_from([CLUSTER, "c", "clü ster"]))
 def test_the_fast_path_stores_what_the_dict_path_stores(text: str, cluster: str) -> None:
     props, pieces = split_properties(text)

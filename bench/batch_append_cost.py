@@ -21,12 +21,11 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
+from bench.interleave import add_side_arguments, enter_tree, interleaved_rounds, sides
 from bench.opcode_counter import OpcodeCounter
 
 
@@ -70,11 +69,7 @@ async def measure(directory: str, batches: int, batch: int, size: int, index: bo
 
 
 def child(args: argparse.Namespace) -> int:
-    sys.path.insert(0, str(args.root))
-    os.chdir(args.root)
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    enter_tree(args.root)
     from remoting import loop as loop_choice
 
     loop_choice.install()
@@ -85,40 +80,27 @@ def child(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Event-loop work per message of put_messages, two trees.")
-    parser.add_argument("--a", type=Path, help="repo root of side A (e.g. /work/main)")
-    parser.add_argument("--b", type=Path, default=Path(__file__).resolve().parents[1], help="side B (default: here)")
-    parser.add_argument("--rounds", type=int, default=5)
+    add_side_arguments(parser, rounds=5, a_help="repo root of side A (e.g. /work/main)")
     parser.add_argument("--batches", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=4096, help="body bytes")
     parser.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
     parser.add_argument("--no-index", action="store_true", help="messageIndexEnable=false")
     parser.add_argument("--bytecodes", action="store_true", help="Python bytecodes per message instead of CPU time")
-    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
     args = parser.parse_args(argv)
     if args.root is not None:
         return child(args)
-    sides = {"B": args.b.resolve()} if args.a is None else {"A": args.a.resolve(), "B": args.b.resolve()}
-    costs: dict[str, list[float]] = {side: [] for side in sides}
+    trees = sides(args.a, args.b)
     unit = "bytecodes" if args.bytecodes else "us"
     flags = ["--batches", str(args.batches), "--batch", str(args.batch), "--size", str(args.size), "--dir", args.dir]
     flags += (["--no-index"] if args.no_index else []) + (["--bytecodes"] if args.bytecodes else [])
-    for i in range(args.rounds):
-        for side in sides if i % 2 == 0 else reversed(sides):
-            out = subprocess.run(
-                [sys.executable, __file__, "--root", str(sides[side]), *flags],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            value = float(out.stdout.strip().splitlines()[-1])
-            costs[side].append(value)
-            print(f"round {i} {side}: {value:.2f} {unit}/msg", flush=True)
-    med = {side: statistics.median(v) for side, v in costs.items()}
-    for side, root in sides.items():
-        print(
-            f"{side} {root}: median {med[side]:.2f} {unit} per message (range {min(costs[side]):.2f}-{max(costs[side]):.2f})"
-        )
+    figures = interleaved_rounds(
+        trees, args.rounds, lambda root: [sys.executable, __file__, "--root", str(root), *flags], f"{unit}/msg"
+    )
+    med = {side: statistics.median(values) for side, values in figures.items()}
+    for side, root in trees.items():
+        low, high = min(figures[side]), max(figures[side])
+        print(f"{side} {root}: median {med[side]:.2f} {unit} per message (range {low:.2f}-{high:.2f})")
     if "A" in med:
         print(f"B/A = {med['B'] / med['A']:.3f}x")
     return 0

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.interleave import add_side_arguments, enter_tree, interleaved_rounds, sides
 
 _SERIALIZE = {"json": 0, "rocketmq": 1}
 _WINDOW = 16
@@ -77,38 +78,26 @@ async def measure(serialize: int, reads: int, reps: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Event-loop CPU per SEND in remoting/ alone, two trees.")
-    parser.add_argument("--a", type=Path, help="repo root of side A (e.g. the base commit)")
-    parser.add_argument("--b", type=Path, default=Path(__file__).resolve().parents[1], help="side B (default: here)")
-    parser.add_argument("--rounds", type=int, default=3)
+    add_side_arguments(parser, rounds=3, a_help="repo root of side A (e.g. the base commit)")
     parser.add_argument("--reads", type=int, default=300, help="reads of 16 sends a repetition")
     parser.add_argument("--reps", type=int, default=15, help="repetitions a round; the best is kept")
     parser.add_argument("--serialize", choices=sorted(_SERIALIZE), default="json")
-    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
     args = parser.parse_args(argv)
     if args.root is not None:
-        sys.path.insert(0, str(args.root))
-        import structlog
-
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+        enter_tree(args.root)
         print(f"{asyncio.run(measure(_SERIALIZE[args.serialize], args.reads, args.reps)):.3f}")
         return 0
-    sides = {"B": args.b.resolve()} if args.a is None else {"A": args.a.resolve(), "B": args.b.resolve()}
-    costs: dict[str, list[float]] = {side: [] for side in sides}
-    for i in range(args.rounds):
-        for side in sides if i % 2 == 0 else reversed(sides):
-            out = subprocess.run(
-                [sys.executable, "-m", "bench.remoting_cost", "--root", str(sides[side]), "--reads", str(args.reads)]
-                + ["--reps", str(args.reps), "--serialize", args.serialize],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=Path(__file__).resolve().parents[1],
-            )
-            us = float(out.stdout.strip().splitlines()[-1])
-            costs[side].append(us)
-            print(f"round {i} {side}: {us:.2f} us/request", flush=True)
-    med = {side: statistics.median(v) for side, v in costs.items()}
-    for side, root in sides.items():
+    trees = sides(args.a, args.b)
+    flags = ["--reads", str(args.reads), "--reps", str(args.reps), "--serialize", args.serialize]
+    figures = interleaved_rounds(
+        trees,
+        args.rounds,
+        lambda root: [sys.executable, "-m", "bench.remoting_cost", "--root", str(root), *flags],
+        "us/request",
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    med = {side: statistics.median(values) for side, values in figures.items()}
+    for side, root in trees.items():
         print(f"{side} {root}: median {med[side]:.2f} us of event-loop CPU per request in remoting/")
     if "A" in med:
         print(f"B/A = {med['B'] / med['A']:.2f}x")

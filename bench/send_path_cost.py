@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.interleave import add_side_arguments, enter_tree, interleaved_rounds, sides
 from bench.opcode_counter import OpcodeCounter
 
 
@@ -205,11 +204,7 @@ class _Channel:
 
 
 def child(args: argparse.Namespace) -> int:
-    sys.path.insert(0, str(args.root))
-    os.chdir(args.root)
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    enter_tree(args.root)
     try:
         import uvloop
 
@@ -225,9 +220,7 @@ def child(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Event-loop CPU per SEND_MESSAGE_V2, in process, two trees.")
-    parser.add_argument("--a", type=Path, help="repo root of side A (e.g. the base commit)")
-    parser.add_argument("--b", type=Path, default=Path(__file__).resolve().parents[1], help="side B (default: here)")
-    parser.add_argument("--rounds", type=int, default=5)
+    add_side_arguments(parser, rounds=5, a_help="repo root of side A (e.g. the base commit)")
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--window", type=int, default=16, help="sends dispatched before the loop gets a turn")
     parser.add_argument("--per-request", action="store_true", help="one dispatch per request on both sides")
@@ -243,31 +236,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wire", action="store_true", help="feed bytes through the connection (frame split, grouping, write)"
     )
-    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # child mode: measure this tree
     args = parser.parse_args(argv)
     if args.root is not None:
         return child(args)
-    sides = {"B": args.b.resolve()} if args.a is None else {"A": args.a.resolve(), "B": args.b.resolve()}
-    costs: dict[str, list[float]] = {side: [] for side in sides}
+    trees = sides(args.a, args.b)
     unit = "bytecodes" if args.bytecodes else "us"
-    for i in range(args.rounds):
-        for side in sides if i % 2 == 0 else reversed(sides):
-            out = subprocess.run(
-                [sys.executable, __file__, "--root", str(sides[side]), "--messages", str(args.messages)]
-                + ["--window", str(args.window)]
-                + ["--serialize", args.serialize]
-                + (["--bytecodes"] if args.bytecodes else [])
-                + (["--wire"] if args.wire else [])
-                + (["--per-request"] if args.per_request else []),
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            us = float(out.stdout.strip().splitlines()[-1])
-            costs[side].append(us)
-            print(f"round {i} {side}: {us:.1f} {unit}/msg", flush=True)
-    med = {side: statistics.median(v) for side, v in costs.items()}
-    for side, root in sides.items():
+    flags = ["--messages", str(args.messages), "--window", str(args.window), "--serialize", args.serialize]
+    flags += (["--bytecodes"] if args.bytecodes else []) + (["--wire"] if args.wire else [])
+    flags += ["--per-request"] if args.per_request else []
+    figures = interleaved_rounds(
+        trees,
+        args.rounds,
+        lambda root: [sys.executable, __file__, "--root", str(root), *flags],
+        f"{unit}/msg",
+        digits=1,
+    )
+    med = {side: statistics.median(values) for side, values in figures.items()}
+    for side, root in trees.items():
         what = "Python bytecodes on the loop's thread" if args.bytecodes else "us of event-loop CPU"
         print(f"{side} {root}: median {med[side]:.1f} {what} per send")
     if "A" in med:

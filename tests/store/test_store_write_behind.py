@@ -127,14 +127,19 @@ def test_the_ranged_flush_leaves_the_prefaulted_window_dirty(mapped):
     assert _dirty_pages(mapped.fd, MiB, 4 * MiB) == 0
 
 
-def test_a_refused_msync_falls_back_to_fdatasync_with_one_warning(mapped, monkeypatch):
-    sync = RangeSync()
+def _failing_msync(err: int):
+    """A stand-in for libc's msync that fails with ``err``, as ctypes with use_errno=True would see it."""
 
-    def refuse(*_args):
-        ctypes.set_errno(errno.EINVAL)
+    def msync(*_args):
+        ctypes.set_errno(err)
         return -1
 
-    monkeypatch.setattr(sync, "_msync", refuse)
+    return msync
+
+
+def test_a_refused_msync_falls_back_to_fdatasync_with_one_warning(mapped, monkeypatch):
+    sync = RangeSync()
+    monkeypatch.setattr(sync, "_msync", _failing_msync(errno.EINVAL))
     _append(mapped, MiB)
     with capture_logs() as logs:
         sync.sync(mapped, 0, MiB)
@@ -146,12 +151,7 @@ def test_a_refused_msync_falls_back_to_fdatasync_with_one_warning(mapped, monkey
 
 def test_msync_io_errors_reach_the_flush(mapped, monkeypatch):
     sync = RangeSync()
-
-    def fail(*_args):
-        ctypes.set_errno(errno.EIO)
-        return -1
-
-    monkeypatch.setattr(sync, "_msync", fail)
+    monkeypatch.setattr(sync, "_msync", _failing_msync(errno.EIO))
     _append(mapped, MiB)
     with pytest.raises(OSError):
         sync.sync(mapped, 0, MiB)

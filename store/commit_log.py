@@ -47,7 +47,7 @@ from store.message import (
 )
 from store.record_parser import DispatchRequest, RecordParser
 from store.recovery import CommitLogRecovery
-from store.results import AppendMessageResult, PutMessageStatus
+from store.results import AppendMessageResult, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from store.dispatcher import CommitLogDispatcher
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _LONG = struct.Struct(">q")
+_PUT_OK = PutMessageStatus.PUT_OK
 _BLANK = struct.Struct(">ii")
 MAX_DRAIN = 4096  # requests per lock section; bounds the time the section can take
 
@@ -272,14 +273,16 @@ class CommitLog:
         crcs: list[int],
         sizes: list[int],
         now: int,
-    ) -> list[AppendMessageResult | AppendFailure]:
+    ) -> list[PutMessageResult]:
         """`append_now` for several single messages in one pass (the single sends of one read, any topics and
         queues), planned by `RecordEncoder.plan` (`tails`, `crcs`, `sizes` in the order of `msgs`): the idle
         check, the file lookup, the section's accounting and the inline dispatch once for the group, each
         message its own record, queue offset and result, in order. No AppendRequest is built for them.
-        Returns the results of the leading messages it appended: fewer than `msgs` when the file ran out (a
-        BLANK was written: the next file may need an await) or the writer is not idle; the caller queues the
-        rest, in order, with `submit`."""
+        Returns the put results of the leading messages it appended (PUT_OK with the append's result and the
+        message's `store_timestamp` set, or UNKNOWN_ERROR for a record whose write failed; the put's last
+        steps, flush and statistics, are the caller's): fewer than `msgs` when the file ran out (a BLANK was
+        written: the next file may need an await) or the writer is not idle; the caller queues the rest, in
+        order, with `submit`. `put_message_times_total` grows by the records written."""
         if (
             self._pending
             or self._in_section
@@ -307,11 +310,13 @@ class CommitLog:
         crcs: list[int],
         sizes: list[int],
         store_ts: int,
-    ) -> list[AppendMessageResult | AppendFailure]:
+    ) -> list[PutMessageResult]:
         """`_do_append` of one record each, unrolled for a group (the SEND path's hot loop): the records are
         written back to back into `mf`, then dispatched with one `CommitLogDispatcher.dispatch_group`; what
-        that leaves (a consume queue needing its next file, a pool buffer) is described for the reput."""
-        results: list[AppendMessageResult | AppendFailure] = []
+        that leaves (a consume queue needing its next file, a pool buffer) is described for the reput. Each
+        result is the put's own (`append_group_now`), so that the caller does not walk the group again to
+        wrap them."""
+        results: list[PutMessageResult] = []
         pos = start = mf.wrote_position
         file_size = mf.file_size
         base = mf.file_from_offset
@@ -324,8 +329,7 @@ class CommitLog:
         pack = FIXED_PART.pack_into
         hosts = encoder.host_bytes
         id_prefix = self._id_prefix
-        written: list[MessageExtBrokerInner] = []  # what was written, for the dispatch
-        written_sizes: list[int] = []
+        failed: list[int] = []  # (rare) where a record's write failed: left out of the dispatch
         queue_offsets: list[int] = []
         ended = False  # a BLANK ends the file
         for msg, tail, crc, size in zip(msgs, tails, crcs, sizes):
@@ -351,8 +355,9 @@ class CommitLog:
                     mf.write_at(stage[:size], pos)
                 except OSError as exc:
                     log.error("write to the CommitLog failed", error=str(exc), file=mf.file_name, position=pos)
+                    failed.append(len(results))
                     results.append(
-                        AppendFailure(PutMessageStatus.UNKNOWN_ERROR, f"write to the CommitLog failed: {exc}")
+                        PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"write to the CommitLog failed: {exc}")
                     )
                     continue  # nothing published for this one; the next takes its place
             else:  # (RecordEncoder.write unrolled: the fixed part, the body, the tail)
@@ -391,11 +396,20 @@ class CommitLog:
             prefix = id_prefix.get(msg.store_host)
             if prefix is None:
                 prefix = id_prefix[msg.store_host] = offset_msg_id_prefix(*msg.store_host)
-            results.append(AppendMessageResult(phy, size, f"{prefix}{phy:016X}", store_ts, queue_offset))
-            written.append(msg)
-            written_sizes.append(size)
+            msg.store_timestamp = store_ts
+            results.append(
+                PutMessageResult(_PUT_OK, AppendMessageResult(phy, size, f"{prefix}{phy:016X}", store_ts, queue_offset))
+            )
             queue_offsets.append(queue_offset)
         mf.wrote_position = file_size if ended else pos
+        # what was written, for the dispatch: the leading messages, but for the (rare) failed writes
+        n = len(results)
+        if failed:
+            written = [m for k, m in enumerate(msgs[:n]) if k not in failed]
+            written_sizes = [z for k, z in enumerate(sizes[:n]) if k not in failed]
+        else:
+            written = msgs if n == len(msgs) else msgs[:n]
+            written_sizes = sizes if n == len(sizes) else sizes[:n]
         if not written:
             return results
         mf.store_timestamp = store_ts

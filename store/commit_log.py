@@ -340,7 +340,7 @@ class CommitLog:
         last_born = last_store = None
         born_ip = store_ip = b""
         born_port = store_port = 0
-        prefix = ""
+        id_base = 0
         for msg, tail, crc, size in zip(msgs, tails, crcs, sizes):
             room = file_size - pos
             if size + END_FILE_MIN_BLANK_LENGTH > room:  # END_OF_FILE: this one and the rest go to the writer
@@ -368,6 +368,9 @@ class CommitLog:
                 prefix = id_prefix.get(store)
                 if prefix is None:
                     prefix = id_prefix[store] = offset_msg_id_prefix(*store)
+                # the offset id as one 128-bit int (host, port, offset) in hex: cheaper than formatting the offset
+                # with "016X" after the prefix (0.22 against 0.33 us, timeit)
+                id_base = int(prefix, 16) << 64
             body = msg.body
             if not pooled and size >= OS_PAGE_SIZE and pos + size > prefaulted:
                 # an unpopulated stretch of the mapping: one pwrite from the staging buffer (see _do_append)
@@ -443,7 +446,12 @@ class CommitLog:
             pos += size
             msg.store_timestamp = store_ts
             results.append(
-                PutMessageResult(_PUT_OK, AppendMessageResult(phy, size, f"{prefix}{phy:016X}", store_ts, queue_offset))
+                PutMessageResult(
+                    _PUT_OK,
+                    AppendMessageResult(
+                        phy, size, (id_base | phy).to_bytes(16, "big").hex().upper(), store_ts, queue_offset
+                    ),
+                )
             )
             queue_offsets.append(queue_offset)
         mf.wrote_position = file_size if ended else pos

@@ -3,11 +3,13 @@ read (``RemotingCommand.ext_layout`` / ``ext_values``): no map lookups, no type 
 ASCII str), one decoder compiled per layout.
 
 The benchmark Producer's sends all come with one layout (the one-letter keys ``a``..``n`` in one order), so one
-compiled function decodes them all: the values unpacked in the layout's order, the digits of every number field
-checked with one ``isdigit``, their range with one ``max``, the header built positionally. Anything else (a field
-missing, a sign, an empty or out-of-range number) gives None and the caller decodes the map with
-``decode_send_message_v2``, which returns the same header or raises the precise error (pinned by
-tests/remoting/test_send_header.py).
+compiled function decodes them all: the values unpacked in the layout's order, the Integer fields and booleans
+looked up in tables of their common texts (small ints such as a queue id or "16", "true", "false": a subscript
+each where ``int()`` is a call), the born timestamp checked and converted, the header built positionally. Other
+values go to a second compiled function: the digits of every number field checked with one ``isdigit``, their
+range with one ``max``, ``int()`` each. Anything else (a field missing, a sign, an empty or out-of-range number)
+gives None and the caller decodes the map with ``decode_send_message_v2``, which returns the same header or raises
+the precise error (pinned by tests/remoting/test_send_header.py).
 """
 
 from __future__ import annotations
@@ -41,27 +43,59 @@ _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 
 
+# the canonical text of small ints (queue ids, queue counts, flags, reconsume times: what a client sends over and
+# over) → the int, and the two booleans' canonical texts: one dict subscript each instead of an ``int()`` call
+_SMALL_INTS = {str(i): i for i in range(256)}  # (~25 KB: the idle memory budget counts)
+_BOOL_TEXTS = {"true": True, "false": False}
+
+
 def _compile(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], SendMessageRequestHeader | None] | None:
     """Straight-line code for one layout's keys; None when they are not a V2 send header's (a key other than
-    ``a``..``n``, or a required one missing)."""
+    ``a``..``n``, or a required one missing). Two functions: the common values (every Integer field a small int's
+    canonical text, every boolean "true" or "false") read by subscripts; any other value hands the values to
+    the general one, which converts each number with ``int()`` after one digits check."""
     present = set(keys)
     if not present <= _V2_NAMES.keys() or not _REQUIRED <= present or len(present) != len(keys):
         return None
-    ns: dict[str, object] = {"_cls": SendMessageRequestHeader, "int": int, "max": max}
     local = {key: f"v_{key}" for key in keys}
     numbers = [k for k in "defghjl" if k in present]
     ints = [local[k] for k in _INTS if k in present]
-    lines = [
-        "def decode(values):",
-        f"    {', '.join(local[k] for k in keys)}, = values",
-        *number_lines([local[k] for k in numbers]),
-        f"    if max({', '.join(ints)}) > {_INT_MAX} or {local['g']} > {_LONG_MAX}: return None",
-    ]
-    lines += [f"    {local[k]} = {local[k]}.lower() == 'true'" for k in _BOOLS if k in present]
+    bools = [local[k] for k in _BOOLS if k in present]
+    unpack = f"    {', '.join(local[k] for k in keys)}, = values"
     defaults = {"i": "None", "j": "None", "k": "False", "m": "False", "l": "None", "n": "None"}
     args = [local.get(k, defaults.get(k)) for k in _V2_NAMES]
-    lines.append(f"    return _cls({', '.join(args)})")
-    return compile_decoder(lines, ns)
+    build = f"    return _cls({', '.join(args)})"
+    general_lines = [
+        "def decode(values):",
+        unpack,
+        *number_lines([local[k] for k in numbers]),
+        f"    if max({', '.join(ints)}) > {_INT_MAX} or {local['g']} > {_LONG_MAX}: return None",
+        *(f"    {name} = {name}.lower() == 'true'" for name in bools),
+        build,
+    ]
+    general = compile_decoder(general_lines, {"_cls": SendMessageRequestHeader, "int": int, "max": max})
+    g = local["g"]
+    common_lines = [
+        "def decode(values):",
+        unpack,
+        "    try:",
+        *(f"        {name} = _small[{name}]" for name in ints),
+        *(f"        {name} = _bools[{name}]" for name in bools),
+        "    except KeyError:",
+        "        return _general(values)",
+        f"    if not ({g}.isdigit() and {g}.isascii()): return None",  # (the Long: a born timestamp)
+        f"    {g} = int({g})",
+        f"    if {g} > {_LONG_MAX}: return None",
+        build,
+    ]
+    namespace = {
+        "_cls": SendMessageRequestHeader,
+        "int": int,
+        "_small": _SMALL_INTS,
+        "_bools": _BOOL_TEXTS,
+        "_general": general,
+    }
+    return compile_decoder(common_lines, namespace)
 
 
 _DECODERS: LayoutDecoders[SendMessageRequestHeader] = LayoutDecoders(_compile)

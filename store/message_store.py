@@ -486,6 +486,14 @@ class MessageStore:
     def is_transient_store_pool_deficient(self) -> bool:
         return self.remain_transient_store_buffer_numbs() == 0
 
+    def is_busy_or_deficient(self) -> bool:
+        """`is_os_page_cache_busy() or is_transient_store_pool_deficient()` in one call: the send processor asks
+        it once per request, and the common answer (no append section open, no transient pool) is two
+        attribute tests."""
+        if self.commit_log.begin_time_in_lock <= 0 and self.pool is None:
+            return False
+        return self.is_os_page_cache_busy() or self.is_transient_store_pool_deficient()
+
     # -------------------------------------------------------------------------------------------- put
     def _check_store_status(self) -> tuple[PutMessageStatus, str | None]:
         if self._shutdown or self._disk_full or self.commit_log.begin_time_in_lock:

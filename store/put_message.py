@@ -252,13 +252,14 @@ class MessagePutter:
             return [PutMessageResult(status, None, remark) for _ in msgs]
         begin = self.now_ms()
         cl = self.commit_log
-        results: list = [None] * len(msgs)
+        n = len(msgs)
+        results: list = [None] * n
         # the accepted ones, planned (as `_request` plans one, without building its AppendRequest)
         accepted: list[MessageExtBrokerInner] = []
         tails: list[bytes] = []
         crcs: list[int] = []
         sizes: list[int] = []
-        at: list[int] = []  # where each accepted one is in msgs
+        refused = False  # a message was answered by its plan: `results` has holes only for the accepted ones
         file_size = self.config.mapped_file_size_commit_log
         max_body = self.config.max_message_size
         topics_ok = self._topics_ok
@@ -286,6 +287,7 @@ class MessagePutter:
                 if plan.__class__ is PutMessageResult:
                     self.stats.put_failed += 1
                     results[i] = plan
+                    refused = True
                     continue
                 tail, crc, size = plan
             if size + 8 > file_size:
@@ -294,64 +296,74 @@ class MessagePutter:
                     None,
                     f"{size} bytes do not fit in a CommitLog file of {file_size}",
                 )
+                refused = True
                 continue
             accepted.append(msg)
             tails.append(tail)
             crcs.append(crc)
             sizes.append(size)
-            at.append(i)
-        # one pass of the CommitLog for the accepted ones while the writer is idle; the writer takes the rest
-        # (a new file, a stall), queued behind it in order
+        # where each accepted one is in msgs
+        at = [i for i, result in enumerate(results) if result is None] if refused else range(n)
+        # one pass of the CommitLog for the accepted ones while the writer is idle (each result the put's own,
+        # PUT_OK or a failed write); the writer takes the rest (a new file, a stall), queued behind it in order
+        times = cl.put_message_times_total
         appended = cl.append_group_now(accepted, tails, crcs, sizes, begin) if accepted and stall_append_ms <= 0 else []
-        inline_end = -1
-        for i, result in zip(at, appended):
-            results[i] = result
-            if result.__class__ is AppendMessageResult:
-                inline_end = result.wrote_offset + result.wrote_bytes
+        stored = cl.put_message_times_total - times
+        last: AppendMessageResult | None = None  # the last one stored
+        if appended:
+            if stored < len(appended):  # (rare) a record whose write failed
+                self.stats.put_failed += len(appended) - stored
+            for result in reversed(appended):
+                if (last := result.append_result) is not None:
+                    break
+            if len(appended) == n:  # (the common group: every message accepted and appended inline)
+                results = appended
+            else:
+                for i, result in zip(at, appended):
+                    results[i] = result
         queued: list[tuple[int, AppendRequest]] = []
-        if len(appended) < len(accepted):
+        if len(appended) < len(accepted):  # (queued before any await: no other put may come between)
             create_future = asyncio.get_running_loop().create_future
             for k in range(len(appended), len(accepted)):
                 req = AppendRequest.of_one(accepted[k], tails[k], crcs[k], sizes[k], stall_append_ms, create_future())
                 cl.submit(req)
                 queued.append((at[k], req))
-        if inline_end >= 0:
+        if last is not None:
             if not (self._pooled and cl.dispatch_queue) and self.dispatcher.after_inline_put():
-                await self.reput.wait_dispatched(inline_end)
+                await self.reput.wait_dispatched(last.wrote_offset + last.wrote_bytes)
             self._inline_appends += len(appended)
             if self._inline_appends >= _YIELD_EVERY_INLINE:
                 self._inline_appends = 0
                 await asyncio.sleep(0)
-        for i, req in queued:
-            results[i] = await req.future
-        # each stored one: its store timestamp and PUT_OK; the flush woken once for the group (ASYNC_FLUSH), or
-        # each registered with the group commit at once (SYNC_FLUSH: one fsync covers them all)
+        if queued:
+            for i, req in queued:
+                result = await req.future
+                if result.__class__ is AppendMessageResult:
+                    msgs[i].store_timestamp = result.store_timestamp
+                    results[i] = PutMessageResult(_PUT_OK, result)
+                    last = result
+                    stored += 1
+                else:
+                    self.stats.put_failed += 1
+                    results[i] = PutMessageResult(result.status, None, result.remark)
+        if last is None:
+            return results
+        # the flush woken once for the group (ASYNC_FLUSH), or each stored one registered with the group commit
+        # at once (SYNC_FLUSH: one fsync covers them all)
         after_put = self._after_put
-        sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
-        waits: list[tuple[int, Awaitable[PutMessageStatus]]] = []
-        last: AppendMessageResult | None = None
-        stored = 0
-        for i, result in enumerate(results):
-            cls = result.__class__
-            if cls is AppendMessageResult:
-                msg = msgs[i]
-                msg.store_timestamp = result.store_timestamp
-                if sync and (waiting := after_put(result, msg, msg.topic)) is not None:
-                    waits.append((i, waiting))
-                last = result
-                stored += 1
-                results[i] = PutMessageResult(_PUT_OK, result)
-            elif cls is AppendFailure:
-                self.stats.put_failed += 1
-                results[i] = PutMessageResult(result.status, None, result.remark)
-        if last is not None and not sync:
+        if self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH:
+            waits: list[tuple[PutMessageResult, Awaitable[PutMessageStatus]]] = []
+            for msg, result in zip(msgs, results):
+                ar = result.append_result
+                if ar is not None and (waiting := after_put(ar, msg, msg.topic)) is not None:
+                    waits.append((result, waiting))
+            if waits:
+                statuses = await asyncio.gather(*(waiting for _, waiting in waits))
+                for (result, _), status in zip(waits, statuses):
+                    result.status = status
+        else:
             after_put(last, None, "")  # (wakes the flush or commit service; nothing to wait for)
-        if waits:
-            statuses = await asyncio.gather(*(waiting for _, waiting in waits))
-            for (i, _), status in zip(waits, statuses):
-                results[i].status = status
-        if stored:
-            self.stats.put_done_many(stored, self.now_ms() - begin)
+        self.stats.put_done_many(stored, self.now_ms() - begin)
         return results
 
     @staticmethod

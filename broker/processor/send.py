@@ -215,8 +215,7 @@ class SendMessageProcessor:
     def reject_request(self) -> bool:
         # Upstream: page cache busy or no free buffer in the transient store pool. The server calls this
         # once per request and answers [REJECTREQUEST] when it is true, so this is where it is counted.
-        store = self.store
-        if store.is_os_page_cache_busy() or store.is_transient_store_pool_deficient():
+        if self.store.is_busy_or_deficient():
             self.stats.on_busy("REJECTREQUEST")
             return True
         return False
@@ -379,14 +378,18 @@ class SendMessageProcessor:
     # -- checks ---------------------------------------------------------------------------
     def _msg_check(self, channel, hdr: SendMessageRequestHeader, checked: dict[str, Any] | None = None):
         """The send's checks (upstream msgCheck) and its topic's config. `checked`: the topics of this group
-        that passed already (their config), so that a group checks each topic once and each queue id."""
+        that passed already (topic → its config and the bound of its queue ids), so that a group checks each
+        topic once and each queue id against the bound (`_message` reads it)."""
         if checked is not None:
-            tc = checked.get(hdr.topic)
-            if tc is None:
-                tc = checked[hdr.topic] = self._topic_check(channel, hdr)
+            entry = checked.get(hdr.topic)
+            if entry is None:
+                tc = self._topic_check(channel, hdr)
+                entry = checked[hdr.topic] = (tc, max(tc.write_queue_nums, tc.read_queue_nums))
+            tc, bound = entry
         else:
             tc = self._topic_check(channel, hdr)
-        if hdr.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            bound = max(tc.write_queue_nums, tc.read_queue_nums)
+        if hdr.queue_id >= bound:
             raise SendError(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{hdr.queue_id}] is illegal, {tc.to_json()} Producer: {channel.remote_addr}",
@@ -530,21 +533,33 @@ class SendMessageProcessor:
     ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
         properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`."""
-        # (once per send: the helpers below are called only where they have something to do)
-        tc = self._msg_check(channel, hdr, checked)
+        # (once per send, the SEND path's hot code: the helpers below are called only where they have something to
+        # do, and the common message is built here rather than by `_inner`, which the other sends use)
+        topic = hdr.topic
+        entry = checked.get(topic) if checked is not None else None
+        if entry is not None and hdr.queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
+            tc = entry[0]
+        else:
+            tc = self._msg_check(channel, hdr, checked)
         body = bytes(request.body) if request.body is not None else b""
         props_text = hdr.properties or ""
-        props_len = len(props_text) if props_text.isascii() else len(props_text.encode("utf-8"))
-        if len(body) > self.config.max_message_size or props_len > MAX_PROPERTIES_LENGTH:
-            self._check_size(len(body), props_len)
+        # (an ASCII text's length is its size: the encode measures only the others)
+        if (
+            len(body) > self.config.max_message_size
+            or len(props_text) > MAX_PROPERTIES_LENGTH
+            or not props_text.isascii()
+        ):
+            self._check_size(len(body), len(props_text.encode("utf-8")))
         # (the pieces: the stored string is the sent one edited, as long as nothing below changes `props`)
         props, pieces = split_properties(props_text)
-        topic = hdr.topic
+        queue_id = hdr.queue_id
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic = self._handle_retry_and_dlq(hdr, props, tc, request)
-            if topic != hdr.topic:  # promoted to the DLQ: DELAY dropped
+            if topic != hdr.topic:  # promoted to the DLQ (queue 0): DELAY dropped
                 pieces = None
-        queue_id = 0 if topic != hdr.topic else hdr.queue_id if hdr.queue_id >= 0 else self._queue_id(hdr, tc)
+                queue_id = 0
+        if queue_id < 0:
+            queue_id = self._queue_id(hdr, tc)
         sys_flag = hdr.sys_flag
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         if props.get(_TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
@@ -555,19 +570,34 @@ class SendMessageProcessor:
                 )
             msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
             msg = self.transaction_service.prepare_half_message(msg)
-        else:
-            # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
-            if _DELAY in props:
-                check_delay_level(props)
-            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
-            # without any of them park() has nothing to do (most sends: no clock read, no call)
-            if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:
-                try:
-                    topic, queue_id = park(props, topic, queue_id, self.now_ms())
-                except TimerPropertyError as exc:
-                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-                pieces = None
-            msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag, pieces)
+            return msg, queue_id, props
+        # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
+        if _DELAY in props:
+            check_delay_level(props)
+        # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
+        # without any of them park() has nothing to do (most sends: no clock read, no call)
+        if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:
+            try:
+                topic, queue_id = park(props, topic, queue_id, self.now_ms())
+            except TimerPropertyError as exc:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+            pieces = None
+        # (`_inner` unrolled: positional, in MessageExtBrokerInner's field order, about half the cost of keywords)
+        tags = props.get(_TAGS)
+        msg = MessageExtBrokerInner(
+            topic,
+            queue_id,
+            hdr.flag,
+            body,
+            props,
+            stored_properties(props, pieces, self.config.broker_cluster_name),
+            tags_hash(tags) if tags else 0,
+            sys_flag,
+            hdr.born_timestamp,
+            channel.attrs.get("born_host") or born_host(channel),
+            self.store_host,
+            hdr.reconsume_times or 0,
+        )
         return msg, queue_id, props
 
     # -- batch ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ The frames go out in one write, so the broker decodes them from one read. Withou
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 
 import structlog
@@ -207,3 +208,60 @@ async def test_send_answers_come_in_the_request_s_serialization_as_the_generic_e
                     generic = RemotingCommand(answer.code, answer.opaque, answer.flag, None, answer.ext_fields)
                     generic.serialize_type = serialize_type
                     assert generic.to_bytes()[4:] == frame
+
+
+def _no_port(remark: str | None) -> str | None:
+    """A remark without the client's port (each connection has its own)."""
+    return None if remark is None else re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1", remark)
+
+
+def _stored(broker) -> list[tuple]:
+    """Every record of the broker's CommitLog, as what does not depend on the broker or the connection."""
+    cl = broker.store.commit_log
+    _, view = cl.get_data(0)
+    records = decode_records(view[: cl.get_max_offset()])
+    return [(m.topic, m.queue_id, m.body, m.properties, m.flag, m.sys_flag, m.reconsume_times) for m in records]
+
+
+async def test_odd_sends_in_a_group_are_answered_and_stored_as_one_by_one(tmp_path) -> None:
+    """Differential: the group path (``_message`` with the group's checked topics, ``put_message_group``) against
+    the one-request path (``_message`` alone, ``put_message``) for sends off the common path: a queue id out of
+    range after the topic was checked, a retry past its limit (the DLQ, queue 0), non-ASCII and oversized
+    properties (an ASCII text and a non-ASCII one shorter in characters than the limit but over it in bytes),
+    DELAY levels good and bad, a transaction half message. Same answers (code, remark, queue id), same records."""
+    requests = [
+        send_request("DiffT", b"m0", queue_id=1, props={"UNIQ_KEY": "A0", "WAIT": "true"}),
+        send_request("DiffT", b"m1", queue_id=99),  # refused by its queue id alone, its topic checked
+        send_request("DiffT", b"m2", queue_id=2, props={"KEYS": "ключ", "TAGS": "т"}),
+        send_request("DiffT", b"m3", queue_id=0, props={"X": "a" * 33_000}),
+        send_request("DiffT", b"m4", queue_id=0, props={"X": "я" * 17_000}),  # 17,000 characters, 34,000 bytes
+        send_request("DiffT", b"m5", queue_id=3, props={"DELAY": "2"}),
+        send_request("DiffT", b"m6", queue_id=3, props={"DELAY": "two"}),
+        send_request("DiffT", b"m7", queue_id=1, props={"TRAN_MSG": "true", "PGROUP": "PG"}),
+        send_request("%RETRY%DiffG", b"m8", queue_id=0, reconsume_times=5, max_reconsume_times=3),
+        send_request("%RETRY%DiffG", b"m9", queue_id=0, reconsume_times=0, max_reconsume_times=3),
+        send_request("DiffU", b"m10", queue_id=0, props={"WAIT": "false"}),
+    ]
+    grouped = await start_broker(tmp_path / "grouped")
+    alone = await start_broker(tmp_path / "alone")
+    try:
+        sizes = spy_groups(grouped)
+        in_group = await exchange(grouped, requests)
+        assert sizes and sum(sizes) >= 6  # (the group path was taken)
+        one_by_one = {}
+        for request in requests:
+            one_by_one.update({o + len(one_by_one): a for o, a in (await exchange(alone, [request])).items()})
+        for opaque in range(1, len(requests) + 1):
+            a, b = in_group[opaque], one_by_one[opaque]
+            assert (a.code, _no_port(a.remark)) == (b.code, _no_port(b.remark)), opaque
+            assert a.ext_fields.get("queueId") == b.ext_fields.get("queueId"), opaque
+        codes = [in_group[o].code for o in range(1, len(requests) + 1)]
+        assert codes.count(ResponseCode.SUCCESS) == 7 and codes.count(ResponseCode.MESSAGE_ILLEGAL) == 2
+        # refused by the processor, which measures the properties in UTF-8 bytes (not by the store's own limit)
+        assert "properties length 33002 is over" in in_group[4].remark
+        assert "properties length 34002 is over" in in_group[5].remark
+        assert _stored(grouped) == _stored(alone)
+        assert {r[0] for r in _stored(grouped)} >= {"DiffT", "DiffU", "%DLQ%DiffG", "%RETRY%DiffG"}
+    finally:
+        await grouped.shutdown()
+        await alone.shutdown()

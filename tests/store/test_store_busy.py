@@ -41,12 +41,16 @@ async def test_busy_uses_upstream_thresholds(store_factory, config_factory):
     s = await store_factory(config_factory(os_page_cache_busy_timeout_mills=1000), now_ms=lambda: now[0])
     s.commit_log.begin_time_in_lock = now[0] - 1000
     assert not s.is_os_page_cache_busy()  # diff must exceed the timeout
+    assert not s.is_busy_or_deficient()
     s.commit_log.begin_time_in_lock = now[0] - 1001
     assert s.is_os_page_cache_busy()
+    assert s.is_busy_or_deficient()  # (the send processor's one question per request)
     assert s.lock_time_mills() == 1001
     s.commit_log.begin_time_in_lock = now[0] - 10_000_001
     assert not s.is_os_page_cache_busy()  # a clock jump is not "busy"
+    assert not s.is_busy_or_deficient()
     s.commit_log.begin_time_in_lock = 0
+    assert not s.is_busy_or_deficient()
 
 
 async def test_fault_stall_window_holds_every_append(store_factory, config_factory):

@@ -5,14 +5,23 @@ the dispatcher is entered once per record (``dispatch_appended``) and the first 
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import errno
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from store_helpers import make_msg, small_config
 
 from store import MessageStore, PutMessageStatus
 from store.mapped_file import MappedFile
-from store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from store.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageExtBrokerInner,
+)
 
 NOW = 1_700_000_123_456  # one clock for both stores: the same store timestamps, delivery times, ids
 
@@ -254,3 +263,68 @@ async def test_a_group_dispatch_that_fails_is_replayed_by_the_reput_without_twic
         assert s.query_message("Fail", "F1", 8, 0, 2**62).message_count == 1
     finally:
         await s.shutdown()
+
+
+_HOSTS = [("10.0.0.9", 53211), ("192.168.1.20", 1), ("127.0.0.1", 10911)]
+
+
+@st.composite
+def _group_messages(draw) -> list:
+    """Single sends as a group may hold them: topics and queues mixed, bodies of any length (some not bytes: the
+    group writes those in three steps), each transaction kind, hosts changing or not between messages."""
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        body = draw(st.binary(max_size=3000))
+        kind = draw(st.sampled_from([bytes, bytes, bytes, bytearray]))
+        props = draw(
+            st.dictionaries(st.sampled_from(["a", "bb", "ключ", "TAGS", "UNIQ_KEY"]), st.text("0Aé", min_size=1))
+        )
+        out.append(
+            MessageExtBrokerInner.create(
+                draw(st.sampled_from(["HA", "HB", "H" * 100])),
+                kind(body),
+                queue_id=draw(st.integers(0, 2)),
+                properties=props,
+                sys_flag=draw(
+                    st.sampled_from(
+                        [0, TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, 0x1]
+                    )
+                ),
+                flag=draw(st.integers(-(2**31), 2**31 - 1)),
+                born_timestamp=1_700_000_000_000,
+                reconsume_times=draw(st.integers(0, 16)),
+                born_host=draw(st.sampled_from(_HOSTS)),
+                store_host=draw(st.sampled_from(_HOSTS[1:])),
+            )
+        )
+    return out
+
+
+async def _commit_log_of(root, msgs, grouped: bool) -> tuple[bytes, list[tuple]]:
+    s, _ = await _open(root)
+    try:
+        if grouped:
+            results = await s.put_message_group(msgs)
+        else:
+            results = [await s.put_message(m) for m in msgs]
+        cl = s.commit_log
+        _, view = cl.get_data(0)
+        answers = [
+            (r.status, r.append_result and (r.append_result.msg_id, r.append_result.logics_offset)) for r in results
+        ]
+        return bytes(view[: cl.get_max_offset()]), answers
+    finally:
+        await s.shutdown()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_group_messages())
+def test_a_group_writes_the_bytes_single_puts_write(tmp_path_factory, msgs) -> None:
+    """The group's record writes (`CommitLog._write_group`: one `pack_into` of a cached record Struct for a bytes
+    body, three steps for another) against `RecordEncoder.write` of single puts: the same CommitLog, byte for byte,
+    and the same ids and queue offsets (both clocks fixed)."""
+    root = tmp_path_factory.mktemp("bytes")
+    copies = [copy.copy(m) for m in msgs]  # (a put sets the store timestamp: each store its own messages)
+    got = asyncio.run(_commit_log_of(root / "group", msgs, True))
+    want = asyncio.run(_commit_log_of(root / "alone", copies, False))
+    assert got == want

@@ -91,15 +91,20 @@ async def test_pool_deficiency_and_buffer_return(store_factory, config_factory):
 async def test_drain_fault_makes_pool_deficient(store_factory, config_factory):
     s = await store_factory(_pool_config(config_factory))
     assert not s.is_transient_store_pool_deficient()
+    assert not s.is_busy_or_deficient()
     s.fault.inject_drain_pool(10_000)
     assert s.is_transient_store_pool_deficient()
+    assert s.is_busy_or_deficient()  # (the send processor's one question per request, no append section open)
     s.fault.clear()
     assert not s.is_transient_store_pool_deficient()
+    assert not s.is_busy_or_deficient()
 
 
 async def test_pool_disabled_is_never_deficient(store_factory):
     s = await store_factory()
     assert not s.is_transient_store_pool_deficient()
+    s.fault.inject_drain_pool(10_000)  # (drains a pool: without one, nothing to drain)
+    assert not s.is_transient_store_pool_deficient() and not s.is_busy_or_deficient()
 
 
 def test_mlock_refusal_logs_once_and_keeps_unlocked_buffers(monkeypatch):

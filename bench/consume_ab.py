@@ -10,7 +10,9 @@ the brokers, round by round, so a noisy machine hurts both alike:
 - **mixed**: ``benchmark.Producer`` (16 threads, 1 KiB, sync) and ``benchmark.Consumer`` together on a fresh
   topic (created beforehand); the consumer's median TPS after the first line, and its send-to-consume latency.
 
-``--profile DIR`` also records each phase with py-spy (raw collapsed stacks) and prints the broker's CPU share.
+``--profile DIR`` also records each phase with py-spy (raw collapsed stacks). The broker's CPU share is printed for
+each phase, and for the drain its CPU per drained message (the share over the median TPS line): the figure a busy
+machine moves least, since the drain itself is bound by the consumer's round trip.
 Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``. A root named ``java`` is Apache RocketMQ
 4.9.7 (``rmq-anchor`` on free ports, one at a time): ``--roots .,java`` interleaves ours with the reference.
 
@@ -46,6 +48,7 @@ class Target:
     mixed_s2c: list[float] = field(default_factory=list)
     mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
     cpu: dict[str, list[float]] = field(default_factory=dict)
+    drain_cpu_us: list[float] = field(default_factory=list)  # broker CPU per drained message (share / median line)
 
     @property
     def pid(self) -> int:
@@ -93,6 +96,9 @@ def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
     rec.stop()
     tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, tool.stop()) if m]
     target.drain.append(max(tps, default=0.0))
+    steady = statistics.median(tps[1:] or tps) if tps else 0.0
+    if steady:
+        target.drain_cpu_us.append(target.cpu["drain"][-1] / steady * 1e6)
 
 
 def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
@@ -197,6 +203,9 @@ def report(targets: list[Target], backlog: int) -> str:
             out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
         cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
         out.append(f"{'':10} broker CPU (median): {cpu}")
+        if t.drain_cpu_us:
+            per = ", ".join(f"{v:.2f}" for v in t.drain_cpu_us)
+            out.append(f"{'':10} broker CPU per drained message, us (each round): {per}")
         if t.drain and drain_ran_dry(max(t.drain), backlog):
             out.append(f"{'':10} the backlog may have run dry inside a line: raise --backlog")
     for t in targets[1:]:

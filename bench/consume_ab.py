@@ -10,7 +10,9 @@ the brokers, round by round, so a noisy machine hurts both alike:
 - **mixed**: ``benchmark.Producer`` (16 threads, 1 KiB, sync) and ``benchmark.Consumer`` together on a fresh
   topic (created beforehand); the consumer's median TPS after the first line, and its send-to-consume latency.
 
-``--profile DIR`` also records each phase with py-spy (raw collapsed stacks) and prints the broker's CPU share.
+``--profile DIR`` also records each phase with py-spy (raw collapsed stacks). The broker's CPU share is printed for
+each phase, and for the drain its CPU per drained message (between two reads of the group's offsets on the broker):
+the figure a busy machine moves least, since the drain itself is bound by the consumer's round trip.
 Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``. A root named ``java`` is Apache RocketMQ
 4.9.7 (``rmq-anchor`` on free ports, one at a time): ``--roots .,java`` interleaves ours with the reference.
 
@@ -33,6 +35,7 @@ from bench.backlog import create_topic, drain_ran_dry, fill_backlog
 from bench.broker_proc import BrokerProcess
 from bench.java_broker import JavaBroker
 from bench.vs_java import CONSUME_LINE, SEND_LINE, JavaTool, find_reference_bin
+from mqclient.admin import AdminClient
 
 BACKLOG_TOPIC = "ConsumeBacklog"
 
@@ -46,6 +49,7 @@ class Target:
     mixed_s2c: list[float] = field(default_factory=list)
     mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
     cpu: dict[str, list[float]] = field(default_factory=dict)
+    drain_cpu_us: list[float] = field(default_factory=list)  # broker CPU per message drained in the recorded window
 
     @property
     def pid(self) -> int:
@@ -84,15 +88,30 @@ class Recorder:
             self.spy.wait(30)
 
 
+async def consumed(namesrv: str, group: str) -> int:
+    """The group's offsets on the backlog, summed over the queues: the broker takes each pull's commit offset, so
+    this trails what the consumer holds by at most a pull per queue."""
+    async with AdminClient(namesrv) as admin:
+        addr = next(iter((await admin.route_masters(BACKLOG_TOPIC)).values()))
+        offsets = [await admin.consumer_offset(addr, group, BACKLOG_TOPIC, q) for q in range(4)]
+    return sum(o for o in offsets if o is not None and o > 0)
+
+
 def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
     group = f"drain_{target.label}_{n}_{int(time.time())}"
     tool = JavaTool(rmqjava, "Consumer", ["-n", target.broker.namesrv, "-t", BACKLOG_TOPIC, "-g", group])
     time.sleep(2)
     rec = Recorder(target, "drain", profile, seconds - 4)
+    first = asyncio.run(consumed(target.broker.namesrv, group))
+    cpu_first = cpu_seconds(target.pid)
     time.sleep(seconds - 2)
+    cpu_last = cpu_seconds(target.pid)
+    last = asyncio.run(consumed(target.broker.namesrv, group))
     rec.stop()
     tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, tool.stop()) if m]
     target.drain.append(max(tps, default=0.0))
+    if last > first:  # the broker's CPU between the two offset reads, per message drained between them
+        target.drain_cpu_us.append((cpu_last - cpu_first) / (last - first) * 1e6)
 
 
 def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
@@ -197,6 +216,9 @@ def report(targets: list[Target], backlog: int) -> str:
             out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
         cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
         out.append(f"{'':10} broker CPU (median): {cpu}")
+        if t.drain_cpu_us:
+            per = ", ".join(f"{v:.2f}" for v in t.drain_cpu_us)
+            out.append(f"{'':10} broker CPU per drained message, us (each round): {per}")
         if t.drain and drain_ran_dry(max(t.drain), backlog):
             out.append(f"{'':10} the backlog may have run dry inside a line: raise --backlog")
     for t in targets[1:]:

@@ -11,7 +11,11 @@ pulls carry no subscription), then
 - **caught up**: a pull parks (long polling), one message arrives, the woken pull answers it — the
   consume-while-producing cycle, one message per pull.
 
-    python -m bench.pull_cost [--backlog 20000] [--repeat 5] [--bytecodes] [--serialize rocketmq|json]
+    python -m bench.pull_cost [--backlog 20000] [--repeat 5] [--bytecodes] [--serialize rocketmq|json] [--batch 32]
+
+``--batch N`` stores the backlog in runs of N messages per queue, as a batch sent to one queue lies (the drain
+benchmarks' backlogs are filled so, ``bench/backlog.py``): a queue's records are then back to back in the commit
+log. The default, 1, sends round robin over the queues, as the Java Producer does (records interleaved).
 
 Each pull request is decoded from its frame, as the server decodes it, in the serialization RocketMQ 4.9.7's
 benchmark Consumer uses (``--serialize``, default ROCKETMQ: its main sets ``rocketmq.serialize.type``, as the
@@ -137,26 +141,34 @@ class Meter:
         return (time.thread_time() - self._started) / per * 1e6
 
 
-async def measure(backlog: int, repeat: int, bytecodes: bool = False, serialize: int = ROCKETMQ) -> None:
+async def measure(
+    backlog: int, repeat: int, bytecodes: bool = False, serialize: int = ROCKETMQ, batch: int = 1
+) -> None:
     with tempfile.TemporaryDirectory(prefix="pull-cost-") as tmp:
         broker = await start_in_loop(Path(tmp) / "store", mappedFileSizeCommitLog=256 * 1024 * 1024)
         client = RemotingClient()
         try:
-            await run(broker, client, backlog, repeat, Meter(bytecodes), serialize)
+            await run(broker, client, backlog, repeat, Meter(bytecodes), serialize, batch)
         finally:
             await client.close()
             await broker.shutdown()
 
 
 async def run(
-    broker: BrokerController, client: RemotingClient, backlog: int, repeat: int, meter: Meter, serialize: int
+    broker: BrokerController,
+    client: RemotingClient,
+    backlog: int,
+    repeat: int,
+    meter: Meter,
+    serialize: int,
+    batch: int = 1,
 ) -> None:
     addr = broker.config.broker_addr
     body = b"m" * 1024
     sink = SinkChannel()
     send = broker.send_processor
     for i in range(backlog):
-        await send.process_request(sink, send_request(i % QUEUES, body))
+        await send.process_request(sink, send_request(i // batch % QUEUES, body))
     assert (await client.invoke(addr, heartbeat(), 5)).code == ResponseCode.SUCCESS
     pull = broker.pull_processor
     per_queue = backlog // QUEUES
@@ -229,12 +241,13 @@ async def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=1, help="messages per queue in a row (1: round robin)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--bytecodes", action="store_true", help="count Python bytecodes instead of CPU time")
     parser.add_argument("--serialize", choices=sorted(SERIALIZE), default="rocketmq", help="the pulls' header type")
     args = parser.parse_args(argv)
     loop_choice.install()  # uvloop when installed, as the broker runs (remoting.loop)
-    asyncio.run(measure(args.backlog, args.repeat, args.bytecodes, SERIALIZE[args.serialize]))
+    asyncio.run(measure(args.backlog, args.repeat, args.bytecodes, SERIALIZE[args.serialize], args.batch))
     return 0
 
 

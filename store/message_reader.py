@@ -273,6 +273,8 @@ class MessageReader:
         if min(sizes) <= 0:
             return None
         ends = list(map(add, phys, sizes))
+        if ends[:-1] == phys[1:]:  # back to back (a batch sent to this queue): one view, no cuts (see _take_span)
+            return self._take_span(result, offset, None, len(phys), sum(sizes), phys[0], ends[-1], phys[-1], sizes)
         # the entries of one queue ascend; min and max keep the span check right if they did not
         return self._take_span(result, offset, zip(phys, ends), len(phys), sum(sizes), min(phys), max(ends), phys[-1])
 
@@ -314,22 +316,29 @@ class MessageReader:
             end = phy + size
             total += size
             bounds.append((phy, end))
+        if total == end - lo:  # ascending without gaps: back to back
+            return self._take_span(result, offset, None, len(rows), total, lo, end, rows[-1][0], [r[1] for r in rows])
         return self._take_span(result, offset, bounds, len(rows), total, lo, end, rows[-1][0])
 
     def _take_span(
         self,
         result: GetMessageResult,
         offset: int,
-        bounds: Iterable[tuple[int, int]],
+        bounds: Iterable[tuple[int, int]] | None,
         n: int,
         total: int,
         lo: int,
         end: int,
         last_phy: int,
+        sizes: list[int] | None = None,
     ) -> tuple[GetMessageStatus, int] | None:
         """What `_take_all` and `_take_few` share once their entries are read: the walk's limits (a record on disk,
         or more than the in-memory transfer limits past the first record, goes to the walk), then every record
-        cut from one `select()` of the commit-log span ``lo``..``end`` (start and end of each in ``bounds``)."""
+        cut from one `select()` of the commit-log span ``lo``..``end`` (start and end of each in ``bounds``).
+
+        ``bounds`` None and ``sizes`` each record's size instead: the records lie back to back, so the span is all of them and the result
+        keeps it whole (`GetMessageResult.span`): a drain pull of a batched backlog answers it as its body without
+        32 cuts (~480 bytecodes, ~9 us) and a join; whoever wants the records one by one gets them cut lazily."""
         cfg = self.config
         commit_log = self.commit_log
         max_phy = commit_log.get_max_offset()
@@ -343,8 +352,11 @@ class MessageReader:
         span = mf.select(lo - mf.file_from_offset, end - lo) if mf is not None else None  # readable and open
         if span is None:
             return None
-        # a comprehension: map(span.__getitem__, map(slice, ...)) measured twice as slow
-        result.buffers = [span[a - lo : b - lo] for a, b in bounds]
+        if bounds is None:
+            result.set_span(span, sizes)  # type: ignore[arg-type]
+        else:
+            # a comprehension: map(span.__getitem__, map(slice, ...)) measured twice as slow
+            result.buffers = [span[a - lo : b - lo] for a, b in bounds]
         result.msg_queue_offsets = list(range(offset, offset + n))
         result.message_count = n
         result.buffer_total_size = total

@@ -241,7 +241,10 @@ class PullMessageProcessor:
         """The response to a pull that is not parked (a parked one builds none): a ``PullAnswer``, whose ROCKETMQ
         header (the benchmark Consumer's) is written from pre-encoded parts."""
         if code == ResponseCode.SUCCESS:
-            body = b"".join(result.buffers) if len(result.buffers) != 1 else result.buffers[0]
+            body = result.span  # the records back to back (a batch): the body as it lies in the commit log
+            if body is None:
+                buffers = result.buffers
+                body = b"".join(buffers) if len(buffers) != 1 else buffers[0]
             self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
             return PullAnswer.answer(
                 request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset, body

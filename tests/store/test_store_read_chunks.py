@@ -214,3 +214,44 @@ async def test_few_entries_pull_answers_as_the_walk(store_factory, config_factor
     assert {(60, 2), (60, 3), (95, 3), (97, 3), (120, 3), (148, 2)} <= set(taken)
     assert max(count for _, count in taken) == 3
     assert not [t for t in taken if t[0] in (0, 40, 146)]
+
+
+async def test_back_to_back_records_are_answered_as_one_span(store_factory):
+    """Records that lie back to back in the commit log (here one queue's: every put goes to queue 0, as a batch
+    sent to one queue lies) come back as ONE view, ``span``: its bytes are the walk's records joined, and the
+    records cut from it lazily (``buffers``) are the walk's, for pulls of 2-7 entries and of 8 or more."""
+    s = await store_factory()
+    await _fill(s, 100, b"s" * 300)
+    for offset, max_nums in ((0, 32), (10, 5), (40, 2), (50, 8), (68, 32), (97, 32)):
+        fast = s.get_message("g", "T", 0, offset, max_nums)
+        walked = s.get_message("g", "T", 0, offset, max_nums, EveryEntryFilter())
+        assert walked.span is None
+        assert fast.span is not None, (offset, max_nums)
+        assert bytes(fast.span) == b"".join(bytes(b) for b in walked.buffers)
+        assert _full_answer(fast) == _full_answer(walked), (offset, max_nums)
+        assert fast.body == walked.body
+
+
+async def test_interleaved_records_are_cut_one_by_one(store_factory):
+    """Records of one queue with another queue's between them cannot be one view: ``span`` stays None and the
+    records are cut from the commit log one by one, as before."""
+    s = await store_factory()
+    for n in range(96):
+        assert (await s.put_message(make_msg(body=b"i" * 200, queue_id=n % 2))).status == PutMessageStatus.PUT_OK
+    for max_nums in (3, 32):
+        r = s.get_message("g", "T", 1, 0, max_nums)
+        assert r.status == GetMessageStatus.FOUND and r.message_count == max_nums
+        assert r.span is None
+        assert len(r.buffers) == max_nums
+
+
+def test_back_to_back_records_cut_lazily_read_as_a_list():
+    """``BackToBack`` reads as the list of records it stands for (length, index, slice, iteration, join)."""
+    from store.results import BackToBack, GetMessageResult
+
+    r = GetMessageResult(GetMessageStatus.FOUND, 3, 0, 3)
+    r.set_span(memoryview(b"aaabbc"), [3, 2, 1])
+    assert len(r.buffers) == 3 and bool(r.buffers) and isinstance(r.buffers, BackToBack)
+    assert [bytes(b) for b in r.buffers] == [b"aaa", b"bb", b"c"]
+    assert bytes(r.buffers[1]) == b"bb" and [bytes(b) for b in r.buffers[1:]] == [b"bb", b"c"]
+    assert b"".join(r.buffers) == r.body == b"aaabbc"

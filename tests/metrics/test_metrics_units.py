@@ -104,7 +104,9 @@ def test_wrapper_counts_refusals_per_queue():
     m = RequestMetrics()
     assert InstrumentedProcessor(Inner(reject=True), "send", m).reject_request() is True
     assert InstrumentedProcessor(Inner(reject=False), "send", m).reject_request() is False
-    assert InstrumentedProcessor(object(), "admin", m).reject_request() is False  # no reject_request at all
+    # no reject_request at all (or None, the pull processor's): none offered, so the server skips the check
+    assert InstrumentedProcessor(object(), "admin", m).reject_request is None
+    assert InstrumentedProcessor(type("NeverRefuses", (), {"reject_request": None})(), "pull", m).reject_request is None
     assert m.rejected == Counter({"send": 1})
 
 

@@ -144,7 +144,7 @@ _PLAIN_ANSWERS = frozenset((RemotingCommand, type(None)))
 class RequestGroup:
     """Several requests of one connection and one processor run as one (``processor.process_requests``): the
     SEND requests decoded from one read, stored with one group put and answered in one write. Built only when
-    the executor can run it at once (``RequestExecutor.run_now``): a group is never queued, so the fast-failure
+    the executor can run it at once (``RequestExecutor.run_group_now``): a group is never queued, so the fast-failure
     sweep (which reads the queue) sees nothing new, and it holds one worker while it runs, as a worker that took
     several tasks at once would. Each request was counted in flight on its channel and is released here."""
 
@@ -222,7 +222,8 @@ class RequestGroup:
         """Write each answer (not to oneway requests) as ``write_response`` would, in one ``Channel.send_many``
         call: one closed check and one scheduled flush for the group instead of one ``send`` per answer."""
         channel = self.channel
-        if not _PLAIN_ANSWERS.issuperset(map(type, responses)):  # (one pass in C)
+        kinds = set(map(type, responses))  # (one pass in C; answers are often a RemotingCommand subclass)
+        if not _PLAIN_ANSWERS.issuperset(kinds) and any(issubclass(kind, Exception) for kind in kinds):
             # an entry that is the exception its request's processing raised: that answer alone fails
             responses = [
                 failed_response(channel, request, response) if isinstance(response, Exception) else response

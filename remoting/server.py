@@ -5,8 +5,12 @@ Dispatch order for each request (J ``NettyRemotingAbstract.processRequestCommand
 2. ``processor.reject_request()`` → 2 ``[REJECTREQUEST]…`` (before queueing);
 3. the executor's queue is full → 2 ``[OVERLOAD]…``;
 4. otherwise a worker (or, when the queue is empty and a worker idle, ``dispatch`` itself in that worker's
-   place: ``RequestExecutor.run_now``) runs the request hook, if one is set (the broker's ACL check, J ``RPCHook``), then the
-   processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
+   place: ``RequestExecutor.answer_now``) runs the request hook, if one is set (the broker's ACL check, J
+   ``RPCHook``), then the processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
+   ``answer_now`` calls the processor's synchronous entry (``process_request_now``: the answer, None, or the
+   ``Pending`` rest of a request that has to wait; a processor without one has its ``process_request``
+   coroutine run up to its first wait), so a request answered at once costs no task and no coroutine.
+A processor whose ``reject_request`` is None never refuses: step 2 is skipped.
 Oneway requests are never answered, not even with an error.
 
 ``dispatch_many`` takes consecutive requests decoded from one read that ``groups`` (their processor has
@@ -66,6 +70,10 @@ def not_supported(request: RemotingCommand) -> RemotingCommand:
 
 
 class RequestProcessor(Protocol):
+    """Optional besides: ``process_request_now(channel, request)``, the synchronous entry (an answer, None, or
+    ``remoting.pending.Pending``); ``process_requests``/``groupable`` (``dispatch_many``) and
+    ``process_requests_now``."""
+
     async def process_request(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None: ...
     def reject_request(self) -> bool: ...
 

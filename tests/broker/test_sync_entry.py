@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from broker_helpers import FakeChannel, pull_request, send_request
+from broker_helpers import FakeChannel, pull_request, send_request, start_broker
 
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -152,3 +152,26 @@ async def test_a_long_poll_parked_by_the_synchronous_entry_is_counted_and_answer
         await asyncio.sleep(0.01)
     [answer] = ch.sent
     assert answer.opaque == 9 and answer.code == ResponseCode.SUCCESS
+
+
+async def test_sync_flush_sends_wait_as_a_pending_rest_and_are_answered_as_through_the_queue(tmp_path) -> None:
+    """Under SYNC_FLUSH a send waits for its flush: the synchronous entry returns its Pending rest, which holds
+    the send worker until the answer is written; answers and counts as through the queue."""
+    broker = await start_broker(tmp_path, flushDiskType="SYNC_FLUSH")
+    try:
+        executor = broker.executors["send"]
+        ch = FakeChannel()
+        completed = executor.completed
+        broker.server.dispatch(ch, send_request(TOPIC, b"flushed", queue_id=0))
+        assert ch.sent == [] and executor.active == 1 and ch.in_flight == 1  # waiting for its flush, worker lent
+        for _ in range(500):
+            if ch.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert ch.sent[0].code == ResponseCode.SUCCESS
+        assert (executor.active, executor.completed - completed, ch.in_flight) == (0, 1, 0)
+        direct, queued = await run_both(broker, executor, lambda: send_request(TOPIC, b"again", queue_id=0))
+        assert direct[1:] == queued[1:] and direct[2] == 1
+        assert RemotingCommand.decode(memoryview(direct[0])[4:]).code == ResponseCode.SUCCESS
+    finally:
+        await broker.shutdown()

@@ -226,8 +226,13 @@ async def test_a_pending_rest_cancelled_before_its_task_ran_still_releases_its_r
     ex = await started(1)
     ch = FakeChannel()
     ex.answer_now(ch, request(9), lambda c, r: start(forever(c, r)), None)
-    await ex.stop(grace_s=0.01)
-    assert cleaned == [9] and ch.sent == [] and (ex.active, ch.in_flight) == (0, 0)
+    for resumed in list(ex._eager):  # cancelled before its first step
+        resumed.cancel()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert cleaned == [9] and ch.sent == [] and (ex.active, ex.completed, ch.in_flight) == (0, 1, 0)
+    assert not ex._eager and ex.can_run_now()  # the lent worker is back
+    await ex.stop()
 
 
 async def test_start_and_finish_give_the_coroutines_value_or_exception() -> None:

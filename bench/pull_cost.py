@@ -9,7 +9,7 @@ pulls carry no subscription), then
 - **drain through dispatch**: the same pulls handed to ``RemotingServer.dispatch`` (executor task, metrics
   wrapper, coroutines, the answer's write): the per-pull fixed cost around the processor;
 - **caught up**: a pull parks (long polling), one message arrives, the woken pull answers it — the
-  consume-while-producing cycle, one message per pull.
+  consume-while-producing cycle, one message per pull; then the same with the pull handed to ``dispatch``.
 
     python -m bench.pull_cost [--backlog 20000] [--repeat 5] [--bytecodes] [--serialize rocketmq|json] [--batch 32]
 
@@ -226,6 +226,27 @@ async def run(
                 await asyncio.sleep(0)
         cycle.append(meter.stop(rounds))
         assert sink.last is not None and sink.last.code == ResponseCode.SUCCESS
+    # the same cycle with the pull handed to the server's dispatch, as a connection hands it over (the send as
+    # above): the per-pull fixed cost around the processor, paid once per caught-up pull (the woken answer is
+    # written by the hold service itself)
+    cycle_dispatched: list[float] = []
+    pull_executor = broker.executors["pull"]
+    for _ in range(repeat):
+        sink.last = None
+        first = broker.store.get_max_offset_in_queue(TOPIC, 0)
+        frames = {o: pull_frame(0, o, o, serialize) for o in range(first, first + rounds)}
+        meter.start()
+        for _ in range(rounds):
+            offset = broker.store.get_max_offset_in_queue(TOPIC, 0)
+            done = pull_executor.completed
+            broker.server.dispatch(sink, decode(frames[offset]))
+            while pull_executor.completed == done:  # parked at once when a worker is idle, as here
+                await asyncio.sleep(0)
+            await send.process_request(sink, send_request(0, body))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        cycle_dispatched.append(meter.stop(rounds))
+        assert sink.last is not None and sink.last.code == ResponseCode.SUCCESS
     alone: list[float] = []
     for _ in range(repeat):
         meter.start()
@@ -236,6 +257,10 @@ async def run(
         alone.append(meter.stop(rounds))
     print(f"caught up: {min(cycle):.1f} {u} per park + send + wake + answer of one message")
     print(f"  of which the send alone: {min(alone):.1f} {u}; the consume side: {min(cycle) - min(alone):.1f} {u}")
+    print(
+        f"  the pull through RemotingServer.dispatch: {min(cycle_dispatched):.1f} {u}; the consume side:"
+        f" {min(cycle_dispatched) - min(alone):.1f} {u}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

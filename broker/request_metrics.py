@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,8 +20,11 @@ import structlog
 from broker.logging_setup import REQUEST_LOGGER
 from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
+from remoting.pending import Pending, finish, start
 
 request_log = structlog.get_logger(REQUEST_LOGGER)
+
+_CODE = operator.attrgetter("code")
 
 #: Upstream's rpc latency view (RemotingMetricsManager), in milliseconds.
 RPC_LATENCY_BUCKETS_MS: tuple[float, ...] = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
@@ -35,13 +39,32 @@ class LatencyCell:
     total_ms: float = 0.0
 
 
+#: answered requests' times kept per (code, answer) before they are folded into their cell (``observe_answer``)
+FOLD_EVERY = 256
+
+
 class RequestMetrics:
     """rocketmq_rpc_latency cells keyed by (request code, response code, long polling, result), plus the
-    [REJECTREQUEST] refusals per queue (the server answers those before any processor runs)."""
+    [REJECTREQUEST] refusals per queue (the server answers those before any processor runs).
+
+    The common observation, a request answered (``observe_answer``, once per pull and per lone send), only
+    appends its time to a list: the buckets, count and sum are computed for up to ``FOLD_EVERY`` of them at once,
+    when the list is full or the cells are read (``latency``), so a request costs an append, not a bisect and
+    three updates."""
 
     def __init__(self) -> None:
-        self.latency: dict[tuple[int, int | None, bool, str], LatencyCell] = {}
+        self._latency: dict[tuple[int, int | None, bool, str], LatencyCell] = {}
+        #: (code, response code) -> times (ms) of answered requests not yet in their cell
+        self._answered: dict[tuple[int, int], list[float]] = {}
         self.rejected: Counter[str] = Counter()
+
+    @property
+    def latency(self) -> dict[tuple[int, int | None, bool, str], LatencyCell]:
+        """The cells, every observation folded in."""
+        for (code, response_code), times in self._answered.items():
+            if times:
+                self._fold(code, response_code, times)
+        return self._latency
 
     def observe(
         self,
@@ -53,19 +76,40 @@ class RequestMetrics:
         result: str = "success",
     ) -> None:
         key = (code, response_code, long_polling, result)
-        cell = self.latency.get(key)
+        cell = self._latency.get(key)
         if cell is None:
-            cell = self.latency[key] = LatencyCell()
+            cell = self._latency[key] = LatencyCell()
         cell.buckets[bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, elapsed_ms)] += 1
         cell.count += 1
         cell.total_ms += elapsed_ms
 
+    def observe_answer(self, code: int, response_code: int, elapsed_ms: float) -> None:
+        """``observe`` of a request answered (not parked, not failed), counted when its cell is read."""
+        times = self._answered.get((code, response_code))
+        if times is None:
+            times = self._answered[(code, response_code)] = []
+        times.append(elapsed_ms)
+        if len(times) >= FOLD_EVERY:
+            self._fold(code, response_code, times)
+
+    def _fold(self, code: int, response_code: int, times: list[float]) -> None:
+        key = (code, response_code, False, "success")
+        cell = self._latency.get(key)
+        if cell is None:
+            cell = self._latency[key] = LatencyCell()
+        buckets = cell.buckets
+        for elapsed_ms in times:
+            buckets[bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, elapsed_ms)] += 1
+        cell.count += len(times)
+        cell.total_ms += sum(times)
+        times.clear()
+
     def observe_many(self, code: int, response_code: int, elapsed_ms: float, count: int) -> None:
         """``count`` requests of one code answered alike in ``elapsed_ms`` each (a request group's)."""
         key = (code, response_code, False, "success")
-        cell = self.latency.get(key)
+        cell = self._latency.get(key)
         if cell is None:
-            cell = self.latency[key] = LatencyCell()
+            cell = self._latency[key] = LatencyCell()
         cell.buckets[bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, elapsed_ms)] += count
         cell.count += count
         cell.total_ms += elapsed_ms * count
@@ -79,18 +123,27 @@ class InstrumentedProcessor:
 
     The timing covers the processor only (queue wait is the executor's ``head wait``); a long-polled pull
     that the processor parks (answer None) is counted when parked, with ``is_long_polling=true``.
+
+    Two entries, counted alike: ``process_request`` (a coroutine, for a queued request a worker runs) and
+    ``process_request_now`` (the synchronous one the executor calls when it can run a request at once: the inner
+    processor's own ``process_request_now``, or its coroutine run up to its first wait; a ``Pending`` rest is
+    timed to its end). Likewise ``process_requests`` / ``process_requests_now`` for a group.
     """
 
     __slots__ = (
         "_clock",
         "_inner_group",
+        "_inner_group_now",
+        "_inner_now",
         "_reject",
         "_std_log",
         "groupable",
         "inner",
         "metrics",
         "process_requests",
+        "process_requests_now",
         "queue",
+        "reject_request",
     )
 
     def __init__(
@@ -100,14 +153,19 @@ class InstrumentedProcessor:
         self.queue = queue
         self.metrics = metrics
         self._reject = getattr(inner, "reject_request", None)
+        # a processor that never refuses (no reject_request, or None): none offered, the server skips the check
+        self.reject_request = self._reject_counted if self._reject is not None else None
+        self._inner_now = getattr(inner, "process_request_now", None)
         self._std_log = logging.getLogger(REQUEST_LOGGER)
         self._clock = clock
         # the server groups requests only for a processor with process_requests: offer it when the inner one does
         self._inner_group = getattr(inner, "process_requests", None)
         self.process_requests = self._process_group if self._inner_group is not None else None
         self.groupable = getattr(inner, "groupable", None) if self._inner_group is not None else None
+        self._inner_group_now = getattr(inner, "process_requests_now", None)
+        self.process_requests_now = self._process_group_now if self._inner_group is not None else None
 
-    def reject_request(self) -> bool:
+    def _reject_counted(self) -> bool:
         if self._reject is not None and self._reject():
             self.metrics.on_reject(self.queue)
             if self._std_log.isEnabledFor(logging.DEBUG):
@@ -122,28 +180,37 @@ class InstrumentedProcessor:
         waited for all of it: its answer leaves with the others'). A request whose processing raised (its
         exception in place of its answer) is counted "process_request_failed", as ``process_request`` counts a
         lone one: the result label says how the request ended, not whether it ran alone or in a group."""
-        start = self._clock()
-        metrics = self.metrics
+        start_ = self._clock()
         try:
             responses = await self._inner_group(channel, requests)  # type: ignore[misc]
         except Exception:
-            elapsed_ms = (self._clock() - start) * 1000.0
-            for request in requests:
-                metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
+            self._group_failed(requests, (self._clock() - start_) * 1000.0)
             raise
-        elapsed_ms = (self._clock() - start) * 1000.0
-        # the common case, every request of one code answered with one code: one cell update for the group
-        code = requests[0].code
-        first = responses[0]
-        answer_code = first.code if isinstance(first, RemotingCommand) else None
-        alike = answer_code is not None
-        if alike:
-            for request, response in zip(requests, responses):
-                if request.code != code or not isinstance(response, RemotingCommand) or response.code != answer_code:
-                    alike = False
-                    break
-        if alike:
-            metrics.observe_many(code, answer_code, elapsed_ms, len(requests))
+        self._group_done(channel, requests, responses, (self._clock() - start_) * 1000.0)
+        return responses
+
+    def _group_failed(self, requests: list[RemotingCommand], elapsed_ms: float) -> None:
+        for request in requests:
+            self.metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
+
+    def _group_done(
+        self,
+        channel: Any,
+        requests: list[RemotingCommand],
+        responses: list[RemotingCommand | Exception | None],
+        elapsed_ms: float,
+    ) -> None:
+        metrics = self.metrics
+        # the common case, every request of one code answered with one code: one cell update for the group (told
+        # by map and set, in C: no bytecode per request)
+        request_codes = set(map(_CODE, requests))
+        answer_codes = (
+            set(map(_CODE, responses))
+            if len(request_codes) == 1 and all(issubclass(t, RemotingCommand) for t in set(map(type, responses)))
+            else ()
+        )
+        if len(answer_codes) == 1:
+            metrics.observe_many(request_codes.pop(), answer_codes.pop(), elapsed_ms, len(requests))  # type: ignore[union-attr]
         else:
             for request, response in zip(requests, responses):
                 if isinstance(response, Exception):
@@ -158,23 +225,90 @@ class InstrumentedProcessor:
                     self._log_failure(channel, request, response, elapsed_ms, group=len(requests))
                 else:
                     self._log_answer(channel, request, response, elapsed_ms, group=len(requests))
+
+    def _process_group_now(self, channel: Any, requests: list[RemotingCommand]) -> Any:
+        """The synchronous entry of ``_process_group`` (``RequestGroup.start``): the inner
+        ``process_requests_now`` (or ``process_requests`` run up to its first wait), timed and counted as
+        ``_process_group`` does it; the ``Pending`` rest, timed to its end, when the group has to wait."""
+        start_ = self._clock()
+        try:
+            now = self._inner_group_now
+            if now is not None:
+                responses = now(channel, requests)
+            else:
+                responses = start(self._inner_group(channel, requests))  # type: ignore[misc]
+        except Exception:
+            self._group_failed(requests, (self._clock() - start_) * 1000.0)
+            raise
+        if responses.__class__ is Pending:
+            return start(self._group_rest(channel, requests, responses, start_))
+        self._group_done(channel, requests, responses, (self._clock() - start_) * 1000.0)
         return responses
 
-    async def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
-        start = self._clock()
+    async def _group_rest(
+        self, channel: Any, requests: list[RemotingCommand], pending: Pending, start_: float
+    ) -> list[RemotingCommand | Exception | None]:
         try:
-            response = await self.inner.process_request(channel, request)
-        except Exception as exc:
-            elapsed_ms = (self._clock() - start) * 1000.0
-            self.metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
-            if self._std_log.isEnabledFor(logging.DEBUG):
-                self._log_failure(channel, request, exc, elapsed_ms)
+            responses = await finish(pending)
+        except Exception:
+            self._group_failed(requests, (self._clock() - start_) * 1000.0)
             raise
-        elapsed_ms = (self._clock() - start) * 1000.0
-        self._observe(request, response, elapsed_ms)
+        self._group_done(channel, requests, responses, (self._clock() - start_) * 1000.0)
+        return responses
+
+    def process_request_now(self, channel: Any, request: RemotingCommand) -> Any:
+        """The synchronous entry (``RequestExecutor.answer_now``): the inner ``process_request_now`` (or its
+        ``process_request`` run up to its first wait), timed and counted as ``process_request`` does it: the
+        answer at once, or the ``Pending`` rest, timed to its end."""
+        clock = self._clock
+        start_ = clock()
+        try:
+            now = self._inner_now
+            response = now(channel, request) if now is not None else start(self.inner.process_request(channel, request))
+        except Exception as exc:
+            self._failed(channel, request, exc, (clock() - start_) * 1000.0)
+            raise
+        if response.__class__ is Pending:
+            return start(self._rest(channel, request, response, start_))
+        elapsed_ms = (clock() - start_) * 1000.0
+        if response is not None:  # (_observe, inlined for the common answer)
+            self.metrics.observe_answer(request.code, response.code, elapsed_ms)
+        else:
+            self._observe(request, response, elapsed_ms)
         if self._std_log.isEnabledFor(logging.DEBUG):
             self._log_answer(channel, request, response, elapsed_ms)
         return response
+
+    async def _rest(self, channel: Any, request: RemotingCommand, pending: Pending, start_: float) -> Any:
+        try:
+            response = await finish(pending)
+        except Exception as exc:
+            self._failed(channel, request, exc, (self._clock() - start_) * 1000.0)
+            raise
+        self._answered(channel, request, response, (self._clock() - start_) * 1000.0)
+        return response
+
+    async def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
+        start_ = self._clock()
+        try:
+            response = await self.inner.process_request(channel, request)
+        except Exception as exc:
+            self._failed(channel, request, exc, (self._clock() - start_) * 1000.0)
+            raise
+        self._answered(channel, request, response, (self._clock() - start_) * 1000.0)
+        return response
+
+    def _answered(
+        self, channel: Any, request: RemotingCommand, response: RemotingCommand | None, elapsed_ms: float
+    ) -> None:
+        self._observe(request, response, elapsed_ms)
+        if self._std_log.isEnabledFor(logging.DEBUG):
+            self._log_answer(channel, request, response, elapsed_ms)
+
+    def _failed(self, channel: Any, request: RemotingCommand, exc: Exception, elapsed_ms: float) -> None:
+        self.metrics.observe(request.code, ResponseCode.SYSTEM_ERROR, elapsed_ms, result="process_request_failed")
+        if self._std_log.isEnabledFor(logging.DEBUG):
+            self._log_failure(channel, request, exc, elapsed_ms)
 
     def _observe(self, request: RemotingCommand, response: RemotingCommand | None, elapsed_ms: float) -> None:
         if response is None:  # oneway, or parked (a long poll answers later)
@@ -183,7 +317,7 @@ class InstrumentedProcessor:
                 request.code, None, elapsed_ms, long_polling=not oneway, result="oneway" if oneway else "success"
             )
         else:
-            self.metrics.observe(request.code, response.code, elapsed_ms)
+            self.metrics.observe_answer(request.code, response.code, elapsed_ms)
 
     def _log_failure(
         self, channel: Any, request: RemotingCommand, exc: Exception, elapsed_ms: float, **extra: Any

@@ -11,6 +11,14 @@ is done), instead of queueing it, waking the worker and running it one loop iter
 requests (a send the store appends at once) then finish before ``dispatch`` returns. A request that has
 to wait continues as an asyncio task and still counts as active, so the worker bound, the queue (which
 only fills once every worker is busy), [OVERLOAD] and the fast-failure sweep behave as before.
+
+No coroutine when nothing waits (``answer_now``): a request the server can run at once goes to its processor's
+synchronous entry (``process_request_now``, see ``remoting.pending``), which answers on the spot (the pull
+processor always does) or returns the ``Pending`` rest; only that rest becomes a task. Per request that is one
+call instead of a ``RequestTask``, three coroutines (task, metrics wrapper, processor) and their driving, with the
+same counts: ``active``/``completed``, the channel's in-flight count, the queue (still only filled once every
+worker is busy), the answers and the SYSTEM_ERROR of a processor that raises. ``RequestGroup.start`` is the same
+for a group of sends.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +35,7 @@ import structlog
 from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingError
+from remoting.pending import Pending, finish, start
 
 if TYPE_CHECKING:
     from remoting.channel import Channel
@@ -135,7 +144,7 @@ _PLAIN_ANSWERS = frozenset((RemotingCommand, type(None)))
 class RequestGroup:
     """Several requests of one connection and one processor run as one (``processor.process_requests``): the
     SEND requests decoded from one read, stored with one group put and answered in one write. Built only when
-    the executor can run it at once (``RequestExecutor.run_now``): a group is never queued, so the fast-failure
+    the executor can run it at once (``RequestExecutor.run_group_now``): a group is never queued, so the fast-failure
     sweep (which reads the queue) sees nothing new, and it holds one worker while it runs, as a worker that took
     several tasks at once would. Each request was counted in flight on its channel and is released here."""
 
@@ -146,6 +155,9 @@ class RequestGroup:
     processor: Any
     hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None = None
     finished: bool = False
+    #: the processor's synchronous entry ``process_requests_now(channel, requests)``: the answers, or the
+    #: ``Pending`` rest when the group has to wait; None: ``process_requests`` run up to its first wait instead
+    now: Callable[[Channel, list[RemotingCommand]], Any] | None = None
 
     def finish(self) -> None:
         if not self.finished:
@@ -154,36 +166,64 @@ class RequestGroup:
 
     async def run(self) -> None:
         """Run the group and write each answer (in request order). Never raises (except cancellation)."""
+        rest = self.start()
+        if rest is not None:
+            await rest
+
+    def start(self) -> Coroutine[Any, Any, None] | None:
+        """Run the group on the caller's stack: None when every answer is written, else the rest (a coroutine to
+        drive: it writes the answers once the group's wait is over). Never raises (except cancellation)."""
         channel = self.channel
         requests = self.requests
         try:
             if self.hook is not None:
                 requests = self._run_hook(requests)
-            responses = await self.processor.process_requests(channel, requests) if requests else []
-        except asyncio.CancelledError:
-            self.finish()
-            raise
+            if not requests:
+                responses: Any = []
+            elif self.now is not None:
+                responses = self.now(channel, requests)
+            else:
+                responses = start(self.processor.process_requests(channel, requests))
         except Exception as exc:  # a bug in the group path: every request of it gets the SYSTEM_ERROR
-            log.warning(
-                "request group processing failed",
-                code=requests[0].code,
-                requests=len(requests),
-                remote=channel.remote_addr,
-                error=exception_remark(exc),
-                exc_info=not isinstance(exc, RemotingError),
-            )
-            remark = exception_remark(exc)
-            responses = [request.response(ResponseCode.SYSTEM_ERROR, remark) for request in requests]
+            responses = self._failed(requests, exc)
+        if responses.__class__ is Pending:
+            return self._rest(requests, responses)
         try:
             self._write(requests, responses)
         finally:
             self.finish()
+        return None
+
+    async def _rest(self, requests: list[RemotingCommand], pending: Pending) -> None:
+        try:
+            try:
+                responses = await finish(pending)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - as in start
+                responses = self._failed(requests, exc)
+            self._write(requests, responses)
+        finally:
+            self.finish()
+
+    def _failed(self, requests: list[RemotingCommand], exc: Exception) -> list[RemotingCommand]:
+        log.warning(
+            "request group processing failed",
+            code=requests[0].code,
+            requests=len(requests),
+            remote=self.channel.remote_addr,
+            error=exception_remark(exc),
+            exc_info=not isinstance(exc, RemotingError),
+        )
+        remark = exception_remark(exc)
+        return [request.response(ResponseCode.SYSTEM_ERROR, remark) for request in requests]
 
     def _write(self, requests: list[RemotingCommand], responses: list[RemotingCommand | None]) -> None:
         """Write each answer (not to oneway requests) as ``write_response`` would, in one ``Channel.send_many``
         call: one closed check and one scheduled flush for the group instead of one ``send`` per answer."""
         channel = self.channel
-        if not _PLAIN_ANSWERS.issuperset(map(type, responses)):  # (one pass in C)
+        kinds = set(map(type, responses))  # (one pass in C; answers are often a RemotingCommand subclass)
+        if not _PLAIN_ANSWERS.issuperset(kinds) and any(issubclass(kind, Exception) for kind in kinds):
             # an entry that is the exception its request's processing raised: that answer alone fails
             responses = [
                 failed_response(channel, request, response) if isinstance(response, Exception) else response
@@ -317,7 +357,89 @@ class RequestExecutor:
         the task answers (a ``RequestGroup``'s), for the ``completed`` counter."""
         waiter = self._idle.pop()
         self.active += 1
-        coro = task.run()
+        self._go_on(task.run(), waiter, requests)
+
+    def answer_now(
+        self,
+        channel: Channel,
+        request: RemotingCommand,
+        entry: Callable[[Channel, RemotingCommand], Any],
+        hook: Callable[[Channel, RemotingCommand], RemotingCommand | None] | None,
+    ) -> bool:
+        """Answer ``request`` at once through ``entry`` (a processor's ``process_request_now``: its answer, None,
+        or the ``Pending`` rest) if the executor can run it now (``can_run_now``), else False (queue it).
+
+        Runs the hook, then the entry, and writes the answer, in the place of a parked worker, as ``run_now``
+        runs a ``RequestTask``: the same counts (``active``, ``completed``, the channel's in-flight count), the
+        same SYSTEM_ERROR for an entry or hook that raises. While it runs on this stack nothing else runs on the
+        loop, so the worker it stands in for needs lending (off the idle list) only when the request goes on
+        past this call: a ``Pending`` rest, driven as a task like a ``run_now`` request that had to wait."""
+        idle = self._idle
+        # can_run_now, inlined: this is once per request
+        if self.queue or not idle or not self._accepting or self._paused_until or idle[-1].done():
+            return False
+        self.active += 1
+        channel.request_started()
+        try:
+            response = hook(channel, request) if hook is not None else None
+            if response is None:
+                response = entry(channel, request)
+        except Exception as exc:  # a processor bug must cost one request, not the connection
+            response = failed_response(channel, request, exc)
+        except BaseException:
+            channel.request_finished()
+            self.active -= 1
+            self.completed += 1
+            raise
+        if response.__class__ is Pending:
+            self._go_on(self._answer_rest(channel, request, response), idle.pop(), 1)
+            return True
+        if response is not None and not request.flag & FLAG_ONEWAY:
+            try:  # (write_response, inlined)
+                response.opaque = request.opaque
+                response.flag |= FLAG_RESPONSE
+                channel.send(response)
+            except Exception as exc:  # noqa: BLE001
+                _log_unwritable(channel, request, exc)
+        channel.request_finished()
+        self.active -= 1
+        self.completed += 1
+        return True
+
+    async def _answer_rest(self, channel: Channel, request: RemotingCommand, pending: Pending) -> None:
+        """The rest of an ``answer_now`` request that had to wait: its answer once there, as ``RequestTask.run``
+        writes it (nothing when cancelled)."""
+        try:
+            try:
+                response = await finish(pending)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - as in answer_now
+                response = failed_response(channel, request, exc)
+            if response is not None and not request.flag & FLAG_ONEWAY:
+                write_response(channel, request, response)
+        finally:
+            channel.request_finished()
+
+    def run_group_now(self, group: RequestGroup) -> None:
+        """``run_now`` for a ``RequestGroup`` (call only when ``can_run_now()``), through its synchronous
+        ``start``: no coroutine unless the group has to wait. Every request of it counts in ``completed``."""
+        waiter = self._idle.pop()
+        self.active += 1
+        requests = len(group.requests)
+        try:
+            rest = group.start()
+        except BaseException:
+            self._run_now_done(waiter, requests)
+            raise
+        if rest is None:
+            self._run_now_done(waiter, requests)
+        else:
+            self._go_on(rest, waiter, requests)
+
+    def _go_on(self, coro: Coroutine[Any, Any, None], waiter: asyncio.Future[None], requests: int) -> None:
+        """Run ``coro`` (a request lent ``waiter``'s worker, counted active) up to its first wait, and the rest as
+        a task; the worker is given back when it is done."""
         try:
             yielded = coro.send(None)
         except StopIteration:

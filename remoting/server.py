@@ -5,8 +5,12 @@ Dispatch order for each request (J ``NettyRemotingAbstract.processRequestCommand
 2. ``processor.reject_request()`` → 2 ``[REJECTREQUEST]…`` (before queueing);
 3. the executor's queue is full → 2 ``[OVERLOAD]…``;
 4. otherwise a worker (or, when the queue is empty and a worker idle, ``dispatch`` itself in that worker's
-   place: ``RequestExecutor.run_now``) runs the request hook, if one is set (the broker's ACL check, J ``RPCHook``), then the
-   processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
+   place: ``RequestExecutor.answer_now``) runs the request hook, if one is set (the broker's ACL check, J
+   ``RPCHook``), then the processor unless the hook answered; exceptions of either → 1 SYSTEM_ERROR.
+   ``answer_now`` calls the processor's synchronous entry (``process_request_now``: the answer, None, or the
+   ``Pending`` rest of a request that has to wait; a processor without one has its ``process_request``
+   coroutine run up to its first wait), so a request answered at once costs no task and no coroutine.
+A processor whose ``reject_request`` is None never refuses: step 2 is skipped.
 Oneway requests are never answered, not even with an error.
 
 ``dispatch_many`` takes consecutive requests decoded from one read that ``groups`` (their processor has
@@ -31,6 +35,7 @@ from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
 from remoting.executor import RequestExecutor, RequestGroup, RequestTask, wall_ms
 from remoting.frame import DEFAULT_FRAME_MAX
+from remoting.pending import start
 from remoting.protocol import (
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_WRITE_HIGH_WATER,
@@ -65,6 +70,10 @@ def not_supported(request: RemotingCommand) -> RemotingCommand:
 
 
 class RequestProcessor(Protocol):
+    """Optional besides: ``process_request_now(channel, request)``, the synchronous entry (an answer, None, or
+    ``remoting.pending.Pending``); ``process_requests``/``groupable`` (``dispatch_many``) and
+    ``process_requests_now``."""
+
     async def process_request(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None: ...
     def reject_request(self) -> bool: ...
 
@@ -84,6 +93,11 @@ class _Route:
     group: Callable[[Channel, list[RemotingCommand]], Any] | None = None
     #: with it, the processor's ``groupable(request)``: whether this request may go in such a group
     groupable: Callable[[RemotingCommand], bool] | None = None
+    #: the synchronous entry ``answer_now`` calls: the processor's ``process_request_now``, or its
+    #: ``process_request`` run up to its first wait (``remoting.pending.start``)
+    now: Callable[[Channel, RemotingCommand], Any] | None = None
+    #: the same for a group: the processor's ``process_requests_now`` (None: ``process_requests`` so started)
+    group_now: Callable[[Channel, list[RemotingCommand]], Any] | None = None
 
 
 class RemotingServer:
@@ -138,7 +152,16 @@ class RemotingServer:
         groupable = getattr(processor, "groupable", None)
         if group is None or groupable is None:
             group = groupable = None
-        return _Route(processor, executor, getattr(processor, "reject_request", None), group, groupable)
+        group_now = getattr(processor, "process_requests_now", None) if group is not None else None
+        return _Route(
+            processor,
+            executor,
+            getattr(processor, "reject_request", None),
+            group,
+            groupable,
+            _entry(processor),
+            group_now,
+        )
 
     @property
     def executors(self) -> tuple[RequestExecutor, ...]:
@@ -292,32 +315,44 @@ class RemotingServer:
                 if not requests:
                     return
         channel.requests_started(len(requests))
-        route.executor.run_now(RequestGroup(channel, requests, route.processor, self._hook), len(requests))
+        route.executor.run_group_now(RequestGroup(channel, requests, route.processor, self._hook, now=route.group_now))
 
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None:
         route = self._routes.get(request.code) or self._default
-        oneway = request.flag & FLAG_ONEWAY
         if route is None:
             log.warning("request code not supported", code=request.code, remote=channel.remote_addr)
-            if not oneway:
+            if not request.flag & FLAG_ONEWAY:
                 channel.send(
                     request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, not_supported_remark(request.code))
                 )
             return
         if route.reject is not None and self._rejects(route, request):
-            if not oneway:
+            if not request.flag & FLAG_ONEWAY:
                 channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
             return
         executor = route.executor
-        # positional: a slotted dataclass builds about twice as fast that way (one per request)
-        task = RequestTask(channel, request, executor.now_ms(), False, route.processor, False, self._hook)
-        if executor.can_run_now():  # nothing queued, a worker idle: run it here, no hop through the queue
-            channel.request_started()
-            executor.run_now(task)
+        # nothing queued, a worker idle: answered here through the synchronous entry, no task, no hop
+        if executor.answer_now(channel, request, route.now, self._hook):  # type: ignore[arg-type]
             return
+        # positional: a slotted dataclass builds about twice as fast that way
+        task = RequestTask(channel, request, executor.now_ms(), False, route.processor, False, self._hook)
         if not executor.submit(task):
             log.debug("executor full", executor=executor.name, code=request.code, remote=channel.remote_addr)
-            if not oneway:
+            if not request.flag & FLAG_ONEWAY:
                 channel.send(request.response(ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK))
             return
         channel.request_started()
+
+
+def _entry(processor: Any) -> Callable[[Channel, RemotingCommand], Any]:
+    """The synchronous entry of ``processor`` for ``RequestExecutor.answer_now``: its own ``process_request_now``
+    when it has one (an answer, None, or the ``Pending`` rest), else its ``process_request`` coroutine run up to
+    its first wait."""
+    now = getattr(processor, "process_request_now", None)
+    if now is not None:
+        return now
+
+    def started(channel: Channel, request: RemotingCommand) -> Any:
+        return start(processor.process_request(channel, request))
+
+    return started

@@ -105,8 +105,13 @@ class PullMessageProcessor:
             compile_expression=c.compile_expression,
         )
 
-    def reject_request(self) -> bool:
-        return False
+    #: a pull is never refused before it runs (upstream's rejectRequest is false): the server skips the check
+    reject_request = None
+
+    def process_request_now(self, channel, request: RemotingCommand) -> RemotingCommand | None:
+        """The synchronous entry (``RequestExecutor.answer_now``): a pull never waits. It is answered at once,
+        or parked (a long poll: None now, the answer written by ``execute_request_when_wakeup``)."""
+        return self._process(channel, request, True)
 
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
         return self._process(channel, request, broker_allow_suspend=True)

@@ -14,6 +14,7 @@ from broker.metrics import (
     StatsWindows,
     is_system,
 )
+from broker.request_metrics import FOLD_EVERY
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 
@@ -104,7 +105,9 @@ def test_wrapper_counts_refusals_per_queue():
     m = RequestMetrics()
     assert InstrumentedProcessor(Inner(reject=True), "send", m).reject_request() is True
     assert InstrumentedProcessor(Inner(reject=False), "send", m).reject_request() is False
-    assert InstrumentedProcessor(object(), "admin", m).reject_request() is False  # no reject_request at all
+    # no reject_request at all (or None, the pull processor's): none offered, so the server skips the check
+    assert InstrumentedProcessor(object(), "admin", m).reject_request is None
+    assert InstrumentedProcessor(type("NeverRefuses", (), {"reject_request": None})(), "pull", m).reject_request is None
     assert m.rejected == Counter({"send": 1})
 
 
@@ -160,3 +163,22 @@ def test_stats_windows_day_rollover_sets_morning_totals():
 )
 def test_is_system_label(topic, group, expected):
     assert is_system(topic, group) is expected
+
+
+def test_answered_times_folded_in_batches_give_the_cells_observe_gives_one_by_one():
+    """observe_answer keeps the times and folds them (every FOLD_EVERY, and whenever the cells are read): the
+    buckets, count and sum are those of observe, one call per request."""
+    batched, one_by_one = RequestMetrics(), RequestMetrics()
+    times = [(i % 13) * 0.9 + (i % 7) * 150.0 for i in range(FOLD_EVERY * 2 + 37)]
+    for i, elapsed in enumerate(times):
+        code = RequestCode.PULL_MESSAGE if i % 3 else RequestCode.SEND_MESSAGE_V2
+        answer = ResponseCode.SUCCESS if i % 5 else ResponseCode.PULL_NOT_FOUND
+        batched.observe_answer(code, answer, elapsed)
+        one_by_one.observe(code, answer, elapsed)
+        if i == FOLD_EVERY + 3:  # a read in the middle folds what is kept so far
+            assert batched.latency.keys() == one_by_one.latency.keys()
+    got, expected = batched.latency, one_by_one.latency
+    assert got.keys() == expected.keys()
+    for key, cell in expected.items():
+        assert (got[key].buckets, got[key].count) == (cell.buckets, cell.count)
+        assert got[key].total_ms == pytest.approx(cell.total_ms)

@@ -53,7 +53,7 @@ from store.message import (
     stored_properties,
     tags_hash,
 )
-from store.results import PutMessageStatus
+from store.results import PutMessageStatus, StoredPut
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -307,23 +307,24 @@ class SendMessageProcessor:
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
-            if result.status is _PUT_OK:  # (the common answer, unrolled from _put_result_to_response)
-                ar = result.append_result
+            # (the common answer, unrolled from _put_result_to_response: a record appended inline, whose result
+            # holds its append's values; one the writer appended goes the general way, to the same answer)
+            if result.__class__ is StoredPut and result.status is _PUT_OK:
                 topic = msg.topic
                 responses[i] = SendResultAnswer(
                     template,
                     request,
                     _SUCCESS,
-                    ar.msg_id,
+                    result.msg_id,
                     msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id,
-                    ar.logics_offset,
+                    result.logics_offset,
                 )
                 if topic != run_topic:
                     if run_msgs:
                         on_put(run_topic, run_msgs, run_bytes)
                     run_topic, run_msgs, run_bytes = topic, 0, 0
                 run_msgs += 1
-                run_bytes += ar.wrote_bytes
+                run_bytes += result.wrote_bytes
                 continue
             response = self._put_result_to_response(request, result, msg, queue_id)
             if response.code != ResponseCode.SUCCESS:

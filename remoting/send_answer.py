@@ -53,9 +53,13 @@ class SendResultTemplate:
 
 class SendResultAnswer(RemotingCommand):
     """A SEND answer held as its values (see the module docstring). ``opaque`` and ``flag`` are read when it is
-    written, so the executor may set them after the processor made it, as for any answer."""
+    written, so the executor may set them after the processor made it, as for any answer.
 
-    __slots__ = ("template", "msg_id", "queue_id", "queue_offset", "_ext")
+    ``remark``, ``body``, ``language``, ``version`` and ``ext_fields`` are properties over one ``_changed`` map,
+    None while the answer is the template's (no remark, no body, JAVA, the default version, the map never read):
+    the constructor stores four fields fewer and ``encode`` asks one question where it asked five."""
+
+    __slots__ = ("template", "msg_id", "queue_id", "queue_offset", "_changed")
 
     def __init__(  # (no super().__init__: the dataclass's would store an extFields map)
         self,
@@ -70,47 +74,80 @@ class SendResultAnswer(RemotingCommand):
         self.code = int(code)
         self.opaque = request.opaque
         self.flag = FLAG_RESPONSE
-        self.remark = None
-        self.body = None
-        self.language = "JAVA"
-        self.version = DEFAULT_VERSION
         self.serialize_type = request.serialize_type
         self.template = template
         self.msg_id = msg_id
         self.queue_id = queue_id
         self.queue_offset = queue_offset
-        self._ext: dict[str, str] | None = None
+        self._changed: dict[str, object] | None = None
+
+    def _set(self, name: str, value: object) -> None:
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = {}
+        changed[name] = value
+
+    @property  # type: ignore[override]
+    def remark(self) -> str | None:
+        changed = self._changed
+        return None if changed is None else changed.get("remark")  # type: ignore[return-value]
+
+    @remark.setter
+    def remark(self, value: str | None) -> None:
+        self._set("remark", value)
+
+    @property  # type: ignore[override]
+    def body(self) -> bytes | memoryview | None:
+        changed = self._changed
+        return None if changed is None else changed.get("body")  # type: ignore[return-value]
+
+    @body.setter
+    def body(self, value: bytes | memoryview | None) -> None:
+        self._set("body", value)
+
+    @property  # type: ignore[override]
+    def language(self) -> str:
+        changed = self._changed
+        return "JAVA" if changed is None else changed.get("language", "JAVA")  # type: ignore[return-value]
+
+    @language.setter
+    def language(self, value: str) -> None:
+        self._set("language", value)
+
+    @property  # type: ignore[override]
+    def version(self) -> int:
+        changed = self._changed
+        return DEFAULT_VERSION if changed is None else changed.get("version", DEFAULT_VERSION)  # type: ignore[return-value]
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._set("version", value)
 
     @property  # type: ignore[override]
     def ext_fields(self) -> dict[str, str]:
-        ext = self._ext
+        changed = self._changed
+        ext = None if changed is None else changed.get("ext_fields")
         if ext is None:
             template = self.template
-            ext = self._ext = {
+            ext = {
                 "msgId": self.msg_id,
                 "queueId": str(self.queue_id),
                 "queueOffset": str(self.queue_offset),
                 "MSG_REGION": template.region,
                 "TRACE_ON": template.trace_on,
             }
-        return ext
+            self._set("ext_fields", ext)  # (it may be changed from here on: written by the generic encode)
+        return ext  # type: ignore[return-value]
 
     @ext_fields.setter
     def ext_fields(self, value: dict[str, str]) -> None:
-        self._ext = value
+        self._set("ext_fields", value)
 
     def encode(self) -> list[bytes | memoryview]:
         msg_id = self.msg_id
-        if (
-            self._ext is not None
-            or self.remark is not None
-            or self.body
-            or self.language != "JAVA"
-            or self.version != DEFAULT_VERSION
-            or not (
-                msg_id.isascii() and msg_id.isalnum() and len(msg_id) < 256
-            )  # (hex: no JSON escape; one length byte)
-        ):
+        if self._changed is not None or not (
+            msg_id.isascii() and msg_id.isalnum() and len(msg_id) < 256
+        ):  # (any field changed, or read: the generic encode; a hex id: no JSON escape, one length byte)
             return RemotingCommand.encode(self)
         template = self.template
         queue_id = str(self.queue_id)

@@ -47,7 +47,7 @@ from store.message import (
 )
 from store.record_parser import DispatchRequest, RecordParser
 from store.recovery import CommitLogRecovery
-from store.results import AppendMessageResult, PutMessageResult, PutMessageStatus
+from store.results import AppendMessageResult, PutMessageResult, PutMessageStatus, StoredPut
 
 if TYPE_CHECKING:
     from store.dispatcher import CommitLogDispatcher
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _LONG = struct.Struct(">q")
-_PUT_OK = PutMessageStatus.PUT_OK
 _FIXED_FORMAT = FIXED_PART.format  # (">" and the fixed part's fields; a record's Struct adds body and tail)
 _RECORD_STRUCTS_MAX = 64
 _BLANK = struct.Struct(">ii")
@@ -446,12 +445,7 @@ class CommitLog:
             pos += size
             msg.store_timestamp = store_ts
             results.append(
-                PutMessageResult(
-                    _PUT_OK,
-                    AppendMessageResult(
-                        phy, size, (id_base | phy).to_bytes(16, "big").hex().upper(), store_ts, queue_offset
-                    ),
-                )
+                StoredPut(phy, size, (id_base | phy).to_bytes(16, "big").hex().upper(), store_ts, queue_offset)
             )
             queue_offsets.append(queue_offset)
         mf.wrote_position = file_size if ended else pos

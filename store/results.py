@@ -59,6 +59,49 @@ class PutMessageResult:
         return self.append_result is not None and self.status == PutMessageStatus.PUT_OK
 
 
+class StoredPut(PutMessageResult):
+    """The `PutMessageResult` of one record a group put appended inline (`CommitLog.append_group_now`): the
+    `AppendMessageResult`'s values held in this one object instead of two (a send answered from it reads them
+    here: one object and one `__init__` a stored message fewer on the SEND path). `append_result` builds the
+    equal `AppendMessageResult` when asked; equal to the two-object result of the same put. `status` may still
+    change (SYNC_FLUSH: FLUSH_DISK_TIMEOUT)."""
+
+    __slots__ = ("wrote_offset", "wrote_bytes", "msg_id", "store_timestamp", "logics_offset")
+
+    msg_num = 1
+    page_cache_rt = 0
+
+    def __init__(  # (no super().__init__: positional slot stores are the point)
+        self, wrote_offset: int, wrote_bytes: int, msg_id: str, store_timestamp: int, logics_offset: int
+    ) -> None:
+        self.status = PutMessageStatus.PUT_OK
+        self.remark = None
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.msg_id = msg_id
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+
+    @property  # type: ignore[override]
+    def append_result(self) -> AppendMessageResult:
+        return AppendMessageResult(
+            self.wrote_offset, self.wrote_bytes, self.msg_id, self.store_timestamp, self.logics_offset
+        )
+
+    def is_ok(self) -> bool:
+        return self.status == PutMessageStatus.PUT_OK
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PutMessageResult):
+            return NotImplemented
+        return (self.status, self.append_result, self.remark) == (other.status, other.append_result, other.remark)
+
+    __hash__ = None  # type: ignore[assignment]  (as the dataclass's: mutable, compared by value)
+
+    def __repr__(self) -> str:
+        return f"StoredPut(status={self.status!r}, append_result={self.append_result!r}, remark=None)"
+
+
 @dataclass(slots=True, init=False)
 class GetMessageResult:
     """What ``get_message`` found: ``buffers`` holds one zero-copy view per record.

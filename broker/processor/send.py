@@ -53,7 +53,7 @@ from store.message import (
     stored_properties,
     tags_hash,
 )
-from store.results import PutMessageStatus
+from store.results import PutMessageStatus, StoredPut
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -85,6 +85,8 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _DELAY = MessageConst.DELAY
 _TRAN_MSG = MessageConst.TRAN_MSG
 _TAGS = MessageConst.TAGS
+# the properties that make `_message` do more than build the message (a half message, a delay, a timer park)
+_SPECIAL_PROPERTIES = frozenset((_TRAN_MSG, _DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS))
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
@@ -307,23 +309,24 @@ class SendMessageProcessor:
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
-            if result.status is _PUT_OK:  # (the common answer, unrolled from _put_result_to_response)
-                ar = result.append_result
+            # (the common answer, unrolled from _put_result_to_response: a record appended inline, whose result
+            # holds its append's values; one the writer appended goes the general way, to the same answer)
+            if result.__class__ is StoredPut and result.status is _PUT_OK:
                 topic = msg.topic
                 responses[i] = SendResultAnswer(
                     template,
                     request,
                     _SUCCESS,
-                    ar.msg_id,
+                    result.msg_id,
                     msg.queue_id if topic != TRANS_HALF_TOPIC else queue_id,
-                    ar.logics_offset,
+                    result.logics_offset,
                 )
                 if topic != run_topic:
                     if run_msgs:
                         on_put(run_topic, run_msgs, run_bytes)
                     run_topic, run_msgs, run_bytes = topic, 0, 0
                 run_msgs += 1
-                run_bytes += ar.wrote_bytes
+                run_bytes += result.wrote_bytes
                 continue
             response = self._put_result_to_response(request, result, msg, queue_id)
             if response.code != ResponseCode.SUCCESS:
@@ -562,26 +565,28 @@ class SendMessageProcessor:
             queue_id = self._queue_id(hdr, tc)
         sys_flag = hdr.sys_flag
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
-        if props.get(_TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
-            if self.config.reject_transaction_message:
-                raise SendError(
-                    ResponseCode.NO_PERMISSION,
-                    f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden",
-                )
-            msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
-            msg = self.transaction_service.prepare_half_message(msg)
-            return msg, queue_id, props
-        # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
-        if _DELAY in props:
-            check_delay_level(props)
-        # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
-        # without any of them park() has nothing to do (most sends: no clock read, no call)
-        if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:
-            try:
-                topic, queue_id = park(props, topic, queue_id, self.now_ms())
-            except TimerPropertyError as exc:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-            pieces = None
+        # (most sends carry none of the properties below: one C pass over the dict's few names, not five lookups)
+        if tx_type == TRANSACTION_PREPARED_TYPE or not _SPECIAL_PROPERTIES.isdisjoint(props):
+            if props.get(_TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
+                if self.config.reject_transaction_message:
+                    raise SendError(
+                        ResponseCode.NO_PERMISSION,
+                        f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden",
+                    )
+                msg = self._inner(channel, hdr, topic, queue_id, hdr.flag, body, props, sys_flag)
+                msg = self.transaction_service.prepare_half_message(msg)
+                return msg, queue_id, props
+            # a DELAY level is honoured by the store itself (SCHEDULE_TOPIC_XXXX), as upstream's CommitLog does
+            if _DELAY in props:
+                check_delay_level(props)
+            # an exact delivery time (5.x TIMER_* properties, remoting or gRPC) parks it in the timer topic;
+            # without any of them park() has nothing to do (most sends: no clock read, no call)
+            if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_DELAY_MS in props:
+                try:
+                    topic, queue_id = park(props, topic, queue_id, self.now_ms())
+                except TimerPropertyError as exc:
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+                pieces = None
         # (`_inner` unrolled: positional, in MessageExtBrokerInner's field order, about half the cost of keywords)
         tags = props.get(_TAGS)
         msg = MessageExtBrokerInner(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import struct
+import time
 
 import structlog
 from broker_helpers import send_request, start_broker
@@ -265,3 +266,35 @@ async def test_odd_sends_in_a_group_are_answered_and_stored_as_one_by_one(tmp_pa
     finally:
         await grouped.shutdown()
         await alone.shutdown()
+
+
+async def test_each_property_that_changes_a_send_is_seen_in_a_group(tmp_path) -> None:
+    """``_message`` asks one question of a send's property names before it looks for a half message, a DELAY
+    level or a timer park: each such property (and the prepared transaction flag), sent among plain sends of
+    one read, still sends its message where it alone would go. Without the look at a name its message would be
+    stored in the sent topic, as the plain ones are."""
+    future = str(int(time.time() * 1000) + 3_600_000)
+    cases = [
+        ({"TRAN_MSG": "true", "PGROUP": "PG"}, {}, "RMQ_SYS_TRANS_HALF_TOPIC"),
+        ({}, {"f": "4"}, "RMQ_SYS_TRANS_HALF_TOPIC"),  # TRANSACTION_PREPARED_TYPE in the sys flag alone
+        ({"DELAY": "2"}, {}, "SCHEDULE_TOPIC_XXXX"),
+        ({"TIMER_DELAY_SEC": "30"}, {}, "rmq_sys_wheel_timer"),
+        ({"TIMER_DELAY_MS": "30000"}, {}, "rmq_sys_wheel_timer"),
+        ({"TIMER_DELIVER_MS": future}, {}, "rmq_sys_wheel_timer"),
+    ]
+    requests = []
+    for k, (props, ext, _) in enumerate(cases):
+        requests.append(send_request("SpecT", b"plain%d" % k, queue_id=0, props={"UNIQ_KEY": f"P{k}"}))
+        requests.append(send_request("SpecT", b"special%d" % k, queue_id=1, props=props, extra_ext=ext))
+    broker = await start_broker(tmp_path / "b")
+    try:
+        sizes = spy_groups(broker)
+        answers = await exchange(broker, requests)
+        assert sizes and max(sizes) >= 6  # (the group path was taken)
+        assert {a.code for a in answers.values()} == {ResponseCode.SUCCESS}
+        topics = {m[2]: m[0] for m in _stored(broker)}
+        for k, (_, _, where) in enumerate(cases):
+            assert topics[b"plain%d" % k] == "SpecT"
+            assert topics[b"special%d" % k] == where, (k, topics[b"special%d" % k])
+    finally:
+        await broker.shutdown()

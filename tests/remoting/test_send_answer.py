@@ -139,6 +139,24 @@ def test_the_answer_has_the_request_s_opaque_and_serialization() -> None:
     assert answer.is_response
 
 
+def test_the_fields_the_template_fixes_read_as_a_generic_answer_s_until_changed() -> None:
+    """remark, body, language and version are properties over one map of changes: unchanged they read as the
+    generic answer's fields do, and each change is read back as set."""
+    template = SendResultTemplate("DefaultRegion", "true")
+    request = _request(1, 9)
+    answer = SendResultAnswer(template, request, 0, "AB", 1, 2)
+    generic = _generic(request, answer)
+    assert (answer.remark, answer.body, answer.language, answer.version) == (None, None, "JAVA", generic.version)
+    assert (generic.remark, generic.body, generic.language) == (None, None, "JAVA")
+    fields = ("code", "opaque", "flag", "remark", "body", "language", "version", "serialize_type", "ext_fields")
+    assert [getattr(answer, f) for f in fields] == [getattr(generic, f) for f in fields]
+    changed = {"remark": "r", "body": b"b", "language": "CPP", "version": 317}
+    for name, value in changed.items():
+        setattr(answer, name, value)
+    assert {name: getattr(answer, name) for name in changed} == changed
+    assert answer.ext_fields["queueOffset"] == "2"
+
+
 def test_msg_ids_of_any_length_give_the_generic_bytes() -> None:
     """A msgId's length takes one byte of the template's ROCKETMQ text: 255 is the most it may take."""
     template = SendResultTemplate("DefaultRegion", "true")

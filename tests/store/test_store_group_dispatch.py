@@ -22,6 +22,7 @@ from store.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBrokerInner,
 )
+from store.results import StoredPut
 
 NOW = 1_700_000_123_456  # one clock for both stores: the same store timestamps, delivery times, ids
 
@@ -120,6 +121,11 @@ async def test_a_group_is_dispatched_once_with_the_effects_of_single_puts(tmp_pa
                 w.msg_id,
                 w.store_timestamp,
             )
+        # each inline put's result is one object (StoredPut: the append's values in it), equal to the single put's
+        # two (PutMessageResult + AppendMessageResult), msg_num and page_cache_rt included
+        assert [r.__class__ for r in results if r.append_result is not None] == [StoredPut] * 8
+        assert results == expected and expected == results
+        assert [r.append_result for r in results] == [r.append_result for r in expected]
         assert g_notices == a_notices and len(g_notices) == 4 + 8  # each stored record announced, as alone
         assert _view(grouped, _QUEUES) == _view(alone, _QUEUES)
         assert grouped.reput.reput_from_offset == alone.reput.reput_from_offset == grouped.commit_log.get_max_offset()

@@ -266,7 +266,8 @@ class SendMessageProcessor:
             return responses
         msgs: list[MessageExtBrokerInner] = []
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
-        checked: dict[str, Any] = {}  # topic → its config, checked once for the group (the queue id: each send)
+        # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
+        checked: dict[str, Any] = {}
         for i, request in enumerate(requests):
             code = request.code
             if code == _SEND_MESSAGE_V2 or code == _SEND_MESSAGE:

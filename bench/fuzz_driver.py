@@ -5,6 +5,12 @@ function of the seed alone (only their interleaving depends on timing). A connec
 frames, then a sentinel request, and waits for the sentinel's answer: that bounds what is in flight and
 tells a slow broker from a wedged one. A sentinel unanswered within ``sentinel_timeout_s`` on an open
 connection is a hang. Frames the server should refuse at the framing level go on throwaway connections.
+
+A connection that registered a client (a heartbeat among its frames) gets the broker's calls to that client
+(GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY...). It answers them as a real client would, except
+every ``UNANSWERED_CALL_EVERY``-th, which it leaves unanswered so that the broker's wait for a silent client
+is still fuzzed. Left all unanswered, the calls held every admin worker for their 10 s timeout and the
+sentinels behind them waited that long: two thirds of a 16,000-frame campaign was spent waiting.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from remoting.command import RemotingCommand
 from remoting.frame import FrameDecoder
 
 _SENTINEL_OPAQUE_BASE = 1 << 30
+#: One broker-to-client call in this many goes unanswered (the broker's timeout path); the others are answered.
+UNANSWERED_CALL_EVERY = 4
 
 
 @dataclass
@@ -33,6 +41,8 @@ class FuzzStats:
     system_error_remarks: Counter[str] = field(default_factory=Counter)
     server_closes: int = 0
     throwaways: int = 0
+    client_calls_answered: int = 0
+    client_calls_unanswered: int = 0
     hangs: list[str] = field(default_factory=list)
     connect_errors: int = 0
     elapsed_s: float = 0.0
@@ -45,6 +55,8 @@ class FuzzStats:
         self.system_error_remarks.update(other.system_error_remarks)
         self.server_closes += other.server_closes
         self.throwaways += other.throwaways
+        self.client_calls_answered += other.client_calls_answered
+        self.client_calls_unanswered += other.client_calls_unanswered
         self.hangs += other.hangs
         self.connect_errors += other.connect_errors
         self.elapsed_s += other.elapsed_s
@@ -57,6 +69,8 @@ class FuzzStats:
             f"  responses by code: {dict(self.responses.most_common())}",
             f"  connections the server closed: {self.server_closes}; throwaway connections: {self.throwaways}; "
             f"connect errors: {self.connect_errors}; hangs: {len(self.hangs)}",
+            f"  broker calls to a fuzzed client: {self.client_calls_answered} answered, "
+            f"{self.client_calls_unanswered} left unanswered",
         ]
         if self.system_error_remarks:
             lines.append("  SYSTEM_ERROR remarks (top 12):")
@@ -88,6 +102,9 @@ class _Connection:
             while chunk := await self.reader.read(1 << 16):
                 for frame in decoder.feed(chunk):
                     cmd = RemotingCommand.decode(frame)
+                    if not cmd.is_response:
+                        self._client_call(cmd)
+                        continue
                     self._count(cmd)
                     fut = self.waiting.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
@@ -100,6 +117,22 @@ class _Connection:
                 if not fut.done():
                     fut.set_exception(ConnectionResetError("closed by the server"))
             self.waiting.clear()
+
+    def _client_call(self, cmd: RemotingCommand) -> None:
+        """A request from the broker to the client this connection registered: answered (alternately SUCCESS
+        and SYSTEM_ERROR), but every UNANSWERED_CALL_EVERY-th left to the broker's timeout. Oneway ones
+        (NOTIFY_CONSUMER_IDS_CHANGED) want no answer."""
+        if cmd.is_oneway:
+            return
+        calls = self.stats.client_calls_answered + self.stats.client_calls_unanswered + 1
+        if calls % UNANSWERED_CALL_EVERY == 0:
+            self.stats.client_calls_unanswered += 1
+            return
+        self.stats.client_calls_answered += 1
+        if calls % 2:
+            self.write(cmd.response(ResponseCode.SUCCESS).to_bytes())
+        else:
+            self.write(cmd.response(ResponseCode.SYSTEM_ERROR, "the fuzz client declines").to_bytes())
 
     def _count(self, cmd: RemotingCommand) -> None:
         try:

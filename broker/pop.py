@@ -298,9 +298,16 @@ class PopService:
     def change_invisible_time(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """New deadline from now; returns the new receipt handle (the old one stops working)."""
         state, rh, entry = self._entry(group, topic, handle)
+        earliest = self.next_revive_ms(group, topic)
         entry.token = next(self._tokens)
         entry.deadline_ms = self.now_ms() + invisible_ms
         self.dirty = True
+        if earliest is None or entry.deadline_ms < earliest:
+            # A parked receive sleeps until the earliest deadline it saw when it parked: woken, it pops nothing
+            # yet and parks again until this one (else a nack's retry waited out the whole long poll).
+            waiters = self._waiters.get(topic, {}).get(group)
+            if waiters:
+                self._wake_one(waiters)
         return ReceiptHandle(rh.queue_id, rh.offset, entry.token, entry.deadline_ms).encode()
 
     def message_of(self, group: str, topic: str, handle: str) -> tuple[MessageExt | None, int]:

@@ -5,6 +5,8 @@ Runs on an in-process broker (real store, real send processor) with the pop serv
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from broker.pop import InvalidReceiptHandle, PopRequest, ReceiptHandle
@@ -99,6 +101,22 @@ async def test_change_invisible_duration_moves_the_deadline_and_replaces_the_han
     with pytest.raises(InvalidReceiptHandle):
         pop.ack("G", TOPIC, new_handle)
     pop.ack("G", TOPIC, again.receipt_handle)
+
+
+async def test_an_earlier_deadline_wakes_a_parked_receive(broker):
+    """A nack (change of invisible duration to the retry backoff) moves a deadline forward: a receive parked
+    until the old one must wake, pop nothing yet and park again until the new one."""
+    await send(broker, 1)
+    pop = broker.pop_service
+    (p,) = await pop.pop(request(invisible_ms=60_000))
+    parked = asyncio.ensure_future(pop.wait("G", TOPIC, 5_000))
+    await asyncio.sleep(0)
+    handle = pop.change_invisible_time("G", TOPIC, p.receipt_handle, 90_000)  # later: nothing to wake for
+    await asyncio.sleep(0.01)
+    assert not parked.done()
+    pop.change_invisible_time("G", TOPIC, handle, 1_000)
+    await asyncio.wait_for(parked, 1.0)
+    assert pop._waiters == {}
 
 
 async def test_after_max_attempts_the_revive_moves_the_message_to_the_dlq(broker):

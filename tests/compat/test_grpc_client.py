@@ -143,10 +143,21 @@ def test_message_goes_to_the_dlq_after_max_attempts(grpc_broker):
     broker, endpoint = grpc_broker  # maxReconsumeTimes=2: three deliveries, then %DLQ%
     topic, group = unique("G5D"), unique("G5DG")
     run_client(endpoint, "produce", {"topic": topic, "count": 1, "body": "doomed"})
+    # after the third delivery the consumer keeps receiving 4 s (four invisible times): a fourth delivery would
+    # show up there, and those receives are what revives the message into the DLQ
     got = run_client(
         endpoint,
         "consume",
-        {"topic": topic, "group": group, "count": 1, "skip_ack": 10, "invisible_s": 1, "timeout_s": 12},
+        {
+            "topic": topic,
+            "group": group,
+            "count": 1,
+            "skip_ack": 10,
+            "invisible_s": 1,
+            "timeout_s": 12,
+            "quiet_after": 3,
+            "quiet_s": 4,
+        },
     )
     assert [r["attempt"] for r in got.of("received")] == [1, 2, 3], got.describe()
     dlq = cpp_pull_all(broker.namesrv_addr, unique("DLQREADER"), f"%DLQ%{group}")
@@ -217,7 +228,8 @@ def test_transaction_commit_rollback_and_check_back(tmp_path, grpc_client):
         create_topic(broker, topic, "TRANSACTION")
         run_client(endpoint, "transaction", {"topic": topic, "body": "committed", "end": "commit"})
         run_client(endpoint, "transaction", {"topic": topic, "body": "rolled-back", "end": "rollback"})
-        # neither committed nor rolled back: the broker asks the producer, which answers COMMIT
+        # neither committed nor rolled back: the broker asks the producer, which answers COMMIT (the producer
+        # waits up to 8 s for that check, then a second for its answer to go out)
         orphan = run_client(
             endpoint,
             "transaction",

@@ -85,17 +85,18 @@ def produce(endpoint, args):
 class Checker(TransactionChecker):
     def __init__(self, resolution):
         self.resolution = resolution
+        self.checked = threading.Event()
 
     def check(self, message):
         emit(event="checked", message_id=message.message_id, body=message.body.decode())
+        self.checked.set()
         return self.resolution
 
 
 def transaction(endpoint, args):
     resolution = {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK}
-    producer = Producer(
-        config(endpoint), (args["topic"],), Checker(resolution[args.get("check", "commit")]), tls_enable=tls()
-    )
+    checker = Checker(resolution[args.get("check", "commit")])
+    producer = Producer(config(endpoint), (args["topic"],), checker, tls_enable=tls())
     producer.startup()
     try:
         tx = producer.begin_transaction()
@@ -110,13 +111,19 @@ def transaction(endpoint, args):
         elif end == "rollback":
             tx.rollback()
         emit(event="ended", how=end)
-        time.sleep(args.get("linger_s", 0))
+        # linger_s: how long to wait for the broker's check-back; once it came, a moment for the answer to go out
+        if checker.checked.wait(args.get("linger_s", 0)):
+            time.sleep(args.get("after_check_s", 1.0))
     finally:
         producer.shutdown()
 
 
 def consume(endpoint, args):
-    """Receive until `count` messages were acked or `timeout_s` passed; optional nack/change-invisible plans."""
+    """Receive until `count` messages were acked or `timeout_s` passed; optional nack/change-invisible plans.
+
+    Two earlier ends for tests that expect nothing more to come: `quiet_after` (after that many deliveries,
+    keep receiving only `quiet_s` longer) and `max_failures` (stop after that many failed receives).
+    """
     if args.get("sql"):
         expression = FilterExpression(args["sql"], FilterType.SQL)
     else:
@@ -137,15 +144,22 @@ def consume(endpoint, args):
     deadline = time.time() + args.get("timeout_s", 20)
     skip_ack = args.get("skip_ack", 0)  # the first N deliveries are not acked (redelivery tests)
     change_s = args.get("change_invisible_s")
+    received, failures = 0, 0
     try:
         while acked < args.get("count", 1) and time.time() < deadline:
             try:
                 messages = consumer.receive(args.get("batch", 16), args.get("invisible_s", 15))
             except Exception as e:  # noqa: BLE001
                 emit(event="receive_failed", error=str(e))
+                failures += 1
+                if failures >= args.get("max_failures", float("inf")):
+                    break
                 time.sleep(0.2)
                 continue
             for m in messages:
+                received += 1
+                if received == args.get("quiet_after"):
+                    deadline = min(deadline, time.time() + args["quiet_s"])
                 emit(
                     event="received",
                     message_id=m.message_id,

@@ -433,34 +433,7 @@ class RemotingCommand:
                 f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)"
             )
         if stype == _ROCKETMQ:
-            header = bytes(frame[4 : 4 + hlen])
-            # The common request (no remark, extFields of a learned layout): the whole header read by the layout's
-            # one struct call and checked against it here, as ``_decode_binary_header`` would read it through
-            # ``_match_layout`` (same command, same layout and values: the differential test pins it); any other
-            # header goes that way. (Inline: one call less per request.)
-            for layout in _LAYOUTS.get(hlen - _NO_REMARK_EXT, ()):
-                fields = layout.header_unpack(header)
-                if fields[5:] == layout.header_expected:
-                    values = layout.values(header.decode("latin-1"))
-                    if "".join(values).isascii():
-                        cmd = cls(
-                            fields[0],
-                            fields[3],
-                            fields[4],
-                            None,
-                            dict(zip(layout.keys, values)),
-                            None,
-                            _LANG_BY_NUMBER.get(fields[1], "OTHER"),
-                            fields[2],
-                            _ROCKETMQ,
-                            layout,
-                            values,
-                        )
-                        break
-                    cmd = cls._decode_binary_header(header)
-                    break
-            else:
-                cmd = cls._decode_binary_header(header)
+            cmd = cls._decode_binary_header(bytes(frame[4 : 4 + hlen]))
         elif stype == _JSON:
             cmd = cls._decode_json_header(frame[4 : 4 + hlen])
         else:
@@ -512,7 +485,55 @@ class RemotingCommand:
         return cls(code, opaque, flag, remark, ext, None, language, version, _JSON)
 
     @classmethod
+    def decode_at(cls, buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
+        """``decode(buf[start:end])``, the same command or error, for the connection's frame split
+        (``RemotingProtocol._process``): a frame in an immutable read (bytes) is cut into header and body straight
+        from ``buf`` (two slices, no view of the frame); a frame in a grown buffer, and any bad length or
+        serialization type, go through ``decode``."""
+        if buf.__class__ is bytes and end - start >= 4:
+            (word,) = _U32.unpack_from(buf, start)
+            hstart = start + 4
+            hend = hstart + (word & 0xFFFFFF)
+            stype = word >> 24
+            if hend <= end and stype <= _ROCKETMQ:
+                if stype == _ROCKETMQ:
+                    cmd = cls._decode_binary_header(buf[hstart:hend])
+                else:
+                    cmd = cls._decode_json_header(buf[hstart:hend])
+                if end > hend:
+                    cmd.body = buf[hend:end]
+                return cmd
+        return cls.decode(memoryview(buf)[start:end])
+
+    @classmethod
     def _decode_binary_header(cls, header: bytes) -> RemotingCommand:
+        # The common request (no remark, extFields of a learned layout): the whole header read by the layout's one
+        # struct call and checked against it here, as ``_decode_binary_fields`` would read it through
+        # ``_match_layout`` (same command, same layout and values: the differential test pins it); any other header
+        # is read field by field there.
+        for layout in _LAYOUTS.get(len(header) - _NO_REMARK_EXT, ()):
+            fields = layout.header_unpack(header)
+            if fields[5:] == layout.header_expected:
+                values = layout.values(header.decode("latin-1"))
+                if "".join(values).isascii():
+                    return cls(
+                        fields[0],
+                        fields[3],
+                        fields[4],
+                        None,
+                        dict(zip(layout.keys, values)),
+                        None,
+                        _LANG_BY_NUMBER.get(fields[1], "OTHER"),
+                        fields[2],
+                        _ROCKETMQ,
+                        layout,
+                        values,
+                    )
+                break
+        return cls._decode_binary_fields(header)
+
+    @classmethod
+    def _decode_binary_fields(cls, header: bytes) -> RemotingCommand:
         n = len(header)
         if n < _BIN_FIXED.size + 8:
             raise RemotingCommandError(f"ROCKETMQ header truncated: {n} bytes")

@@ -142,7 +142,7 @@ def _checked_binary(frame: bytes):
 
 
 def _without_header_layout(frame: bytes):
-    """RemotingCommand.decode with the whole-header layout path off: the header goes to ``_decode_binary_header``
+    """RemotingCommand.decode with the whole-header layout path off: the header goes to ``_decode_binary_fields``
     (whose extFields still come from ``_match_layout``)."""
     whole = cmdmod._NO_REMARK_EXT
     cmdmod._NO_REMARK_EXT = 1 << 40
@@ -268,7 +268,7 @@ def test_the_whole_header_layout_reads_what_the_general_decode_reads() -> None:
     """``RemotingCommand.decode`` reads a remark-less ROCKETMQ header of a learned layout's length with one struct
     call; thousands of variants of the benchmark Producer's send (any byte of the fixed part, the remark and
     extFields lengths or the fields changed, a remark added, bytes that are not ASCII, a body or none) decode to
-    the command, error, layout and values that ``_decode_binary_header`` gives."""
+    the command, error, layout and values that ``_decode_binary_fields`` gives."""
     for queue_id in "01":  # teach it
         RemotingCommand.decode(_java_v2_frame(queue_id))
     rng = random.Random(15)
@@ -302,9 +302,9 @@ def test_a_header_of_a_learned_length_with_a_remark_is_not_read_by_the_whole_hea
     RemotingCommand.decode(_java_v2_frame("0"))
     RemotingCommand.decode(_java_v2_frame("1"))
     calls = []
-    real = RemotingCommand._decode_binary_header.__func__
+    real = RemotingCommand._decode_binary_fields.__func__
     monkeypatch.setattr(
-        RemotingCommand, "_decode_binary_header", classmethod(lambda cls, h: calls.append(h) or real(cls, h))
+        RemotingCommand, "_decode_binary_fields", classmethod(lambda cls, h: calls.append(h) or real(cls, h))
     )
     plain = RemotingCommand.decode(_java_v2_frame("5"))
     assert not calls and plain.ext_layout is not None and plain.remark is None

@@ -53,6 +53,10 @@ class Channel:
         "id",
         "local_addr",
         "remote_addr",
+        "request_finished",
+        "request_started",
+        "requests_finished",
+        "requests_started",
     )
 
     def __init__(self, transport: asyncio.Transport, protocol: RemotingProtocol, channel_id: int) -> None:
@@ -69,6 +73,12 @@ class Channel:
         # Commands written during one loop iteration, flushed together (see send()).
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
+        # The in-flight count (RequestTask, answer_now, request groups): the protocol's own methods, bound here
+        # rather than wrapped, so that counting a request costs one call, not two (twice for every request).
+        self.request_started = protocol.request_started
+        self.request_finished = protocol.request_finished
+        self.requests_started = protocol.requests_started
+        self.requests_finished = protocol.requests_finished
 
     def __repr__(self) -> str:
         return f"Channel(id={self.id}, remote={self.remote_addr}, active={self.is_active})"
@@ -202,18 +212,6 @@ class Channel:
             )
             return
         fut.set_result(response)
-
-    def request_started(self) -> None:
-        self._protocol.request_started()
-
-    def request_finished(self) -> None:
-        self._protocol.request_finished()
-
-    def requests_started(self, count: int) -> None:
-        self._protocol.requests_started(count)
-
-    def requests_finished(self, count: int) -> None:
-        self._protocol.requests_finished(count)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._closed = True

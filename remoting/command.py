@@ -148,7 +148,7 @@ class _ExtLayout:
     every key and value ASCII), so a header whose skeleton matches it and whose values are ASCII is the one the
     fast loop would read the same way: same fields, same slices."""
 
-    __slots__ = ("pos", "keys", "expected", "unpack", "values")
+    __slots__ = ("pos", "keys", "expected", "unpack", "values", "header_unpack", "header_expected")
 
     def __init__(self, ext: dict[str, str], pos: int) -> None:
         fmt = [">"]
@@ -167,6 +167,22 @@ class _ExtLayout:
         self.expected = tuple(expected)
         self.unpack = struct.Struct("".join(fmt)).unpack_from
         self.values = operator.itemgetter(*slices)  # (two fields at least: one would give the value, not a tuple)
+        # The whole header of a request without a remark (extFields at _NO_REMARK_EXT): fixed part, remark length,
+        # extFields length and this skeleton in one struct call; what follows the fixed part's five values must be
+        # ``header_expected`` (see ``RemotingCommand.decode``). Other layouts (behind a remark) never match there.
+        if pos == _NO_REMARK_EXT:
+            self.header_unpack = struct.Struct(">hbhiiII" + "".join(fmt[1:])).unpack
+            self.header_expected: tuple[object, ...] | None = (0, at - pos, *expected)
+        else:
+            self.header_unpack = _no_fields
+            self.header_expected = None
+
+
+_NO_REMARK_EXT = _BIN_FIXED.size + 8  # where the extFields start in a ROCKETMQ header without a remark
+
+
+def _no_fields(header: bytes) -> tuple[()]:
+    return ()
 
 
 _LAYOUTS: dict[int, tuple[_ExtLayout, ...]] = {}  # extFields length → the layouts learned for it, oldest first
@@ -416,10 +432,10 @@ class RemotingCommand:
             raise RemotingCommandError(
                 f"header length {hlen} exceeds the frame ({flen - 4} bytes after the length word)"
             )
-        if stype == _JSON:
-            cmd = cls._decode_json_header(frame[4 : 4 + hlen])
-        elif stype == _ROCKETMQ:
+        if stype == _ROCKETMQ:
             cmd = cls._decode_binary_header(bytes(frame[4 : 4 + hlen]))
+        elif stype == _JSON:
+            cmd = cls._decode_json_header(frame[4 : 4 + hlen])
         else:
             raise RemotingCommandError(f"unknown serialization type {stype} (expected 0 JSON or 1 ROCKETMQ)")
         if flen > 4 + hlen:
@@ -469,7 +485,55 @@ class RemotingCommand:
         return cls(code, opaque, flag, remark, ext, None, language, version, _JSON)
 
     @classmethod
+    def decode_at(cls, buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
+        """``decode(buf[start:end])``, the same command or error, for the connection's frame split
+        (``RemotingProtocol._process``): a frame in an immutable read (bytes) is cut into header and body straight
+        from ``buf`` (two slices, no view of the frame); a frame in a grown buffer, and any bad length or
+        serialization type, go through ``decode``."""
+        if buf.__class__ is bytes and end - start >= 4:
+            (word,) = _U32.unpack_from(buf, start)
+            hstart = start + 4
+            hend = hstart + (word & 0xFFFFFF)
+            stype = word >> 24
+            if hend <= end and stype <= _ROCKETMQ:
+                if stype == _ROCKETMQ:
+                    cmd = cls._decode_binary_header(buf[hstart:hend])
+                else:
+                    cmd = cls._decode_json_header(buf[hstart:hend])
+                if end > hend:
+                    cmd.body = buf[hend:end]
+                return cmd
+        return cls.decode(memoryview(buf)[start:end])
+
+    @classmethod
     def _decode_binary_header(cls, header: bytes) -> RemotingCommand:
+        # The common request (no remark, extFields of a learned layout): the whole header read by the layout's one
+        # struct call and checked against it here, as ``_decode_binary_fields`` would read it through
+        # ``_match_layout`` (same command, same layout and values: the differential test pins it); any other header
+        # is read field by field there.
+        for layout in _LAYOUTS.get(len(header) - _NO_REMARK_EXT, ()):
+            fields = layout.header_unpack(header)
+            if fields[5:] == layout.header_expected:
+                values = layout.values(header.decode("latin-1"))
+                if "".join(values).isascii():
+                    return cls(
+                        fields[0],
+                        fields[3],
+                        fields[4],
+                        None,
+                        dict(zip(layout.keys, values)),
+                        None,
+                        _LANG_BY_NUMBER.get(fields[1], "OTHER"),
+                        fields[2],
+                        _ROCKETMQ,
+                        layout,
+                        values,
+                    )
+                break
+        return cls._decode_binary_fields(header)
+
+    @classmethod
+    def _decode_binary_fields(cls, header: bytes) -> RemotingCommand:
         n = len(header)
         if n < _BIN_FIXED.size + 8:
             raise RemotingCommandError(f"ROCKETMQ header truncated: {n} bytes")

@@ -20,56 +20,62 @@ from remoting.errors import FrameError, FrameTooLargeError
 DEFAULT_FRAME_MAX = 16 * 1024 * 1024
 
 _LEN = struct.Struct(">i")
+#: a frame's length word at an offset (``RemotingProtocol._process`` splits frames itself)
+unpack_length = _LEN.unpack_from
 # Compact the buffer once this many consumed bytes sit in front of the read index.
 _COMPACT_AT = 256 * 1024
 
 
 class FrameDecoder:
-    __slots__ = ("_buf", "_pos", "max_frame")
+    """The buffer and read index are ``buf`` and ``pos``: ``RemotingProtocol._process`` reads frames out of them
+    itself (``next_frame``'s checks, unrolled there) and moves ``pos`` past each, or calls ``release`` once all
+    is consumed; everyone else uses ``next_frame``/``feed``."""
+
+    __slots__ = ("buf", "max_frame", "pos")
 
     def __init__(self, max_frame: int = DEFAULT_FRAME_MAX) -> None:
         self.max_frame = max_frame
         # bytes when a whole received chunk is being parsed in place (no copy); bytearray once
         # a partial frame has to be kept across reads.
-        self._buf: bytes | bytearray = b""
-        self._pos = 0
+        self.buf: bytes | bytearray = b""
+        self.pos = 0
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return len(self._buf) - self._pos
+        return len(self.buf) - self.pos
 
     def append(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        buf = self._buf
-        if self._pos >= len(buf):
+        buf = self.buf
+        if self.pos >= len(buf):
             # Nothing pending: parse the new chunk where it lies. Copy only if it is mutable.
-            self._buf = data if type(data) is bytes else bytes(data)
-            self._pos = 0
+            self.buf = data if type(data) is bytes else bytes(data)
+            self.pos = 0
             return
         if type(buf) is bytes:
             # A partial frame left over from an in-place chunk: now we need a growable buffer.
-            self._buf = bytearray(memoryview(buf)[self._pos :])
-            self._pos = 0
-            self._buf += data
+            self.buf = bytearray(memoryview(buf)[self.pos :])
+            self.pos = 0
+            self.buf += data
             return
         try:
-            if self._pos >= _COMPACT_AT or self._pos * 2 >= len(buf):
-                del buf[: self._pos]  # CPython removes a bytearray prefix without moving the tail
-                self._pos = 0
+            if self.pos >= _COMPACT_AT or self.pos * 2 >= len(buf):
+                del buf[: self.pos]  # CPython removes a bytearray prefix without moving the tail
+                self.pos = 0
             buf += data
         except BufferError:
             # Someone still holds a view of a returned frame: leave them the old buffer.
-            fresh = bytearray(memoryview(buf)[self._pos :])
+            fresh = bytearray(memoryview(buf)[self.pos :])
             fresh += data
-            self._buf = fresh
-            self._pos = 0
+            self.buf = fresh
+            self.pos = 0
 
     def next_frame(self) -> memoryview | None:
         """The next complete frame, or None if more bytes are needed. Raises FrameError."""
-        buf = self._buf
-        pos = self._pos
+        buf = self.buf
+        pos = self.pos
         avail = len(buf) - pos
         if avail < 4:
             return None
@@ -86,16 +92,21 @@ class FrameDecoder:
         if end == len(buf):
             # Everything consumed: drop our reference to the chunk, or an idle connection would keep its last
             # (possibly megabytes-large) read alive. The returned view keeps what it needs.
-            self._buf = b""
-            self._pos = 0
+            self.buf = b""
+            self.pos = 0
         else:
-            self._pos = end
+            self.pos = end
         return frame
+
+    def release(self) -> None:
+        """Everything buffered was consumed: drop the chunk (see ``next_frame``)."""
+        self.buf = b""
+        self.pos = 0
 
     def clear(self) -> None:
         """Forget buffered bytes (the connection is gone): a partial frame must not outlive it."""
-        self._buf = b""
-        self._pos = 0
+        self.buf = b""
+        self.pos = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[memoryview]:
         """Append ``data`` and yield every complete frame (iterate it to the end)."""

@@ -23,6 +23,7 @@ from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import FrameError, RemotingCommandError
 from remoting.flow_control import FlowControl
 from remoting.frame import DEFAULT_FRAME_MAX, FrameDecoder
+from remoting.frame import unpack_length as _unpack_length
 
 log = structlog.get_logger(__name__)
 
@@ -177,20 +178,41 @@ class RemotingProtocol(asyncio.Protocol):
         # a run never takes the connection past its in-flight bound (reading pauses between runs); the count
         # only moves when something is dispatched, so the room is worked out again after each dispatch
         room = min(_RUN_MAX, self._max_inflight - self._inflight)
+        decode_at = RemotingCommand.decode_at
+        frame_max = decoder.max_frame
         while not flow.read_paused:
-            try:
-                frame = decoder.next_frame()
-            except FrameError as exc:
+            # FrameDecoder.next_frame, unrolled (once per request): the next complete frame's bounds in the
+            # decoder's buffer, which decode_at cuts without a view of it; a bad length goes to next_frame for its
+            # error. The decoder's state is its own again after each frame (nothing cached across a dispatch).
+            buf = decoder.buf
+            pos = decoder.pos
+            size = len(buf)
+            if size - pos < 4:
                 if run:
                     self._dispatch_run(run)
-                self._fail(exc, "bad frame")
                 return
-            if frame is None:
+            (length,) = _unpack_length(buf, pos)
+            if length <= 0 or length > frame_max:
+                try:
+                    decoder.next_frame()  # (raises for this length)
+                except FrameError as exc:
+                    if run:
+                        self._dispatch_run(run)
+                    self._fail(exc, "bad frame")
+                    return
+                raise AssertionError("next_frame took a length this split refused")  # pragma: no cover
+            start = pos + 4
+            end = start + length
+            if end > size:
                 if run:
                     self._dispatch_run(run)
                 return
+            if end == size:
+                decoder.release()  # (see next_frame: an idle connection must not keep its last read)
+            else:
+                decoder.pos = end
             try:
-                cmd = RemotingCommand.decode(frame)
+                cmd = decode_at(buf, start, end)
             except RemotingCommandError as exc:
                 if run:
                     self._dispatch_run(run)
@@ -210,8 +232,6 @@ class RemotingProtocol(asyncio.Protocol):
                     )
                     channel.send(answer)
                 continue
-            finally:
-                del frame
             if cmd.flag & FLAG_RESPONSE:
                 if run:
                     self._dispatch_run(run)

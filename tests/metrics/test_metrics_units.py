@@ -182,3 +182,34 @@ def test_answered_times_folded_in_batches_give_the_cells_observe_gives_one_by_on
     for key, cell in expected.items():
         assert (got[key].buckets, got[key].count) == (cell.buckets, cell.count)
         assert got[key].total_ms == pytest.approx(cell.total_ms)
+
+
+def test_the_synchronous_entry_counts_answers_as_observe_does_across_folds():
+    """``process_request_now`` appends an answer's time to its list itself (``observe_answer`` inlined) until the
+    list is due for folding: over several folds, reads in between and two kinds of answer, the cells are those
+    of ``observe``, one call per request, and no list ever holds FOLD_EVERY times."""
+    m, expected = RequestMetrics(), RequestMetrics()
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    class NowInner(Inner):
+        def process_request_now(self, channel, request):
+            now[0] += (request.opaque % 11) * 0.0007 + (request.opaque % 5) * 0.2  # its time, in seconds
+            code = ResponseCode.SUCCESS if request.opaque % 4 else ResponseCode.PULL_NOT_FOUND
+            return request.response(code)
+
+    wrapper = InstrumentedProcessor(NowInner(), "pull", m, clock=clock)
+    for i in range(FOLD_EVERY * 3 + 19):
+        before = now[0]
+        answer = wrapper.process_request_now(None, RemotingCommand.request(RequestCode.PULL_MESSAGE, opaque=i))
+        expected.observe(RequestCode.PULL_MESSAGE, answer.code, (now[0] - before) * 1000.0)
+        assert all(len(times) < FOLD_EVERY for times in m._answered.values())
+        if i in (3, FOLD_EVERY + 1):
+            assert m.latency.keys() == expected.latency.keys()
+    got, want = m.latency, expected.latency
+    assert got.keys() == want.keys()
+    for key, cell in want.items():
+        assert (got[key].buckets, got[key].count) == (cell.buckets, cell.count)
+        assert got[key].total_ms == pytest.approx(cell.total_ms)

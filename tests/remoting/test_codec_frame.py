@@ -93,10 +93,10 @@ def test_big_frame_in_small_chunks_grows_one_buffer_in_place() -> None:
     for i in range(0, len(data), 4096):
         frames.extend(decoder.feed(data[i : i + 4096]))
         if decoder.buffered:
-            buffers.add(id(decoder._buf))
+            buffers.add(id(decoder.buf))
     assert len(frames) == 1 and frames[0] == payload
     assert len(buffers) <= 2
-    assert decoder._buf == b""  # the frame is out: the decoder no longer holds its 8 MiB (issue 13 item 5)
+    assert decoder.buf == b""  # the frame is out: the decoder no longer holds its 8 MiB (issue 13 item 5)
 
 
 def test_a_closed_connection_drops_its_partial_frame() -> None:
@@ -104,7 +104,7 @@ def test_a_closed_connection_drops_its_partial_frame() -> None:
     decoder.append(framed([b"p" * 100_000])[:50_000])
     assert decoder.buffered == 50_000
     decoder.clear()
-    assert decoder.buffered == 0 and decoder._buf == b""
+    assert decoder.buffered == 0 and decoder.buf == b""
 
 
 def test_whole_chunks_are_parsed_in_place() -> None:

@@ -7,7 +7,9 @@ endpoint off unless asked for, and readiness by ports.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.testing.ports import accepting, free_port
-from broker.testing.process import BOOT_LINE, BrokerProcess, ChildError, ChildProcess, set_args
+from broker.testing.process import BOOT_LINE, REPO_ROOT, BrokerProcess, ChildError, ChildProcess, set_args
 
 # prints on both streams, says READY, then waits for SIGTERM and exits with the code given
 CHILD = """
@@ -138,3 +140,63 @@ def test_without_a_log_path_the_tap_reads_a_temporary_log_removed_at_stop(tmp_pa
     assert temp is not None and temp.exists() and "READY" in proc.log_text()
     assert proc.stop() == 0
     assert not temp.exists() and "to stderr" in seen
+
+
+# A fresh interpreter (gRPC's fork handlers are decided at its import): a busy gRPC server and clients, then
+# ChildProcess starts tiny children; prints how many died before they could say READY.
+GRPC_THEN_CHILDREN = """
+import re, sys, threading
+from concurrent import futures
+from pathlib import Path
+import grpc
+from broker.testing.process import ChildError, ChildProcess
+server = grpc.server(futures.ThreadPoolExecutor(2))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+stop = threading.Event()
+def connect():
+    while not stop.is_set():
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1)
+        except grpc.FutureTimeoutError:
+            pass
+        channel.close()
+for _ in range(2):
+    threading.Thread(target=connect, daemon=True).start()
+died = 0
+for i in range(int(sys.argv[1])):
+    child = ChildProcess(argv=[sys.executable, "-c", "print('READY', flush=True)"], ready_line=re.compile("^READY$"),
+                         log_path=Path(sys.argv[2]) / f"child{i}.log", start_timeout_s=20)
+    try:
+        child.start()
+    except ChildError:
+        died += 1
+    child.stop()
+stop.set()
+print("died", died)
+"""
+
+
+@pytest.mark.parametrize("fork_support", ["unset", "false"])
+def test_children_start_beside_a_busy_grpc_in_this_process(tmp_path, fork_support):
+    """gRPC's fork handlers, live when it was imported without GRPC_ENABLE_FORK_SUPPORT=false, used to kill most
+    children started after it (forked for their preexec_fn) before exec; both ways, every child now starts."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    if fork_support != "unset":
+        env["GRPC_ENABLE_FORK_SUPPORT"] = fork_support
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", GRPC_THEN_CHILDREN, "30", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "died 0" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_the_suite_runs_with_grpc_fork_handlers_off():
+    assert os.environ.get("GRPC_ENABLE_FORK_SUPPORT") == "false"  # tests/conftest.py, before any gRPC import

@@ -38,6 +38,10 @@ class _Endpoint:
     def __init__(
         self, address: str, client_id: str, access_key: str | None = None, secret_key: str | None = None
     ) -> None:
+        # gRPC's fork handlers would run in every child this process forks later (Spark's launcher, a broker
+        # started with a preexec_fn) and can kill it before exec: off, unless gRPC was imported already
+        # (broker.testing.process.child_preexec says how).
+        os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
         import grpc
 
         from proxy.auth import signed_metadata

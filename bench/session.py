@@ -83,7 +83,9 @@ def launch(start: Callable[[], T], log_path: Path, *, attempts: int = LAUNCH_ATT
 
     The JVM has been seen to die at birth once in an otherwise green CI run, and the next launch, seconds
     later, started fine: a JVM start can lose a race with the machine (memory, a port, a temp directory)
-    that the same command wins a moment later. Any other error is raised at once. When every attempt
+    that the same command wins a moment later. One such race is known: PySpark forks its launcher with a
+    ``preexec_fn``, and in a process where gRPC's fork handlers are live and busy the forked child can abort
+    before exec (``broker.testing.process.child_preexec``); the suite and the gRPC driver turn them off. Any other error is raised at once. When every attempt
     fails, the error quotes the end of ``log_path``, where the JVM wrote why, since PySpark itself only
     says that the gateway exited.
     """

@@ -30,12 +30,14 @@ import structlog
 log = structlog.get_logger("broker.loop_stall")
 
 
-def _run_delay_ns(fd: int) -> int:
-    """The thread's total time runnable but not running (ns), from its open ``schedstat``; 0 if unreadable."""
+def _sched_ns(fd: int) -> tuple[int, int]:
+    """The thread's total time on a CPU and time runnable but not running (ns), from its open ``schedstat``;
+    zeros if unreadable."""
     try:
-        return int(os.pread(fd, 128, 0).split()[1])
+        fields = os.pread(fd, 128, 0).split()
+        return int(fields[0]), int(fields[1])
     except (OSError, IndexError, ValueError):
-        return 0
+        return 0, 0
 
 
 def _own_frames(lines: list[str]) -> list[str]:
@@ -68,7 +70,7 @@ class LoopStallMonitor:
     tick_ms: float = 1.0
     sample_ms: float = 2.0
     #: (perf_counter, run delay ns) at the loop's last tick, both read on the loop thread, replaced as one object
-    _stamp: tuple[float, int] = (0.0, 0)
+    _stamp: tuple[float, int, int] = (0.0, 0, 0)  # (when, ns on a CPU, ns runnable off a CPU)
     _schedstat_fd: int = -1
     _stop: threading.Event = field(default_factory=threading.Event)
     _gc: _GcWatch = field(default_factory=_GcWatch)
@@ -99,7 +101,7 @@ class LoopStallMonitor:
             self._schedstat_fd = -1
 
     def _tick_stamp(self) -> None:
-        self._stamp = (time.perf_counter(), _run_delay_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else 0)
+        self._stamp = (time.perf_counter(), *(_sched_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else (0, 0)))
 
     def _tick(self) -> None:
         self._tick_stamp()
@@ -124,7 +126,10 @@ class LoopStallMonitor:
             log.warning(
                 "event loop stalled",
                 gap_ms=round(gap * 1000, 1),
-                run_delay_ms=round((end[1] - stamp[1]) / 1e6, 1),  # of the gap, runnable but off a CPU
+                run_delay_ms=round((end[2] - stamp[2]) / 1e6, 1),  # of the gap, runnable but off a CPU
+                # of the gap, on a CPU: the rest of it (gap - run delay - on CPU) the loop thread slept: waiting
+                # for the GIL, in a blocking call, or for I/O with its tick late
+                on_cpu_ms=round((end[1] - stamp[1]) / 1e6, 1),
                 gc=collections_in_gap,
                 samples=sum(stacks.values()),
                 stacks=[f"{n}x\n{s}" for s, n in stacks.most_common(3)],

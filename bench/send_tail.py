@@ -12,7 +12,7 @@ GIL meanwhile (``--gil``: ``py-spy record --gil --threads``), and prints:
 - with ``--gil``: each thread's share of the samples that held the GIL (another thread's share is time the loop
   could not run Python).
 
-    python -m bench.send_tail [--tree PATH] [--stall-ms 3] [--seconds 15] [--rate 0] [--gil]
+    python -m bench.send_tail [--tree PATH] [--stall-ms 3] [--seconds 15] [--rate 0] [--gil] [--set KEY=VALUE]
 
 Without Java, javac or the reference folder it says so and exits 0.
 """
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rate", type=float, default=0.0, help="open load: sends/s in all (default: closed load)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker.conf key (repeat)")
     parser.add_argument("--gil", action="store_true", help="also sample the GIL holder with py-spy for 8 s")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         extra = {"root": args.tree.resolve()} if args.tree else {}
         os.environ["MQ_LOOP_STALL_MS"] = str(args.stall_ms)  # (the broker child inherits it)
         try:
-            broker = BrokerProcess(store_dir=store, fault_injection=False, **extra).start()
+            config = dict(item.split("=", 1) for item in args.set)
+            broker = BrokerProcess(store_dir=store, config=config, fault_injection=False, **extra).start()
         finally:
             del os.environ["MQ_LOOP_STALL_MS"]
         gil: dict[str, float] | None = None

@@ -30,14 +30,12 @@ import structlog
 log = structlog.get_logger("broker.loop_stall")
 
 
-def _sched_ns(fd: int) -> tuple[int, int]:
-    """The thread's total time on a CPU and time runnable but not running (ns), from its open ``schedstat``;
-    zeros if unreadable."""
+def _run_delay_ns(fd: int) -> int:
+    """The thread's total time runnable but not running (ns), from its open ``schedstat``; 0 if unreadable."""
     try:
-        fields = os.pread(fd, 128, 0).split()
-        return int(fields[0]), int(fields[1])
+        return int(os.pread(fd, 128, 0).split()[1])
     except (OSError, IndexError, ValueError):
-        return 0, 0
+        return 0
 
 
 def _own_frames(lines: list[str]) -> list[str]:
@@ -101,7 +99,10 @@ class LoopStallMonitor:
             self._schedstat_fd = -1
 
     def _tick_stamp(self) -> None:
-        self._stamp = (time.perf_counter(), *(_sched_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else (0, 0)))
+        # on a CPU: the thread's CPU clock (exact for the running thread; schedstat's first field lags until the
+        # scheduler next accounts it, up to a tick, and would call part of a busy gap asleep)
+        delay = _run_delay_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else 0
+        self._stamp = (time.perf_counter(), time.thread_time_ns(), delay)
 
     def _tick(self) -> None:
         self._tick_stamp()

@@ -68,7 +68,7 @@ class LoopStallMonitor:
     tick_ms: float = 1.0
     sample_ms: float = 2.0
     #: (perf_counter, run delay ns) at the loop's last tick, both read on the loop thread, replaced as one object
-    _stamp: tuple[float, int] = (0.0, 0)
+    _stamp: tuple[float, int, int] = (0.0, 0, 0)  # (when, ns on a CPU, ns runnable off a CPU)
     _schedstat_fd: int = -1
     _stop: threading.Event = field(default_factory=threading.Event)
     _gc: _GcWatch = field(default_factory=_GcWatch)
@@ -99,7 +99,10 @@ class LoopStallMonitor:
             self._schedstat_fd = -1
 
     def _tick_stamp(self) -> None:
-        self._stamp = (time.perf_counter(), _run_delay_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else 0)
+        # on a CPU: the thread's CPU clock (exact for the running thread; schedstat's first field lags until the
+        # scheduler next accounts it, up to a tick, and would call part of a busy gap asleep)
+        delay = _run_delay_ns(self._schedstat_fd) if self._schedstat_fd >= 0 else 0
+        self._stamp = (time.perf_counter(), time.thread_time_ns(), delay)
 
     def _tick(self) -> None:
         self._tick_stamp()
@@ -124,7 +127,10 @@ class LoopStallMonitor:
             log.warning(
                 "event loop stalled",
                 gap_ms=round(gap * 1000, 1),
-                run_delay_ms=round((end[1] - stamp[1]) / 1e6, 1),  # of the gap, runnable but off a CPU
+                run_delay_ms=round((end[2] - stamp[2]) / 1e6, 1),  # of the gap, runnable but off a CPU
+                # of the gap, on a CPU: the rest of it (gap - run delay - on CPU) the loop thread slept: waiting
+                # for the GIL, in a blocking call, or for I/O with its tick late
+                on_cpu_ms=round((end[1] - stamp[1]) / 1e6, 1),
                 gc=collections_in_gap,
                 samples=sum(stacks.values()),
                 stacks=[f"{n}x\n{s}" for s, n in stacks.most_common(3)],

@@ -88,3 +88,25 @@ def test_the_stall_monitor_logs_the_gap_and_the_line_that_held_the_loop():
     assert "time.sleep(0.25)" in stalls[0]["stacks"][0]
     # a sleeping loop thread is not runnable: little run delay over the gap, unlike a busy machine's stall
     assert 0 <= stalls[0]["run_delay_ms"] < stalls[0]["gap_ms"] / 2
+    # nor on a CPU: the stall is the loop asleep in a call, not the loop busy
+    assert 0 <= stalls[0]["on_cpu_ms"] < stalls[0]["gap_ms"] / 2
+
+
+def test_the_stall_monitor_tells_a_busy_loop_from_a_sleeping_one():
+    async def spin_the_loop() -> None:
+        monitor = LoopStallMonitor(threshold_ms=50)
+        monitor.start()
+        await asyncio.sleep(0.05)
+        end = time.perf_counter() + 0.25
+        while time.perf_counter() < end:  # the loop's own work, no sleep
+            pass
+        await asyncio.sleep(0.05)
+        monitor.stop()
+
+    with capture_logs() as logs:
+        asyncio.run(spin_the_loop())
+    stalls = [e for e in logs if e["event"] == "event loop stalled"]
+    assert len(stalls) == 1, logs
+    # spinning, the loop thread is on a CPU or waiting for one for the whole gap (on_cpu + run delay ~ gap)
+    assert stalls[0]["on_cpu_ms"] + stalls[0]["run_delay_ms"] >= 0.8 * stalls[0]["gap_ms"]
+    assert stalls[0]["on_cpu_ms"] > 0

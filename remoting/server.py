@@ -251,11 +251,17 @@ class RemotingServer:
             log.exception("reject_request failed", code=request.code)
             return False
 
+    def grouping(self, code: int) -> Callable[[RemotingCommand], bool] | None:
+        """The check whether a request of ``code`` may be handed over with others (``dispatch_many``): its
+        processor's ``groupable`` (the send processor: a single send, no fault injection), or None when that
+        processor never groups. The connection asks it once per run of one code, then the check per request."""
+        route = self._routes.get(code) or self._default
+        return None if route is None else route.groupable
+
     def groups(self, request: RemotingCommand) -> bool:
-        """Whether ``request`` may be handed over with others (``dispatch_many``): its processor groups
-        requests and takes this one (the send processor: a single send, no fault injection)."""
-        route = self._routes.get(request.code) or self._default
-        return route is not None and route.groupable is not None and route.groupable(request)
+        """Whether ``request`` may be handed over with others: ``grouping(request.code)`` asked of it."""
+        groupable = self.grouping(request.code)
+        return groupable is not None and groupable(request)
 
     def dispatch_many(self, channel: Channel, requests: list[RemotingCommand]) -> None:
         """Dispatch requests decoded from one read, in order, each of which ``groups``: consecutive ones of one

@@ -180,9 +180,10 @@ class RemotingProtocol(asyncio.Protocol):
         groupable: Callable[[RemotingCommand], bool] | None = None
         assert flow is not None and channel is not None
         run: list[RemotingCommand] = []
-        # a run never takes the connection past its in-flight bound (reading pauses between runs); the count
-        # only moves when something is dispatched, so the room is worked out again after each dispatch
-        room = min(_RUN_MAX, self._max_inflight - self._inflight)
+        # a run never takes the connection past its in-flight bound (reading pauses between runs): its room is
+        # worked out when it starts (the count only moves when something is dispatched, never while a run is
+        # collected), so a read of lone requests never asks
+        room = 0
         decode_at = RemotingCommand.decode_at
         frame_max = decoder.max_frame
         while not flow.read_paused:
@@ -192,9 +193,12 @@ class RemotingProtocol(asyncio.Protocol):
             buf = decoder.buf
             pos = decoder.pos
             size = len(buf)
-            if size - pos < 4:
+            if size - pos < 4:  # the end of the read (the usual one): its run handed over
                 if run:
-                    self._dispatch_run(run)
+                    if len(run) == 1:  # (_dispatch_run, inlined: a lone request a read is the common case)
+                        dispatcher.dispatch(channel, run[0])
+                    else:
+                        self._dispatch_many(channel, run)  # type: ignore[misc]
                 return
             (length,) = _unpack_length(buf, pos)
             if length <= 0 or length > frame_max:
@@ -222,7 +226,6 @@ class RemotingProtocol(asyncio.Protocol):
                 if run:
                     self._dispatch_run(run)
                     run = []
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 if exc.opaque is None or exc.flag & FLAG_RESPONSE:
                     self._fail(exc, "undecodable command")
                     return
@@ -241,7 +244,6 @@ class RemotingProtocol(asyncio.Protocol):
                 if run:
                     self._dispatch_run(run)
                     run = []
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 channel.response_received(cmd)
                 continue
             code = cmd.code
@@ -253,13 +255,13 @@ class RemotingProtocol(asyncio.Protocol):
                     self._dispatch_run(run)
                     run = []
                 dispatcher.dispatch(channel, cmd)
-                room = min(_RUN_MAX, self._max_inflight - self._inflight)
             else:
+                if not run:
+                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 run.append(cmd)
                 if len(run) >= room:
                     self._dispatch_run(run)
                     run = []
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
         if run:
             self._dispatch_run(run)
 

@@ -6,6 +6,7 @@ runs and lone requests handed over are those of the general path, which asks whe
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from test_protocol_split import _Transport
@@ -29,6 +30,8 @@ class _Grouping:
         self.handed: list[tuple] = []
         self.asked: list[int] = []
         self.off = False
+        #: set: each request handed over counts in flight on it, as the server's dispatch counts it
+        self.protocol: RemotingProtocol | None = None
 
     def check(self, request: RemotingCommand) -> bool:
         return not self.off and request.ext_fields.get("batch") != "true"
@@ -42,11 +45,15 @@ class _Grouping:
 
     def dispatch(self, channel, request: RemotingCommand) -> None:  # noqa: ANN001
         self.handed.append(("one", request.opaque))
+        if self.protocol is not None:
+            self.protocol.request_started()
         if request.ext_fields.get("toggle"):
             self.off = not self.off
 
     def dispatch_many(self, channel, requests: list[RemotingCommand]) -> None:  # noqa: ANN001
         self.handed.append(("many", [r.opaque for r in requests]))
+        if self.protocol is not None:
+            self.protocol.requests_started(len(requests))
 
     def channel_connected(self, channel) -> None:  # noqa: ANN001
         pass
@@ -74,19 +81,27 @@ def _frame(rng: random.Random, n: int) -> bytes:
     return frame
 
 
-def _general(stream: bytes, dispatcher: _Grouping) -> list[tuple]:
+def _general(stream: bytes, dispatcher: _Grouping, max_inflight: int | None = None) -> list[tuple]:
     """The general path frame by frame: ``groups(request)`` asked of every request, runs cut as ``_process`` cuts
-    them (by a response, an error answer, a request that does not group, ``_RUN_MAX``, the end of the read)."""
+    them (by a response, an error answer, a request that does not group, ``_RUN_MAX``, the end of the read) and,
+    with ``max_inflight``, by the in-flight bound (a run's room: the bound less the requests in flight; reading
+    pauses at the bound, and the test then finishes every request in flight)."""
     run: list[RemotingCommand] = []
+    inflight = 0
 
     def flush() -> None:
+        nonlocal inflight
         if len(run) == 1:
             dispatcher.dispatch(None, run[0])
         elif run:
             dispatcher.dispatch_many(None, list(run))
+        inflight += len(run)
         run.clear()
 
     for frame in FrameDecoder(1 << 20).feed(stream):
+        if max_inflight is not None and inflight >= max_inflight:
+            flush()  # (the loop ends here while paused; the run it held goes first)
+            inflight = 0
         try:
             cmd = RemotingCommand.decode(frame)
         except RemotingCommandError as exc:
@@ -102,9 +117,11 @@ def _general(stream: bytes, dispatcher: _Grouping) -> list[tuple]:
         if not dispatcher.groups(cmd):
             flush()
             dispatcher.dispatch(None, cmd)
+            inflight += 1
         else:
             run.append(cmd)
-            if len(run) >= _RUN_MAX:
+            room = _RUN_MAX if max_inflight is None else min(_RUN_MAX, max_inflight - inflight)
+            if len(run) >= room:
                 flush()
     flush()
     return dispatcher.handed
@@ -150,3 +167,25 @@ def test_the_server_hands_out_the_processor_check_per_code() -> None:
     assert server.grouping(11) is None and server.grouping(99) is None
     single, batch = RemotingCommand(310, 1, 0, None, {}), RemotingCommand(310, 2, 0, None, {"batch": "true"})
     assert server.groups(single) and not server.groups(batch) and not server.groups(RemotingCommand(11, 3))
+
+
+async def test_runs_stop_at_the_in_flight_bound_as_on_the_general_path() -> None:
+    """Requests counted in flight as they are handed over, a small bound: the runs are cut at the room left under
+    it, reading pauses at it and goes on (here) once the test finishes what is in flight."""
+    rng = random.Random(1512)
+    for trial in range(150):
+        stream = b"".join(_frame(rng, trial * 1000 + n) for n in range(rng.randrange(1, 90)))
+        max_inflight = rng.randrange(1, 24)
+        expected = _general(stream, _Grouping(), max_inflight)
+        dispatcher, transport = _Grouping(), _Transport()
+        protocol = RemotingProtocol(dispatcher, trial, frame_max=1 << 20, max_inflight=max_inflight)
+        dispatcher.protocol = protocol
+        protocol.connection_made(transport)
+        protocol.data_received(stream)
+        for _ in range(200):
+            if not protocol.inflight and not protocol._decoder.buffered:
+                break
+            protocol.requests_finished(protocol.inflight)  # (reading resumes: the rest is processed soon)
+            await asyncio.sleep(0)
+        assert dispatcher.handed == expected, trial
+        protocol.connection_lost(None)

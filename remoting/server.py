@@ -332,10 +332,17 @@ class RemotingServer:
                     request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, not_supported_remark(request.code))
                 )
             return
-        if route.reject is not None and self._rejects(route, request):
-            if not request.flag & FLAG_ONEWAY:
-                channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
-            return
+        reject = route.reject
+        if reject is not None:
+            try:  # (_rejects, inlined: once a request)
+                busy = reject()
+            except Exception:  # a broken busy check must not take the connection down with it; let the request in
+                log.exception("reject_request failed", code=request.code)
+                busy = False
+            if busy:
+                if not request.flag & FLAG_ONEWAY:
+                    channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
+                return
         executor = route.executor
         # nothing queued, a worker idle: answered here through the synchronous entry, no task, no hop
         if executor.answer_now(channel, request, route.now, self._hook):  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ Reading pauses while the peer does not drain our writes or has too many requests
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
@@ -39,7 +40,7 @@ class Dispatcher(Protocol):
 
     def channel_connected(self, channel: Channel) -> None: ...
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
-    # optional, together: def groups(self, request: RemotingCommand) -> bool
+    # optional, together: def grouping(self, code: int) -> Callable[[RemotingCommand], bool] | None
     #                     def dispatch_many(self, channel: Channel, requests: list[RemotingCommand]) -> None
     def channel_error(self, channel: Channel, exc: BaseException) -> None: ...
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None: ...
@@ -69,9 +70,9 @@ class RemotingProtocol(asyncio.Protocol):
         self._process_scheduled = False
         self._broken = False
         self.channel: Channel | None = None
-        #: the dispatcher's optional groups(code) and dispatch_many(channel, requests) (the server's): consecutive
-        #: requests of a code it groups (the sends) go to it in one call; every other request one by one
-        self._groups = getattr(dispatcher, "groups", None)
+        #: the dispatcher's optional grouping(code) and dispatch_many(channel, requests) (the server's): consecutive
+        #: requests its per-code check takes (the sends) go to it in one call; every other request one by one
+        self._grouping = getattr(dispatcher, "grouping", None)
         self._dispatch_many = getattr(dispatcher, "dispatch_many", None)
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
@@ -164,7 +165,7 @@ class RemotingProtocol(asyncio.Protocol):
 
     def _process(self) -> None:
         """Decode every complete frame: responses complete our invokes, requests go to the dispatcher. Requests
-        of a code the dispatcher groups (``groups``: the server's sends) are collected into a run handed over in
+        the dispatcher groups (``grouping(code)``'s check takes them: the server's sends) are collected into a run handed over in
         one call (``dispatch_many``) before anything else happens: before another request, a response, an
         error answer, the end of the buffered bytes, ``_RUN_MAX`` requests or the in-flight bound. Reading
         pauses between requests and runs as before."""
@@ -172,12 +173,17 @@ class RemotingProtocol(asyncio.Protocol):
         flow = self._flow
         channel = self.channel
         dispatcher = self._dispatcher
-        groups = self._groups
+        grouping = self._grouping
+        # the dispatcher's check for the last code seen (``grouping`` asked once per run of one code, not once
+        # a request; nothing registers routes while this loop runs); None: that code never groups
+        last_code: int | None = None
+        groupable: Callable[[RemotingCommand], bool] | None = None
         assert flow is not None and channel is not None
         run: list[RemotingCommand] = []
-        # a run never takes the connection past its in-flight bound (reading pauses between runs); the count
-        # only moves when something is dispatched, so the room is worked out again after each dispatch
-        room = min(_RUN_MAX, self._max_inflight - self._inflight)
+        # a run never takes the connection past its in-flight bound (reading pauses between runs): its room is
+        # worked out when it starts (the count only moves when something is dispatched, never while a run is
+        # collected), so a read of lone requests never asks
+        room = 0
         decode_at = RemotingCommand.decode_at
         frame_max = decoder.max_frame
         while not flow.read_paused:
@@ -187,9 +193,12 @@ class RemotingProtocol(asyncio.Protocol):
             buf = decoder.buf
             pos = decoder.pos
             size = len(buf)
-            if size - pos < 4:
+            if size - pos < 4:  # the end of the read (the usual one): its run handed over
                 if run:
-                    self._dispatch_run(run)
+                    if len(run) == 1:  # (_dispatch_run, inlined: a lone request a read is the common case)
+                        dispatcher.dispatch(channel, run[0])
+                    else:
+                        self._dispatch_many(channel, run)  # type: ignore[misc]
                 return
             (length,) = _unpack_length(buf, pos)
             if length <= 0 or length > frame_max:
@@ -217,7 +226,6 @@ class RemotingProtocol(asyncio.Protocol):
                 if run:
                     self._dispatch_run(run)
                     run = []
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 if exc.opaque is None or exc.flag & FLAG_RESPONSE:
                     self._fail(exc, "undecodable command")
                     return
@@ -236,20 +244,24 @@ class RemotingProtocol(asyncio.Protocol):
                 if run:
                     self._dispatch_run(run)
                     run = []
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 channel.response_received(cmd)
-            elif groups is None or not groups(cmd):
+                continue
+            code = cmd.code
+            if code != last_code:
+                last_code = code
+                groupable = None if grouping is None else grouping(code)
+            if groupable is None or not groupable(cmd):
                 if run:
                     self._dispatch_run(run)
                     run = []
                 dispatcher.dispatch(channel, cmd)
-                room = min(_RUN_MAX, self._max_inflight - self._inflight)
             else:
+                if not run:
+                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
                 run.append(cmd)
                 if len(run) >= room:
                     self._dispatch_run(run)
                     run = []
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
         if run:
             self._dispatch_run(run)
 

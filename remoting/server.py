@@ -251,11 +251,17 @@ class RemotingServer:
             log.exception("reject_request failed", code=request.code)
             return False
 
+    def grouping(self, code: int) -> Callable[[RemotingCommand], bool] | None:
+        """The check whether a request of ``code`` may be handed over with others (``dispatch_many``): its
+        processor's ``groupable`` (the send processor: a single send, no fault injection), or None when that
+        processor never groups. The connection asks it once per run of one code, then the check per request."""
+        route = self._routes.get(code) or self._default
+        return None if route is None else route.groupable
+
     def groups(self, request: RemotingCommand) -> bool:
-        """Whether ``request`` may be handed over with others (``dispatch_many``): its processor groups
-        requests and takes this one (the send processor: a single send, no fault injection)."""
-        route = self._routes.get(request.code) or self._default
-        return route is not None and route.groupable is not None and route.groupable(request)
+        """Whether ``request`` may be handed over with others: ``grouping(request.code)`` asked of it."""
+        groupable = self.grouping(request.code)
+        return groupable is not None and groupable(request)
 
     def dispatch_many(self, channel: Channel, requests: list[RemotingCommand]) -> None:
         """Dispatch requests decoded from one read, in order, each of which ``groups``: consecutive ones of one
@@ -326,10 +332,17 @@ class RemotingServer:
                     request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, not_supported_remark(request.code))
                 )
             return
-        if route.reject is not None and self._rejects(route, request):
-            if not request.flag & FLAG_ONEWAY:
-                channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
-            return
+        reject = route.reject
+        if reject is not None:
+            try:  # (_rejects, inlined: once a request)
+                busy = reject()
+            except Exception:  # a broken busy check must not take the connection down with it; let the request in
+                log.exception("reject_request failed", code=request.code)
+                busy = False
+            if busy:
+                if not request.flag & FLAG_ONEWAY:
+                    channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
+                return
         executor = route.executor
         # nothing queued, a worker idle: answered here through the synchronous entry, no task, no hop
         if executor.answer_now(channel, request, route.now, self._hook):  # type: ignore[arg-type]

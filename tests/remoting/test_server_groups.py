@@ -207,3 +207,33 @@ async def test_a_failing_reject_check_lets_its_request_in_and_the_others_are_sti
     assert len([e for e in logs if e["event"] == "reject_request failed"]) == 1
     assert server.channels[0]._protocol.inflight == 0
     writer.close()
+
+
+async def test_a_lone_request_whose_reject_check_fails_gets_in_and_a_busy_one_is_refused(make_server) -> None:
+    """``dispatch`` (one request): a ``reject_request`` that raises is logged once and lets its request in; one that
+    says busy answers [REJECTREQUEST], never a oneway; the connection goes on."""
+
+    class Flaky(GroupProcessor):
+        def reject_request(self) -> bool:
+            self.reject_calls += 1
+            if self.reject_calls == 1:
+                raise RuntimeError("busy check broken")
+            return self.reject_calls in (2, 3)
+
+    processor = Flaky()
+    server = await make_server({10: (processor, RequestExecutor("send", 1, 100))})
+    reader, writer = await open_raw(server)
+    with structlog.testing.capture_logs() as logs:
+        got = []
+        for opaque in (1, 2, 3, 4):  # one a write, each answered before the next: no group
+            writer.write(frames(10, [opaque], oneway={3}))
+            if opaque != 3:
+                got.append(await read_frame(reader))
+            else:
+                await expect_silence(reader)  # (the oneway is not answered; 4 must not share its read)
+    assert [(a.opaque, a.code) for a in got] == [(1, 0), (2, ResponseCode.SYSTEM_BUSY), (4, 0)]
+    assert got[1].remark == REJECT_REQUEST_REMARK
+    assert processor.singles == [1, 4] and processor.groups == []
+    failed = [e for e in logs if e["event"] == "reject_request failed"]
+    assert len(failed) == 1 and failed[0]["code"] == 10 and failed[0]["log_level"] == "error"
+    writer.close()

@@ -467,32 +467,12 @@ class RequestExecutor:
     async def _resume(
         self, coro: Any, yielded: Any, waiter: asyncio.Future[None], pending: list[Any], requests: int
     ) -> None:
-        """Drive a request's coroutine from its first wait on: await what it awaited, hand it back, repeat
-        (what an asyncio task does; ``task.run`` never raises but for cancellation)."""
+        """Drive a request's coroutine from its first wait on (``remoting.pending.finish``, as an asyncio task
+        would; ``task.run`` never raises but for cancellation), then give its worker back."""
         pending.clear()
         try:
-            while True:
-                if yielded is None:  # a bare yield (asyncio.sleep(0)): give the loop one turn
-                    try:
-                        await asyncio.sleep(0)
-                    except asyncio.CancelledError:
-                        yielded = coro.throw(asyncio.CancelledError())
-                        continue
-                else:
-                    yielded._asyncio_future_blocking = False
-                    try:
-                        await yielded
-                    except asyncio.CancelledError:
-                        if not yielded.cancelled():  # we were cancelled, not what we awaited: pass it on
-                            yielded = coro.throw(asyncio.CancelledError())
-                            continue
-                    except Exception:  # noqa: BLE001, S110 - the coroutine reads the outcome itself below
-                        pass
-                yielded = coro.send(None)
-        except StopIteration:
-            pass
+            await finish(Pending(coro, yielded))
         finally:
-            coro.close()
             self._run_now_done(waiter, requests)
 
     def _run_now_done(self, waiter: asyncio.Future[None], requests: int = 1) -> None:

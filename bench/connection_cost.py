@@ -19,34 +19,9 @@ import sys
 import time
 
 from bench.interleave import add_side_arguments, enter_tree, interleaved_rounds, sides
+from bench.null_transport import NullTransport
 
 _SHAPES = {"send16": (310, 16), "pull1": (11, 1)}
-
-
-class _Transport:
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return False
-
-    def writelines(self, data) -> None:  # noqa: ANN001
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 async def measure(shape: str, reads: int, bytecodes: bool) -> float:
@@ -84,7 +59,7 @@ async def measure(shape: str, reads: int, bytecodes: bool) -> float:
     server.register_processor(310, Sends(), executor)
     server.register_processor(11, Pulls(), executor)
     protocol = RemotingProtocol(server, 1)
-    protocol.connection_made(_Transport())
+    protocol.connection_made(NullTransport())
     code, per_read = _SHAPES[shape]
     frames = []
     for n in range(per_read):

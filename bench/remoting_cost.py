@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from bench.interleave import add_side_arguments, enter_tree, interleaved_rounds, sides
+from bench.null_transport import NullTransport
 
 _SERIALIZE = {"json": 0, "rocketmq": 1}
 _WINDOW = 16
@@ -51,7 +52,6 @@ class _SendOk:
 
 
 async def measure(serialize: int, reads: int, reps: int) -> float:
-    from bench.send_path_cost import _Transport
     from remoting.command import RemotingCommand
     from remoting.executor import RequestExecutor
     from remoting.protocol import RemotingProtocol
@@ -64,7 +64,7 @@ async def measure(serialize: int, reads: int, reps: int) -> float:
     ext = {key: "x" * n for key, n in zip("abcdefghijklmn", _V2_LENGTHS)}
     read = RemotingCommand.request(310, ext, b"x" * 1024, serialize_type=serialize).to_bytes() * _WINDOW
     protocol = RemotingProtocol(server, 1)
-    protocol.connection_made(_Transport())
+    protocol.connection_made(NullTransport())
     best = float("inf")
     for _ in range(reps):
         t0 = time.thread_time()

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench.interleave import add_side_arguments, enter_tree, interleaved_rounds, sides
+from bench.null_transport import NullTransport
 from bench.opcode_counter import OpcodeCounter
 
 
@@ -106,7 +107,7 @@ async def _measure_wire(server, frame: bytes, messages: int, window: int, byteco
     drops what is written: each window of frames is one ``data_received``, as one read of the socket."""
     from remoting.protocol import RemotingProtocol
 
-    transport = _Transport()
+    transport = NullTransport()
     protocol = RemotingProtocol(server, 1_000_000)
     protocol.connection_made(transport)
     read = (len(frame).to_bytes(4, "big") + frame) * window
@@ -130,37 +131,6 @@ async def _measure_wire(server, frame: bytes, messages: int, window: int, byteco
     cost = (time.thread_time() - t0) * 1e6 / (messages // window * window)
     protocol.connection_lost(None)
     return cost
-
-
-class _Transport:
-    """What ``RemotingProtocol`` and ``Channel`` use of a transport; writes are counted and dropped."""
-
-    def __init__(self) -> None:
-        self.written = 0
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return False
-
-    def writelines(self, data) -> None:  # noqa: ANN001
-        self.written += len(data)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 _SERIALIZE = {

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from test_protocol_split import _Transport
-
+from bench.null_transport import NullTransport
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingCommandError
 from remoting.executor import RequestExecutor
@@ -133,7 +132,7 @@ async def test_grouping_asked_once_per_run_of_a_code_hands_over_what_asking_each
         stream = b"".join(_frame(rng, trial * 1000 + n) for n in range(rng.randrange(1, 90)))
         oracle = _Grouping()
         expected = _general(stream, oracle)
-        dispatcher, transport = _Grouping(), _Transport()
+        dispatcher, transport = _Grouping(), NullTransport(keep=True)
         protocol = RemotingProtocol(dispatcher, trial, frame_max=1 << 20, max_inflight=1 << 16)
         protocol.connection_made(transport)
         protocol.data_received(stream)  # one read: the runs are cut by the requests alone
@@ -177,7 +176,7 @@ async def test_runs_stop_at_the_in_flight_bound_as_on_the_general_path() -> None
         stream = b"".join(_frame(rng, trial * 1000 + n) for n in range(rng.randrange(1, 90)))
         max_inflight = rng.randrange(1, 24)
         expected = _general(stream, _Grouping(), max_inflight)
-        dispatcher, transport = _Grouping(), _Transport()
+        dispatcher, transport = _Grouping(), NullTransport(keep=True)
         protocol = RemotingProtocol(dispatcher, trial, frame_max=1 << 20, max_inflight=max_inflight)
         dispatcher.protocol = protocol
         protocol.connection_made(transport)

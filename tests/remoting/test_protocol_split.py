@@ -10,6 +10,7 @@ import asyncio
 import random
 import struct
 
+from bench.null_transport import NullTransport
 from remoting import command as cmdmod
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import FrameError, RemotingCommandError
@@ -17,36 +18,6 @@ from remoting.frame import FrameDecoder
 from remoting.protocol import RemotingProtocol
 
 _FRAME_MAX = 4096
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closed = False
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def writelines(self, data) -> None:  # noqa: ANN001
-        self.written.append(b"".join(data))
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
 
 
 class _Recorder:
@@ -132,10 +103,10 @@ def _expected(stream: bytes) -> tuple:
     return requests, answers, False
 
 
-def _written_opaques(transport: _Transport) -> list[int]:
+def _written_opaques(transport: NullTransport) -> list[int]:
     opaques = []
     decoder = FrameDecoder()
-    for chunk in transport.written:
+    for chunk in transport.chunks:
         opaques += [RemotingCommand.decode(frame).opaque for frame in decoder.feed(chunk)]
     return opaques
 
@@ -151,7 +122,7 @@ async def test_the_connection_splits_and_decodes_as_the_frame_by_frame_path() ->
         # the layouts the first pass learns must be those the second sees: learn from the stream first
         for _ in range(2):
             _expected(stream)
-        recorder, transport = _Recorder(), _Transport()
+        recorder, transport = _Recorder(), NullTransport(keep=True)
         protocol = RemotingProtocol(recorder, trial, frame_max=_FRAME_MAX)
         protocol.connection_made(transport)
         pos = 0

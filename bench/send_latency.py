@@ -297,8 +297,23 @@ def _median_figures(figs: list[LatencyFigures]) -> LatencyFigures:
     return dataclasses.replace(figs[0], sent=sum(f.sent for f in figs), failed=sum(f.failed for f in figs), **medians)
 
 
-def main(argv: list[str] | None = None) -> int:
+def prepare_reference(rmq_bin: str | None) -> tuple[SendLatencyTool, Path] | None:
+    """The reference tools' folder (``--rmq-bin``, else PATH, else the cache) and the compiled SendLatency tool;
+    None, after one "skipped: ..." line saying what is missing, when either is not there (the script then exits 0)."""
     from bench.vs_java import REFERENCE_SETUP, find_reference_bin
+
+    bin_dir = find_reference_bin(rmq_bin)
+    if bin_dir is None:
+        print(f"skipped: Apache RocketMQ 4.9.7 tools not found; install them with {REFERENCE_SETUP}")
+        return None
+    try:
+        return SendLatencyTool.prepare(bin_dir / "rmqjava"), bin_dir
+    except LatencyToolError as exc:
+        print(f"skipped: {exc}")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Send latency percentiles from our Java load program.")
     parser.add_argument("--namesrv", help="name server to measure (default: start our broker on free ports)")
@@ -311,15 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="open load: sends/s in all (default: closed load)")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)
-    bin_dir = find_reference_bin(args.rmq_bin)
-    if bin_dir is None:
-        print(f"skipped: Apache RocketMQ 4.9.7 tools not found; install them with {REFERENCE_SETUP}")
+    prepared = prepare_reference(args.rmq_bin)
+    if prepared is None:
         return 0
-    try:
-        tool = SendLatencyTool.prepare(bin_dir / "rmqjava")
-    except LatencyToolError as exc:
-        print(f"skipped: {exc}")
-        return 0
+    tool, bin_dir = prepared
     load = {
         "threads": args.threads,
         "size": args.size,

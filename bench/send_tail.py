@@ -125,8 +125,7 @@ def report_lines(figures: dict, stalls: StallSummary, gil: dict[str, float] | No
 
 def main(argv: list[str] | None = None) -> int:
     from bench.broker_proc import BrokerProcess
-    from bench.send_latency import LatencyToolError, SendLatencyTool
-    from bench.vs_java import REFERENCE_SETUP, find_reference_bin
+    from bench.send_latency import prepare_reference
 
     parser = argparse.ArgumentParser(description="Where the slow sends' time goes: loop stalls, GC, GIL holders.")
     parser.add_argument("--tree", type=Path, default=None, help="checkout whose broker to run (default: this one)")
@@ -139,15 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gil", action="store_true", help="also sample the GIL holder with py-spy for 8 s")
     parser.add_argument("--rmq-bin", help="folder with rmq-anchor and rmqjava (default: PATH, then ~/.cache)")
     args = parser.parse_args(argv)
-    bin_dir = find_reference_bin(args.rmq_bin)
-    if bin_dir is None:
-        print(f"skipped: Apache RocketMQ 4.9.7 tools not found; install them with {REFERENCE_SETUP}")
+    prepared = prepare_reference(args.rmq_bin)
+    if prepared is None:
         return 0
-    try:
-        tool = SendLatencyTool.prepare(bin_dir / "rmqjava")
-    except LatencyToolError as exc:
-        print(f"skipped: {exc}")
-        return 0
+    tool, _ = prepared
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with tempfile.TemporaryDirectory(prefix="send-tail-") as tmp:
         store = Path(tmp) / "store"

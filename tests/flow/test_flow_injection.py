@@ -144,11 +144,17 @@ async def test_oneway_requests_are_never_answered_even_when_shed(brokers, client
     raw = await RawConnection.open(addr)
     oneway_opaques: list[int] = []
     try:
-        # [OVERLOAD] and [TIMEOUT_CLEAN_QUEUE]: 8 fill the stalled queue, 3 overflow it; all time out
-        await inject_fault_async(addr, "stall_queue", duration_ms=600, target="send", client=client)
+        # [OVERLOAD] and [TIMEOUT_CLEAN_QUEUE]: 8 fill the stalled queue, 3 overflow it; all time out (after the
+        # default 200 ms in the queue) long before the stall ends: `settle` ends it. The queue is polled, since on a
+        # loaded machine the sends may reach the broker late.
+        await inject_fault_async(addr, "stall_queue", duration_ms=4000, target="send", client=client)
         oneway_opaques += [raw.send(send_request(topic, oneway=True)) for _ in range(11)]
-        await asyncio.sleep(0.4)
-        info = await runtime_info(client, addr)
+        await asyncio.sleep(0.25)
+        for _ in range(60):
+            info = await runtime_info(client, addr)
+            if info["sendThreadPoolQueueSize"] == "0":
+                break
+            await asyncio.sleep(0.05)
         assert info["sendThreadPoolQueueSize"] == "0", "the queued oneway sends should have timed out"
         await settle(client, addr)
         # [PCBUSY_CLEAN_QUEUE] then [REJECTREQUEST]

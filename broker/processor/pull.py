@@ -114,14 +114,14 @@ class PullMessageProcessor:
         return self._process(channel, request, True)
 
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        return self._process(channel, request, broker_allow_suspend=True)
+        return self._process(channel, request, True)
 
     def execute_request_when_wakeup(self, pr: PullRequest) -> None:
         """Re-run a parked pull (arrival or deadline) and answer it; never parks again."""
         if not pr.channel.is_active:
             return
         try:
-            response = self._process(pr.channel, pr.request, broker_allow_suspend=False, hdr=pr.header)
+            response = self._process(pr.channel, pr.request, False, pr.header)
         except Exception as exc:  # a woken pull must still get an answer
             log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
             response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
@@ -223,7 +223,7 @@ class PullMessageProcessor:
             timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
             # positional: a slotted dataclass builds about twice as fast that way (deadline handle None, header)
             pr = PullRequest(
-                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, None, hdr
+                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, 0.0, hdr
             )
             assert self.hold_service is not None, "the controller attaches the hold service at construction"
             self.hold_service.suspend(pr, timeout)
@@ -251,7 +251,7 @@ class PullMessageProcessor:
                 buffers = result.buffers
                 body = b"".join(buffers) if len(buffers) != 1 else buffers[0]
             self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
-            return PullAnswer.answer(
+            return PullAnswer(
                 request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset, body
             )
         if code == ResponseCode.PULL_OFFSET_MOVED:
@@ -266,7 +266,7 @@ class PullMessageProcessor:
                 max_offset=result.max_offset,
                 status=status.name,
             )
-        return PullAnswer.answer(
+        return PullAnswer(
             request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset
         )
 

@@ -84,51 +84,83 @@ class MessageReader:
         broker answers SYSTEM_ERROR either way).
 
         A pull at the tail of its queue (a consumer that keeps up: its park finds nothing, its woken re-run one
-        to a few entries) is answered by `_get_tail` first when it applies; everything else, and whatever it
-        declines, by the general read below (the same answer: tests/store/test_store_read_tail.py)."""
-        self._ensure_readable("getMessage")
+        to a few entries) is answered here or by `_get_last` / `_get_tail` when they apply; everything else, and
+        whatever they decline, by the general read `_get_message` (the same answer, field by field, and the same
+        statistics: tests/store/test_store_read_tail.py). The caught-up consume cycle's two reads cost ~250 and
+        ~670 bytecodes through the general read. (No ``get_time`` on these paths: a read without a loop or a page
+        of disk is well under the millisecond that statistic counts in.)"""
+        if not self._loaded():  # (_ensure_readable, inlined)
+            raise StoreNotReadableError("message store is not loaded or has shut down, so getMessage is forbidden")
         queues = self.dispatcher.consume_queue_table.get(topic)  # (get_consume_queue, inlined)
-        if queues is not None:
-            cq = queues.get(queue_id)
-            if cq is not None:
-                files = cq.mapped_file_queue.mapped_files
-                if files:
-                    last = files[-1]  # (the queue's max offset is its last file's read position: max_offset())
-                    behind = (last.file_from_offset + last.read_position) // CQ_STORE_UNIT_SIZE - offset
-                    if 0 <= behind < TAKE_ALL_MIN_ENTRIES and offset * CQ_STORE_UNIT_SIZE >= cq.min_logic_offset:
-                        result = self._get_tail(cq, last, offset, behind, max_msg_nums, message_filter)
+        cq = None if queues is None else queues.get(queue_id)
+        if cq is not None:
+            files = cq.mapped_file_queue.mapped_files
+            if files:
+                last = files[-1]  # (the queue's max offset is its last file's read position: max_offset())
+                start = last.file_from_offset
+                max_offset = (start + last.read_position) // CQ_STORE_UNIT_SIZE
+                behind = max_offset - offset
+                if 0 <= behind < TAKE_ALL_MIN_ENTRIES and offset * CQ_STORE_UNIT_SIZE >= cq.min_logic_offset:
+                    if not behind:
+                        if max_offset:  # (an empty queue's offset 0 is NO_MESSAGE_IN_QUEUE: the general read)
+                            # the end: OFFSET_OVERFLOW_ONE, nextBeginOffset the offset (a slave's correction too)
+                            self.stats.get_miss += 1
+                            return GetMessageResult(
+                                GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                                offset,
+                                cq.min_logic_offset // CQ_STORE_UNIT_SIZE,
+                                max_offset,
+                            )
+                    elif message_filter is None or getattr(message_filter, "matches_all", False) is True:
+                        if behind == 1 and offset * CQ_STORE_UNIT_SIZE >= start:
+                            result = self._get_last(cq, last, offset)
+                        else:
+                            result = self._get_tail(cq, last, offset, behind, max_msg_nums)
                         if result is not None:
                             return result
-        return self._get_message(topic, queue_id, offset, max_msg_nums, message_filter)
+        return self._get_message(cq, offset, max_msg_nums, message_filter)
+
+    def _get_last(self, cq: ConsumeQueue, last: Any, offset: int) -> GetMessageResult | None:
+        """A match-everything pull of the queue's last entry, in ``last``, its last file (a caught-up consumer's
+        woken pull): the walk would take its record, whatever the transfer limits (`_take_one`), so this reads the
+        entry with ``struct`` and selects the record from the commit log's last file, whose read position is also
+        the commit log's max offset (the slave suggestion's). None for anything else (a record in an earlier
+        commit-log file, removed, not readable): the general read answers it."""
+        phy, size, _tags = _CQ_ENTRY.unpack_from(last.view, offset * CQ_STORE_UNIT_SIZE - last.file_from_offset)
+        files = self.commit_log.mapped_file_queue.mapped_files
+        if size <= 0 or not files:
+            return None
+        log_file = files[-1]
+        pos = phy - log_file.file_from_offset
+        if pos < 0:
+            return None
+        view = log_file.select(pos, size)  # (None unless readable and open)
+        if view is None:
+            return None
+        stats = self.stats
+        stats.get_found += 1
+        stats.get_transferred += 1
+        result = GetMessageResult(
+            GetMessageStatus.FOUND, offset + 1, cq.min_logic_offset // CQ_STORE_UNIT_SIZE, offset + 1
+        )
+        result.buffers = [view]
+        result.msg_queue_offsets = [offset]
+        result.message_count = 1
+        result.buffer_total_size = size
+        # (the commit log's max offset less the record's: the last file's read position less its position there)
+        memory = self._total_memory * self.config.access_message_in_memory_max_ratio // 100
+        result.suggest_pulling_from_slave = log_file.read_position - pos > memory
+        return result
 
     def _get_tail(
-        self,
-        cq: ConsumeQueue,
-        last: Any,
-        offset: int,
-        behind: int,
-        max_msg_nums: int,
-        message_filter: MessageFilter | None,
+        self, cq: ConsumeQueue, last: Any, offset: int, behind: int, max_msg_nums: int
     ) -> GetMessageResult | None:
-        """`_get_message` for a pull ``behind`` (0-7) entries short of its queue's end, from the queue's minimum or
-        later, in fewer steps: the caught-up consume cycle's two reads (~250 and ~670 bytecodes through the general
-        path). At the end (``behind`` 0, a queue that has entries): OFFSET_OVERFLOW_ONE, nextBeginOffset the
-        offset (the slave's correction keeps it too). Short of it, with a filter that matches everything: the
-        walk's first chunk would be these entries (at most ``maxMsgNums``, all in one queue file, or None here),
-        read with ``struct`` from the queue file instead of a numpy view, then `_take_one` / `_take_few` as the
-        walk's chunk would. None (nothing counted, nothing set) for anything else: the general path answers it.
-        (No ``get_time`` here: a read without a loop or a page of disk is well under the millisecond it counts in.)
-        """
+        """A match-everything pull ``behind`` (1-7) entries short of its queue's end, from the queue's minimum or
+        later: the walk's first chunk would be these entries (at most ``maxMsgNums``, all in one queue file, or
+        None here), read with ``struct`` from the queue file instead of a numpy view, then `_take_one` /
+        `_take_few` as the walk's chunk would. None (nothing counted, nothing set) for anything else: the general
+        read answers it."""
         max_offset = offset + behind
-        if not behind:
-            if not max_offset:
-                return None  # an empty queue: NO_MESSAGE_IN_QUEUE's rules
-            self.stats.get_miss += 1
-            return GetMessageResult(
-                GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, cq.min_logic_offset // CQ_STORE_UNIT_SIZE, max_offset
-            )
-        if message_filter is not None and getattr(message_filter, "matches_all", False) is not True:
-            return None
         n = behind if behind <= max_msg_nums else max(max_msg_nums, 1)
         byte_offset = offset * CQ_STORE_UNIT_SIZE
         # ``last``, the queue's last file, holds the tail unless that file has just been started
@@ -156,15 +188,14 @@ class MessageReader:
         return result
 
     def _get_message(
-        self, topic: str, queue_id: int, offset: int, max_msg_nums: int, message_filter: MessageFilter | None
+        self, cq: ConsumeQueue | None, offset: int, max_msg_nums: int, message_filter: MessageFilter | None
     ) -> GetMessageResult:
-        """The general read (`get_message` less its tail fast path)."""
+        """The general read: `get_message` of the queue ``cq`` (None: the topic has no such queue)."""
         begin = self.now_ms()
         status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
         next_begin = offset
         min_offset = max_offset = 0
         result = GetMessageResult(status, offset, 0, 0)
-        cq = self.dispatcher.get_consume_queue(topic, queue_id)
         if cq is None:
             status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
             next_begin = self._next_offset_correction(offset, 0)

@@ -225,8 +225,7 @@ class PullMessageProcessor:
             pr = PullRequest(
                 request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, 0.0, hdr
             )
-            assert self.hold_service is not None, "the controller attaches the hold service at construction"
-            self.hold_service.suspend(pr, timeout)
+            self.hold_service.suspend(pr, timeout)  # type: ignore[union-attr]  (attached by the controller)
             response = None
         else:
             response = self._answer(request, hdr, code, status, result)

@@ -93,6 +93,7 @@ class MessageReader:
             raise StoreNotReadableError("message store is not loaded or has shut down, so getMessage is forbidden")
         queues = self.dispatcher.consume_queue_table.get(topic)  # (get_consume_queue, inlined)
         cq = None if queues is None else queues.get(queue_id)
+        max_offset = 0
         if cq is not None:
             files = cq.mapped_file_queue.mapped_files
             if files:
@@ -118,7 +119,7 @@ class MessageReader:
                             result = self._get_tail(cq, last, offset, behind, max_msg_nums)
                         if result is not None:
                             return result
-        return self._get_message(cq, offset, max_msg_nums, message_filter)
+        return self._get_message(cq, max_offset, offset, max_msg_nums, message_filter)
 
     def _get_last(self, cq: ConsumeQueue, last: Any, offset: int) -> GetMessageResult | None:
         """A match-everything pull of the queue's last entry, in ``last``, its last file (a caught-up consumer's
@@ -188,20 +189,25 @@ class MessageReader:
         return result
 
     def _get_message(
-        self, cq: ConsumeQueue | None, offset: int, max_msg_nums: int, message_filter: MessageFilter | None
+        self,
+        cq: ConsumeQueue | None,
+        max_offset: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None,
     ) -> GetMessageResult:
-        """The general read: `get_message` of the queue ``cq`` (None: the topic has no such queue)."""
+        """The general read: `get_message` of the queue ``cq`` (None: the topic has no such queue), whose max offset
+        `get_message` has read already (``cq.get_max_offset_in_queue()``)."""
         begin = self.now_ms()
         status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
         next_begin = offset
-        min_offset = max_offset = 0
+        min_offset = 0
         result = GetMessageResult(status, offset, 0, 0)
         if cq is None:
             status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
             next_begin = self._next_offset_correction(offset, 0)
         else:
             min_offset = cq.get_min_offset_in_queue()
-            max_offset = cq.get_max_offset_in_queue()
             if max_offset == 0:
                 status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
                 next_begin = self._next_offset_correction(offset, 0)

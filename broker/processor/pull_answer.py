@@ -60,7 +60,14 @@ class PullAnswer(RemotingCommand):
     message is one answer). Once the map was read (it may have been changed) or set, ``encode`` writes from it,
     checked, or with the generic encode, as before."""
 
-    __slots__ = ("next_begin_offset", "min_offset", "max_offset", "_ext")
+    # No __slots__: an instance dict lets the fields every answer has alike be class attributes, read until set (the
+    # executor sets ``flag`` again; tests set the others), six stores fewer an answer. They shadow the base's slots.
+    flag = FLAG_RESPONSE
+    language = "JAVA"
+    version = DEFAULT_VERSION
+    ext_layout = None
+    ext_values = None
+    _ext: dict[str, str] | None = None
 
     def __init__(  # (no super().__init__: the dataclass's would store an extFields map)
         self,
@@ -76,18 +83,12 @@ class PullAnswer(RemotingCommand):
         offsets are ints."""
         self.code = int(code)
         self.opaque = request.opaque
-        self.flag = FLAG_RESPONSE
         self.remark = remark
         self.body = body
-        self.language = "JAVA"
-        self.version = DEFAULT_VERSION
         self.serialize_type = request.serialize_type
-        self.ext_layout = None
-        self.ext_values = None
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
         self.max_offset = max_offset
-        self._ext: dict[str, str] | None = None
 
     @classmethod
     def answer(

@@ -128,6 +128,26 @@ class PullMessageProcessor:
         if response is not None:
             pr.channel.send(response)
 
+    def execute_requests_when_wakeup(self, prs: list[PullRequest]) -> None:
+        """`execute_request_when_wakeup` for the pulls woken in one loop iteration, in order (one call for all: a
+        caught-up consumer's every message is one woken pull). A pull whose answer cannot be written is logged and
+        the others are still answered."""
+        process = self._process
+        for pr in prs:
+            channel = pr.channel
+            if not channel.is_active:
+                continue
+            try:
+                response = process(channel, pr.request, False, pr.header)
+            except Exception as exc:  # a woken pull must still get an answer
+                log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
+                response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            if response is not None:
+                try:
+                    channel.send(response)
+                except Exception:  # one pull's failed write must not cost the others their answers
+                    log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)
+
     def _process(
         self,
         channel,
@@ -347,9 +367,4 @@ class _WakeBatch:
 
     def _run(self) -> None:
         pending, self._pending = self._pending, []
-        run = self._processor.execute_request_when_wakeup
-        for pr in pending:
-            try:
-                run(pr)
-            except Exception:  # one pull's failed write must not cost the others their answers
-                log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)
+        self._processor.execute_requests_when_wakeup(pending)

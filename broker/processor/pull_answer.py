@@ -50,6 +50,27 @@ _FIXED_EXT = len(_SUGGEST_ZERO_AND_NEXT_KEY) + len(_MIN_KEY) + len(_MAX_KEY) + 3
 _REMARKS = {status.name: _LEN[len(status.name)] + status.name for status in GetMessageStatus}
 
 
+def _int_path_format(remark: str) -> str:
+    """The header after its fixed fields for one remark, as a %-format of (extFields length, then each offset's
+    length and digits): a length below 256 is three zero bytes and ``%c`` of it, one format call for the whole."""
+    prefix = "\0\0\0%c"
+    return "".join(
+        (
+            _REMARKS[remark].replace("%", "%%"),
+            prefix,
+            _SUGGEST_ZERO_AND_NEXT_KEY.replace("%", "%%"),
+            prefix + "%s",
+            _MIN_KEY.replace("%", "%%"),
+            prefix + "%s",
+            _MAX_KEY.replace("%", "%%"),
+            prefix + "%s",
+        )
+    )
+
+
+_FORMATS = {name: _int_path_format(name) for name in _REMARKS}
+
+
 class PullAnswer(RemotingCommand):
     """A ``RemotingCommand`` in every respect (same fields, same bytes on the wire); only ``encode`` is faster for
     the answers a pull gives.
@@ -123,32 +144,35 @@ class PullAnswer(RemotingCommand):
     def encode(self) -> list[bytes | memoryview]:
         if self.serialize_type != ROCKETMQ or self.language != "JAVA" or self.version != DEFAULT_VERSION:
             return RemotingCommand.encode(self)
-        remark = _REMARKS.get(self.remark)  # type: ignore[arg-type]
-        if remark is None:
+        fmt = _FORMATS.get(self.remark)  # type: ignore[arg-type]
+        if fmt is None:
             return RemotingCommand.encode(self)
         if self._ext is not None:
-            return self._encode_map(remark)
-        # The map as it would be built: three ints' digits (ASCII, well under the length table's 1024). (`_frame`,
-        # unrolled: one caught-up consumer's message is one answer.)
+            return self._encode_map(_REMARKS[self.remark])  # type: ignore[index]
+        # The map as it would be built: three ints' digits. (`_frame`, unrolled and with one %-format: one caught-up
+        # consumer's message is one answer.)
         next_begin = str(self.next_begin_offset)
         min_offset = str(self.min_offset)
         max_offset = str(self.max_offset)
-        size = _LEN
         nlen = len(next_begin)
         minlen = len(min_offset)
         maxlen = len(max_offset)
-        text = (
-            f"{remark}{size[_FIXED_EXT + nlen + minlen + maxlen]}{_SUGGEST_ZERO_AND_NEXT_KEY}{size[nlen]}{next_begin}"
-            f"{_MIN_KEY}{size[minlen]}{min_offset}{_MAX_KEY}{size[maxlen]}{max_offset}"
-        )
-        hlen = _FIXED_SIZE + len(text)
         body = self.body
         blen = len(body) if body else 0
         try:
-            header = _FRAME_HEAD.pack(
-                4 + hlen + blen, (ROCKETMQ << 24) | hlen, self.code, _JAVA, DEFAULT_VERSION, self.opaque, self.flag
-            ) + text.encode("latin-1")
-        except struct.error:  # a field out of its wire range: the generic encode raises its own error for it
+            text = (
+                fmt % (_FIXED_EXT + nlen + minlen + maxlen, nlen, next_begin, minlen, min_offset, maxlen, max_offset)
+            ).encode("latin-1")
+            hlen = _FIXED_SIZE + len(text)
+            header = (
+                _FRAME_HEAD.pack(
+                    4 + hlen + blen, (ROCKETMQ << 24) | hlen, self.code, _JAVA, DEFAULT_VERSION, self.opaque, self.flag
+                )
+                + text
+            )
+        except (struct.error, UnicodeEncodeError, OverflowError):
+            # a field out of its wire range, or offsets of hundreds of digits (a length of 256 or more is no one
+            # char): the generic encode writes it (or raises its own error for it)
             return RemotingCommand.encode(self)
         if blen:
             return [header, body]  # type: ignore[list-item]

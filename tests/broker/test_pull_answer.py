@@ -67,6 +67,21 @@ def test_a_pull_answer_is_the_generic_encode_byte_for_byte(serialize, opaque, co
     assert (decoded.body or b"") == bytes(body or b"")
 
 
+@given(
+    digits=st.sampled_from([150, 177, 178, 179, 200, 300]),
+    which=st.integers(min_value=0, max_value=2),
+    body=BODIES,
+)
+def test_offsets_of_hundreds_of_digits_are_the_generic_encode(digits, which, body):
+    """Offsets whose digits make the extFields 256 bytes or longer (no int64 has them; Python ints may) are not
+    one length char: they are written by the generic encode, byte for byte."""
+    offsets = [33, 0, 64]
+    offsets[which] = 10 ** (digits - 1)
+    answer = PullAnswer(request(ROCKETMQ, 9), ResponseCode.SUCCESS, "FOUND", *offsets, body)
+    written = fast(answer)
+    assert written == generic(answer)
+
+
 EXT_CHANGES = st.one_of(
     st.dictionaries(st.text(max_size=8), st.text(max_size=24), max_size=5),  # anything
     st.tuples(st.sampled_from(KEYS), st.one_of(st.text(max_size=24), st.integers(), st.none())).map(

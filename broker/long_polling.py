@@ -5,16 +5,19 @@ A pull answered PULL_NOT_FOUND with the suspend bit is held (no reply) for ``sus
 tag code matches re-runs the pull at once; otherwise a timer re-runs it at its deadline, which then
 answers whatever the store has (PULL_NOT_FOUND if still nothing). Upstream checks every 5 s; this one
 answers on time, with ONE loop timer for all parked pulls instead of a ``call_later`` handle each: a caught-up
-consumer parks and is woken once per message, and its pull's timer was made and cancelled every time. The timer
-is armed at the earliest deadline of the parked pulls; a park with a later deadline (every park of a consumer
-with one suspend timeout) only records it. When it fires it answers the pulls whose deadlines have passed (in
-deadline order) and arms itself at the next one; pulls woken by arrivals before that are simply gone from the
-table. With the Java consumer's 15 s the timer fires about once per 15 s, finding nothing expired.
+consumer parks and is woken once per message, and its pull's timer was made and cancelled every time. Each park
+pushes its deadline on a heap and arms the timer only if it is due before the armed time (every park of a consumer
+with one suspend timeout finds it armed). When the timer fires it pops what is due, answers the pulls still
+parked (in deadline order) and arms itself at the next deadline. A pull woken by an arrival leaves its heap entry
+behind; such entries are dropped when popped, and the heap is rebuilt from the table when they outnumber the
+parked pulls, so a busy caught-up consumer neither grows the heap nor makes a firing scan every parked pull (a
+broker with thousands parked on idle queues, each due at its own time, fires once per deadline).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +44,8 @@ class PullRequest:
 # millisecond resolution: one may fire a little before the exact float it was armed at).
 DEADLINE_RESOLUTION_S = 0.001
 _NEVER = float("inf")
+# The heap of deadlines is rebuilt when it holds more than this many entries and twice the parked pulls.
+_REBUILD_FLOOR = 1024
 
 
 class PullRequestHoldService:
@@ -50,6 +55,10 @@ class PullRequestHoldService:
         self.table: dict[tuple[str, int], list[PullRequest]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = _NEVER  # the loop time the timer fires at
+        # (deadline, park number, pull): the park number orders pulls of one deadline as they parked
+        self._deadlines: list[tuple[float, int, PullRequest]] = []
+        self._parks = 0
+        self._rebuild_at = _REBUILD_FLOOR  # the heap size at which entries of woken pulls are dropped
 
     def suspend(self, pr: PullRequest, timeout_ms: int) -> None:
         key = (pr.topic, pr.queue_id)
@@ -60,6 +69,10 @@ class PullRequestHoldService:
             queue.append(pr)
         loop = asyncio.get_running_loop()
         deadline = pr.deadline = loop.time() + (timeout_ms / 1000 if timeout_ms > 0 else 0)
+        self._parks += 1
+        heapq.heappush(self._deadlines, (deadline, self._parks, pr))
+        if len(self._deadlines) > self._rebuild_at:
+            self._rebuild()
         if deadline < self._timer_at:  # the first parked pull, or one due before the armed time
             if self._timer is not None:
                 self._timer.cancel()
@@ -72,29 +85,36 @@ class PullRequestHoldService:
         self._timer_at = _NEVER
         loop = asyncio.get_running_loop()
         due_by = loop.time() + DEADLINE_RESOLUTION_S
-        expired: list[PullRequest] = []
-        next_at = _NEVER
+        heap = self._deadlines
         table = self.table
-        for key, queue in list(table.items()):
-            kept = []
-            for pr in queue:
-                if pr.deadline <= due_by:
-                    expired.append(pr)
-                else:
-                    kept.append(pr)
-                    if pr.deadline < next_at:
-                        next_at = pr.deadline
-            if not kept:
-                del table[key]
-            elif len(kept) != len(queue):
+        expired: list[PullRequest] = []
+        while heap and heap[0][0] <= due_by:
+            pr = heapq.heappop(heap)[2]
+            key = (pr.topic, pr.queue_id)
+            queue = table.get(key)
+            if not queue:
+                continue  # woken by an arrival, or its channel closed
+            kept = [p for p in queue if p is not pr]
+            if len(kept) == len(queue):
+                continue
+            if kept:
                 table[key] = kept
-        if next_at != _NEVER:
-            self._timer = loop.call_at(next_at, self._on_deadlines)
-            self._timer_at = next_at
-        expired.sort(key=_deadline)  # (stable: pulls of one deadline in the order they parked)
+            else:
+                del table[key]
+            expired.append(pr)
+        if heap:
+            self._timer = loop.call_at(heap[0][0], self._on_deadlines)
+            self._timer_at = heap[0][0]
         wake = self._wake
         for pr in expired:
             wake(pr)
+
+    def _rebuild(self) -> None:
+        """Drop the heap entries of pulls no longer parked: the heap again holds just the table's pulls."""
+        live = {id(pr) for queue in self.table.values() for pr in queue}
+        self._deadlines = [entry for entry in self._deadlines if id(entry[2]) in live]
+        heapq.heapify(self._deadlines)
+        self._rebuild_at = max(_REBUILD_FLOOR, 2 * len(self._deadlines))
 
     def notify_message_arriving(
         self,
@@ -159,12 +179,9 @@ class PullRequestHoldService:
             self._timer = None
             self._timer_at = _NEVER
         self.table.clear()
+        self._deadlines.clear()
         return parked
 
     @property
     def parked_count(self) -> int:
         return sum(len(q) for q in self.table.values())
-
-
-def _deadline(pr: PullRequest) -> float:
-    return pr.deadline

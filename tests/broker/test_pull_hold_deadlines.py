@@ -116,3 +116,31 @@ async def test_an_arrival_wakes_only_the_pulls_it_satisfies():
     hold.on_channel_closed(ahead.channel)
     assert hold.table == {}
     hold.shutdown()
+
+
+async def test_woken_pulls_do_not_pile_up_in_the_deadline_heap():
+    """A caught-up consumer parks and is woken 5,000 times within one suspend timeout: the entries its woken pulls
+    leave on the deadline heap are dropped as they outnumber the parked pulls, and a pull parked meanwhile on an
+    idle queue is still answered at its deadline."""
+    hold, woken = service()
+    idle = parked(7)
+    hold.suspend(idle, 150)
+    for offset in range(5_000):
+        hold.suspend(parked(0, offset), 15_000)
+        hold.notify_message_arriving("T", 0, offset + 1, 0, {})
+    assert len(woken) == 5_000
+    assert len(hold._deadlines) <= 2_048, len(hold._deadlines)
+    await asyncio.sleep(0.4)
+    assert woken[-1][0] is idle and hold.table == {}
+    hold.shutdown()
+
+
+async def test_many_idle_parked_pulls_are_each_answered_once_at_their_deadline():
+    """Thousands parked on idle queues, each due at its own time: every one answered once, in deadline order."""
+    hold, woken = service()
+    prs = [parked(q) for q in range(3_000)]
+    for i, pr in enumerate(prs):
+        hold.suspend(pr, 50 + i // 30)  # 100 distinct deadlines
+    await asyncio.sleep(0.5)
+    assert [pr for pr, _ in woken] == prs
+    assert hold.table == {} and hold._deadlines == []

@@ -29,7 +29,12 @@ class ConsumerOffsetManager:
         return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, client: str = "") -> None:
-        self.offset_table.setdefault(self.key(topic, group), {})[queue_id] = offset
+        """(Every pull with the commit flag calls this: ``key`` inlined, no default map made per call.)"""
+        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+        queues = self.offset_table.get(key)
+        if queues is None:
+            queues = self.offset_table[key] = {}
+        queues[queue_id] = offset
         self._dirty = True
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:

@@ -3,15 +3,23 @@
 A pull answered PULL_NOT_FOUND with the suspend bit is held (no reply) for ``suspendTimeoutMillis``
 (or ``shortPollingTimeMills`` when long polling is off). A message dispatched to the same queue whose
 tag code matches re-runs the pull at once; otherwise a timer re-runs it at its deadline, which then
-answers whatever the store has (PULL_NOT_FOUND if still nothing). Upstream checks every 5 s; a
-per-request timer answers on time instead.
+answers whatever the store has (PULL_NOT_FOUND if still nothing). Upstream checks every 5 s; this one
+answers on time, with ONE loop timer for all parked pulls instead of a ``call_later`` handle each: a caught-up
+consumer parks and is woken once per message, and its pull's timer was made and cancelled every time. Each park
+pushes its deadline on a heap and arms the timer only if it is due before the armed time (every park of a consumer
+with one suspend timeout finds it armed). When the timer fires it pops what is due, answers the pulls still
+parked (in deadline order) and arms itself at the next deadline. A pull woken by an arrival leaves its heap entry
+behind; such entries are dropped when popped, and the heap is rebuilt from the table when they outnumber the
+parked pulls, so a busy caught-up consumer neither grows the heap nor makes a firing scan every parked pull (a
+broker with thousands parked on idle queues, each due at its own time, fires once per deadline).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -28,8 +36,16 @@ class PullRequest:
     pull_from_this_offset: int
     subscription: Any  # SubscriptionData
     message_filter: Any
-    deadline_handle: asyncio.TimerHandle | None = field(default=None)
+    deadline: float = 0.0  # the loop time it is answered at if nothing arrives (set by suspend)
     header: Any = None  # the decoded PullMessageRequestHeader, reused when the pull is re-run
+
+
+# A deadline this close to the loop's time counts as passed when the timer fires (the loop's timers have
+# millisecond resolution: one may fire a little before the exact float it was armed at).
+DEADLINE_RESOLUTION_S = 0.001
+_NEVER = float("inf")
+# The heap of deadlines is rebuilt when it holds more than this many entries and twice the parked pulls.
+_REBUILD_FLOOR = 1024
 
 
 class PullRequestHoldService:
@@ -37,28 +53,68 @@ class PullRequestHoldService:
         self._wake = wake
         self._max_offset = max_offset
         self.table: dict[tuple[str, int], list[PullRequest]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = _NEVER  # the loop time the timer fires at
+        # (deadline, park number, pull): the park number orders pulls of one deadline as they parked
+        self._deadlines: list[tuple[float, int, PullRequest]] = []
+        self._parks = 0
+        self._rebuild_at = _REBUILD_FLOOR  # the heap size at which entries of woken pulls are dropped
 
     def suspend(self, pr: PullRequest, timeout_ms: int) -> None:
-        loop = asyncio.get_running_loop()
         key = (pr.topic, pr.queue_id)
-        self.table.setdefault(key, []).append(pr)
-        pr.deadline_handle = loop.call_later(max(timeout_ms, 0) / 1000, self._on_deadline, pr)
+        queue = self.table.get(key)
+        if queue is None:
+            self.table[key] = [pr]
+        else:
+            queue.append(pr)
+        loop = asyncio.get_running_loop()
+        deadline = pr.deadline = loop.time() + (timeout_ms / 1000 if timeout_ms > 0 else 0)
+        self._parks += 1
+        heapq.heappush(self._deadlines, (deadline, self._parks, pr))
+        if len(self._deadlines) > self._rebuild_at:
+            self._rebuild()
+        if deadline < self._timer_at:  # the first parked pull, or one due before the armed time
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._on_deadlines)
+            self._timer_at = deadline
 
-    def _remove(self, pr: PullRequest) -> bool:
-        queue = self.table.get((pr.topic, pr.queue_id))
-        if not queue:
-            return False
-        try:
-            queue.remove(pr)
-        except ValueError:
-            return False
-        if not queue:
-            del self.table[(pr.topic, pr.queue_id)]
-        return True
+    def _on_deadlines(self) -> None:
+        """The timer: answer every parked pull whose deadline has passed, then arm for the next deadline."""
+        self._timer = None
+        self._timer_at = _NEVER
+        loop = asyncio.get_running_loop()
+        due_by = loop.time() + DEADLINE_RESOLUTION_S
+        heap = self._deadlines
+        table = self.table
+        expired: list[PullRequest] = []
+        while heap and heap[0][0] <= due_by:
+            pr = heapq.heappop(heap)[2]
+            key = (pr.topic, pr.queue_id)
+            queue = table.get(key)
+            if not queue:
+                continue  # woken by an arrival, or its channel closed
+            kept = [p for p in queue if p is not pr]
+            if len(kept) == len(queue):
+                continue
+            if kept:
+                table[key] = kept
+            else:
+                del table[key]
+            expired.append(pr)
+        if heap:
+            self._timer = loop.call_at(heap[0][0], self._on_deadlines)
+            self._timer_at = heap[0][0]
+        wake = self._wake
+        for pr in expired:
+            wake(pr)
 
-    def _on_deadline(self, pr: PullRequest) -> None:
-        if self._remove(pr):
-            self._wake(pr)
+    def _rebuild(self) -> None:
+        """Drop the heap entries of pulls no longer parked: the heap again holds just the table's pulls."""
+        live = {id(pr) for queue in self.table.values() for pr in queue}
+        self._deadlines = [entry for entry in self._deadlines if id(entry[2]) in live]
+        heapq.heapify(self._deadlines)
+        self._rebuild_at = max(_REBUILD_FLOOR, 2 * len(self._deadlines))
 
     def notify_message_arriving(
         self,
@@ -68,22 +124,35 @@ class PullRequestHoldService:
         tags_code: int | None,
         properties: dict[str, str] | None = None,
     ) -> None:
-        """Called after a message is dispatched to ``topic``/``queue_id`` (its new max offset)."""
-        queue = self.table.get((topic, queue_id))
+        """Called after a message is dispatched to ``topic``/``queue_id`` (its new max offset). (A queue with one
+        parked pull, a caught-up consumer's, is the common case: checked without building a list.)"""
+        key = (topic, queue_id)
+        queue = self.table.get(key)
         if not queue:
+            return
+        if len(queue) == 1:
+            pr = queue[0]
+            flt = pr.message_filter
+            if max_offset > pr.pull_from_this_offset and (
+                flt is None
+                or (
+                    flt.is_matched_by_consume_queue(tags_code)
+                    and (properties is None or flt.is_matched_by_properties(properties))
+                )
+            ):
+                del self.table[key]
+                self._wake(pr)
             return
         keep: list[PullRequest] = []
         for pr in queue:
             if max_offset > pr.pull_from_this_offset and self._matches(pr, tags_code, properties):
-                if pr.deadline_handle is not None:
-                    pr.deadline_handle.cancel()
                 self._wake(pr)
             else:
                 keep.append(pr)
         if keep:
-            self.table[(topic, queue_id)] = keep
+            self.table[key] = keep
         else:
-            del self.table[(topic, queue_id)]
+            del self.table[key]
 
     @staticmethod
     def _matches(pr: PullRequest, tags_code: int | None, properties: dict[str, str] | None) -> bool:
@@ -97,21 +166,20 @@ class PullRequestHoldService:
     def on_channel_closed(self, channel: Any) -> None:
         for key, queue in list(self.table.items()):
             kept = [pr for pr in queue if pr.channel is not channel]
-            for pr in queue:
-                if pr.channel is channel and pr.deadline_handle is not None:
-                    pr.deadline_handle.cancel()
             if kept:
                 self.table[key] = kept
             else:
                 del self.table[key]
 
     def shutdown(self) -> list[PullRequest]:
-        """Cancel all timers; returns the parked requests so the caller can answer them."""
+        """Cancel the timer; returns the parked requests so the caller can answer them."""
         parked = [pr for queue in self.table.values() for pr in queue]
-        for pr in parked:
-            if pr.deadline_handle is not None:
-                pr.deadline_handle.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_at = _NEVER
         self.table.clear()
+        self._deadlines.clear()
         return parked
 
     @property

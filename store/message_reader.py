@@ -10,6 +10,7 @@ carries the key. Reads return views into the mapped files, never copies.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterable
 from operator import add
 from typing import Any
@@ -28,6 +29,11 @@ from store.stats import StoreStats
 # The walk's per-record loop costs less than `_take_all`'s fixed list passes below this many entries
 # (bench: a pull of 1 took 1.2x as long through `_take_all`, a pull of 32 0.63x).
 TAKE_ALL_MIN_ENTRIES = 8
+
+# One consume-queue entry (commitLogOffset, size, tagsCode), read with struct by `_get_tail`: for the one to seven
+# entries at a queue's tail a numpy view and its tolist() cost more than the unpack.
+_CQ_ENTRY = struct.Struct(">qiq")
+assert _CQ_ENTRY.size == CQ_STORE_UNIT_SIZE
 
 
 class StoreNotReadableError(RuntimeError):
@@ -75,20 +81,133 @@ class MessageReader:
         """Up to `max_msg_nums` raw records from `offset` (upstream DefaultMessageStore.getMessage).
 
         Raises StoreNotReadableError once the store is shut down (upstream returns null there; the
-        broker answers SYSTEM_ERROR either way)."""
-        self._ensure_readable("getMessage")
+        broker answers SYSTEM_ERROR either way).
+
+        A pull at the tail of its queue (a consumer that keeps up: its park finds nothing, its woken re-run one
+        to a few entries) is answered here or by `_get_last` / `_get_tail` when they apply; everything else, and
+        whatever they decline, by the general read `_get_message` (the same answer, field by field, and the same
+        statistics: tests/store/test_store_read_tail.py). The caught-up consume cycle's two reads cost ~250 and
+        ~670 bytecodes through the general read. (No ``get_time`` on these paths: a read without a loop or a page
+        of disk is well under the millisecond that statistic counts in.)"""
+        if not self._loaded():  # (_ensure_readable, inlined)
+            raise StoreNotReadableError("message store is not loaded or has shut down, so getMessage is forbidden")
+        queues = self.dispatcher.consume_queue_table.get(topic)  # (get_consume_queue, inlined)
+        cq = None if queues is None else queues.get(queue_id)
+        max_offset = 0
+        if cq is not None:
+            files = cq.mapped_file_queue.mapped_files
+            if files:
+                last = files[-1]  # (the queue's max offset is its last file's read position: max_offset())
+                start = last.file_from_offset
+                max_offset = (start + last.read_position) // CQ_STORE_UNIT_SIZE
+                behind = max_offset - offset
+                if 0 <= behind < TAKE_ALL_MIN_ENTRIES and offset * CQ_STORE_UNIT_SIZE >= cq.min_logic_offset:
+                    if not behind:
+                        if max_offset:  # (an empty queue's offset 0 is NO_MESSAGE_IN_QUEUE: the general read)
+                            # the end: OFFSET_OVERFLOW_ONE, nextBeginOffset the offset (a slave's correction too)
+                            self.stats.get_miss += 1
+                            return GetMessageResult(
+                                GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                                offset,
+                                cq.min_logic_offset // CQ_STORE_UNIT_SIZE,
+                                max_offset,
+                            )
+                    elif message_filter is None or getattr(message_filter, "matches_all", False) is True:
+                        if behind == 1 and offset * CQ_STORE_UNIT_SIZE >= start:
+                            result = self._get_last(cq, last, offset)
+                        else:
+                            result = self._get_tail(cq, last, offset, behind, max_msg_nums)
+                        if result is not None:
+                            return result
+        return self._get_message(cq, max_offset, offset, max_msg_nums, message_filter)
+
+    def _get_last(self, cq: ConsumeQueue, last: Any, offset: int) -> GetMessageResult | None:
+        """A match-everything pull of the queue's last entry, in ``last``, its last file (a caught-up consumer's
+        woken pull): the walk would take its record, whatever the transfer limits (`_take_one`), so this reads the
+        entry with ``struct`` and selects the record from the commit log's last file, whose read position is also
+        the commit log's max offset (the slave suggestion's). None for anything else (a record in an earlier
+        commit-log file, removed, not readable): the general read answers it."""
+        phy, size, _tags = _CQ_ENTRY.unpack_from(last.view, offset * CQ_STORE_UNIT_SIZE - last.file_from_offset)
+        files = self.commit_log.mapped_file_queue.mapped_files
+        if size <= 0 or not files:
+            return None
+        log_file = files[-1]
+        pos = phy - log_file.file_from_offset
+        if pos < 0:
+            return None
+        view = log_file.select(pos, size)  # (None unless readable and open)
+        if view is None:
+            return None
+        stats = self.stats
+        stats.get_found += 1
+        stats.get_transferred += 1
+        result = GetMessageResult(
+            GetMessageStatus.FOUND, offset + 1, cq.min_logic_offset // CQ_STORE_UNIT_SIZE, offset + 1
+        )
+        result.buffers = [view]
+        result.msg_queue_offsets = [offset]
+        result.message_count = 1
+        result.buffer_total_size = size
+        # (the commit log's max offset less the record's: the last file's read position less its position there)
+        memory = self._total_memory * self.config.access_message_in_memory_max_ratio // 100
+        result.suggest_pulling_from_slave = log_file.read_position - pos > memory
+        return result
+
+    def _get_tail(
+        self, cq: ConsumeQueue, last: Any, offset: int, behind: int, max_msg_nums: int
+    ) -> GetMessageResult | None:
+        """A match-everything pull ``behind`` (1-7) entries short of its queue's end, from the queue's minimum or
+        later: the walk's first chunk would be these entries (at most ``maxMsgNums``, all in one queue file, or
+        None here), read with ``struct`` from the queue file instead of a numpy view, then `_take_one` /
+        `_take_few` as the walk's chunk would. None (nothing counted, nothing set) for anything else: the general
+        read answers it."""
+        max_offset = offset + behind
+        n = behind if behind <= max_msg_nums else max(max_msg_nums, 1)
+        byte_offset = offset * CQ_STORE_UNIT_SIZE
+        # ``last``, the queue's last file, holds the tail unless that file has just been started
+        mf = (
+            last
+            if last.file_from_offset <= byte_offset
+            else cq.mapped_file_queue.find_mapped_file_by_offset(byte_offset)
+        )
+        if mf is None:
+            return None
+        pos = byte_offset - mf.file_from_offset
+        if pos + n * CQ_STORE_UNIT_SIZE > mf.read_position:  # (entries in two queue files: the walk's case)
+            return None
+        result = GetMessageResult(GetMessageStatus.FOUND, offset, cq.min_logic_offset // CQ_STORE_UNIT_SIZE, max_offset)
+        if n == 1:
+            found = self._take_one(_CQ_ENTRY.unpack_from(mf.view, pos), offset, result)
+        else:
+            found = self._take_few(
+                list(_CQ_ENTRY.iter_unpack(mf.view[pos : pos + n * CQ_STORE_UNIT_SIZE])), offset, result
+            )
+        if found is None:
+            return None
+        self.stats.get_found += 1
+        result.next_begin_offset = found[1]
+        return result
+
+    def _get_message(
+        self,
+        cq: ConsumeQueue | None,
+        max_offset: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None,
+    ) -> GetMessageResult:
+        """The general read: `get_message` of the queue ``cq`` (None: the topic has no such queue), whose max offset
+        `get_message` has read already (``cq.get_max_offset_in_queue()``)."""
         begin = self.now_ms()
         status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
         next_begin = offset
-        min_offset = max_offset = 0
+        min_offset = 0
         result = GetMessageResult(status, offset, 0, 0)
-        cq = self.dispatcher.get_consume_queue(topic, queue_id)
         if cq is None:
             status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
             next_begin = self._next_offset_correction(offset, 0)
         else:
             min_offset = cq.get_min_offset_in_queue()
-            max_offset = cq.get_max_offset_in_queue()
             if max_offset == 0:
                 status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
                 next_begin = self._next_offset_correction(offset, 0)
@@ -147,11 +266,11 @@ class MessageReader:
                 if found is not None:
                     return found
             elif n == 1:
-                found = self._take_one(entries, offset, result)
+                found = self._take_one(entries[0].tolist(), offset, result)
                 if found is not None:
                     return found
             else:
-                found = self._take_few(entries, offset, result)
+                found = self._take_few(entries.tolist(), offset, result)
                 if found is not None:
                     return found
         cfg = self.config
@@ -278,16 +397,25 @@ class MessageReader:
         # the entries of one queue ascend; min and max keep the span check right if they did not
         return self._take_span(result, offset, zip(phys, ends), len(phys), sum(sizes), min(phys), max(ends), phys[-1])
 
-    def _take_one(self, entries: Any, offset: int, result: GetMessageResult) -> tuple[GetMessageStatus, int] | None:
+    def _take_one(
+        self, entry: tuple[int, int, int], offset: int, result: GetMessageResult
+    ) -> tuple[GetMessageStatus, int] | None:
         """`_read_queue`'s walk over the one entry a match-everything pull found (a consumer that keeps up with its
         producer pulls one message at a time): the first record is always taken, whatever the transfer limits, and
         one entry ends the walk, so this is one `select()` of its record; anything but a readable record of a
         positive size (removed, not yet readable) returns None and the walk answers it."""
-        phy, size, _tags = entries[0].tolist()
+        phy, size, _tags = entry
         if size <= 0:
             return None
-        commit_log = self.commit_log
-        mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(phy)
+        mfq = self.commit_log.mapped_file_queue
+        files = mfq.mapped_files
+        if not files:
+            return None
+        # The last commit-log file holds a caught-up consumer's record; its read position is also the commit log's
+        # max offset (CommitLog.get_max_offset), which the slave suggestion needs. (A record past that file's end
+        # fails select() there as it would fail the lookup.)
+        last = files[-1]
+        mf = last if last.file_from_offset <= phy else mfq.find_mapped_file_by_offset(phy)
         view = mf.select(phy - mf.file_from_offset, size) if mf is not None else None
         if view is None:
             return None
@@ -297,16 +425,17 @@ class MessageReader:
         result.buffer_total_size = size
         self.stats.get_transferred += 1
         memory = self._total_memory * self.config.access_message_in_memory_max_ratio // 100
-        result.suggest_pulling_from_slave = commit_log.get_max_offset() - phy > memory
+        result.suggest_pulling_from_slave = last.file_from_offset + last.read_position - phy > memory
         return GetMessageStatus.FOUND, offset + 1
 
-    def _take_few(self, entries: Any, offset: int, result: GetMessageResult) -> tuple[GetMessageStatus, int] | None:
+    def _take_few(
+        self, rows: list[tuple[int, int, int]], offset: int, result: GetMessageResult
+    ) -> tuple[GetMessageStatus, int] | None:
         """`_take_all` for a chunk of 2 to 7 entries (a consumer that follows its producer closely): the same
         conditions and answer, read from the structured rows' one `tolist()` (below 8 entries that is cheaper than
         two column conversions and the list passes over them) and checked in one short loop; the records must
         ascend without overlapping (they do within a queue), so the span from the first one's start to the last
-        one's end holds them all."""
-        rows = entries.tolist()
+        one's end holds them all. ``rows``: the entries as (commitLogOffset, size, tagsCode)."""
         lo = end = rows[0][0]
         total = 0
         bounds = []

@@ -114,19 +114,39 @@ class PullMessageProcessor:
         return self._process(channel, request, True)
 
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
-        return self._process(channel, request, broker_allow_suspend=True)
+        return self._process(channel, request, True)
 
     def execute_request_when_wakeup(self, pr: PullRequest) -> None:
         """Re-run a parked pull (arrival or deadline) and answer it; never parks again."""
         if not pr.channel.is_active:
             return
         try:
-            response = self._process(pr.channel, pr.request, broker_allow_suspend=False, hdr=pr.header)
+            response = self._process(pr.channel, pr.request, False, pr.header)
         except Exception as exc:  # a woken pull must still get an answer
             log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
             response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if response is not None:
             pr.channel.send(response)
+
+    def execute_requests_when_wakeup(self, prs: list[PullRequest]) -> None:
+        """`execute_request_when_wakeup` for the pulls woken in one loop iteration, in order (one call for all: a
+        caught-up consumer's every message is one woken pull). A pull whose answer cannot be written is logged and
+        the others are still answered."""
+        process = self._process
+        for pr in prs:
+            channel = pr.channel
+            if not channel.is_active:
+                continue
+            try:
+                response = process(channel, pr.request, False, pr.header)
+            except Exception as exc:  # a woken pull must still get an answer
+                log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
+                response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            if response is not None:
+                try:
+                    channel.send(response)
+                except Exception:  # one pull's failed write must not cost the others their answers
+                    log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)
 
     def _process(
         self,
@@ -223,10 +243,9 @@ class PullMessageProcessor:
             timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
             # positional: a slotted dataclass builds about twice as fast that way (deadline handle None, header)
             pr = PullRequest(
-                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, None, hdr
+                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, 0.0, hdr
             )
-            assert self.hold_service is not None, "the controller attaches the hold service at construction"
-            self.hold_service.suspend(pr, timeout)
+            self.hold_service.suspend(pr, timeout)  # type: ignore[union-attr]  (attached by the controller)
             response = None
         else:
             response = self._answer(request, hdr, code, status, result)
@@ -251,7 +270,7 @@ class PullMessageProcessor:
                 buffers = result.buffers
                 body = b"".join(buffers) if len(buffers) != 1 else buffers[0]
             self.stats.on_get(hdr.consumer_group, hdr.topic, result.message_count, len(body))
-            return PullAnswer.answer(
+            return PullAnswer(
                 request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset, body
             )
         if code == ResponseCode.PULL_OFFSET_MOVED:
@@ -266,7 +285,7 @@ class PullMessageProcessor:
                 max_offset=result.max_offset,
                 status=status.name,
             )
-        return PullAnswer.answer(
+        return PullAnswer(
             request, code, _REMARK[status], result.next_begin_offset, result.min_offset, result.max_offset
         )
 
@@ -348,9 +367,4 @@ class _WakeBatch:
 
     def _run(self) -> None:
         pending, self._pending = self._pending, []
-        run = self._processor.execute_request_when_wakeup
-        for pr in pending:
-            try:
-                run(pr)
-            except Exception:  # one pull's failed write must not cost the others their answers
-                log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)
+        self._processor.execute_requests_when_wakeup(pending)

@@ -56,13 +56,30 @@ def request(serialize: int, opaque: int) -> RemotingCommand:
     flag=st.sampled_from([1, 3]),
 )
 def test_a_pull_answer_is_the_generic_encode_byte_for_byte(serialize, opaque, code, remark, offsets, body, flag):
-    answer = PullAnswer.answer(request(serialize, opaque), code, remark, *offsets, body)
+    answer = PullAnswer(request(serialize, opaque), code, remark, *offsets, body)
     answer.flag = flag  # (the executor sets the response bit again before writing)
-    assert fast(answer) == generic(answer)
+    written = fast(answer)  # from the three ints: nobody read the map yet
+    assert generic(answer) == written
+    assert fast(answer) == written  # and from the map, once it was read
     decoded = RemotingCommand.decode(fast(answer)[4:])
     assert (decoded.code, decoded.opaque, decoded.remark, decoded.serialize_type) == (code, opaque, remark, serialize)
     assert decoded.ext_fields == dict(zip(KEYS, ("0", *map(str, offsets))))
     assert (decoded.body or b"") == bytes(body or b"")
+
+
+@given(
+    digits=st.sampled_from([150, 177, 178, 179, 200, 300]),
+    which=st.integers(min_value=0, max_value=2),
+    body=BODIES,
+)
+def test_offsets_of_hundreds_of_digits_are_the_generic_encode(digits, which, body):
+    """Offsets whose digits make the extFields 256 bytes or longer (no int64 has them; Python ints may) are not
+    one length char: they are written by the generic encode, byte for byte."""
+    offsets = [33, 0, 64]
+    offsets[which] = 10 ** (digits - 1)
+    answer = PullAnswer(request(ROCKETMQ, 9), ResponseCode.SUCCESS, "FOUND", *offsets, body)
+    written = fast(answer)
+    assert written == generic(answer)
 
 
 EXT_CHANGES = st.one_of(
@@ -100,15 +117,28 @@ def test_any_other_answer_falls_back_to_the_generic_encode(offsets, change, rema
 
 
 def test_the_template_path_does_not_use_the_generic_encode(monkeypatch):
-    """The fast path is taken for a pull's answer (without it, this answer would go through the generic encode)."""
-    answer = PullAnswer.answer(request(ROCKETMQ, 5), ResponseCode.SUCCESS, "FOUND", 33, 0, 64, b"records")
-    expected = generic(answer)
+    """The fast path is taken for a pull's answer (without it, this answer would go through the generic encode),
+    without building the extFields map, and from the map once it was read."""
+    answer = PullAnswer(request(ROCKETMQ, 5), ResponseCode.SUCCESS, "FOUND", 33, 0, 64, b"records")
+    expected = generic(PullAnswer(request(ROCKETMQ, 5), ResponseCode.SUCCESS, "FOUND", 33, 0, 64, b"records"))
+    encode = RemotingCommand.encode
 
     def refuse(self):  # noqa: ANN001, ANN202
         raise AssertionError("generic encode used")
 
     monkeypatch.setattr(RemotingCommand, "encode", refuse)
     assert fast(answer) == expected
+    assert answer._ext is None  # the map was never built
+    assert answer.ext_fields == {
+        "suggestWhichBrokerId": "0",
+        "nextBeginOffset": "33",
+        "minOffset": "0",
+        "maxOffset": "64",
+    }
+    assert fast(answer) == expected
+    answer.ext_fields["maxOffset"] = "65"  # a changed map is written as changed
+    monkeypatch.setattr(RemotingCommand, "encode", encode)
+    assert fast(answer) == generic(answer) != expected
 
 
 async def test_rocketmq_serialized_pulls_through_the_broker(broker, client):

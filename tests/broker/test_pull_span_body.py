@@ -28,13 +28,13 @@ async def test_a_batched_queue_is_answered_as_one_span(broker, client, monkeypat
 
     monkeypatch.setattr(GetMessageResult, "set_span", spy)
     bodies_given: list[object] = []
-    original_answer = PullAnswer.answer.__func__  # type: ignore[attr-defined]
+    original_init = PullAnswer.__init__
 
-    def answer_spy(cls, request, code, remark, next_begin, min_offset, max_offset, body=None):
+    def init_spy(self, request, code, remark, next_begin, min_offset, max_offset, body=None):
         bodies_given.append(body)
-        return original_answer(cls, request, code, remark, next_begin, min_offset, max_offset, body)
+        original_init(self, request, code, remark, next_begin, min_offset, max_offset, body)
 
-    monkeypatch.setattr(PullAnswer, "answer", classmethod(answer_spy))
+    monkeypatch.setattr(PullAnswer, "__init__", init_spy)
     for serialize in (ROCKETMQ, JSON):
         offset = 0
         bodies: list[bytes] = []

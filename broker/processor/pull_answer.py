@@ -111,20 +111,6 @@ class PullAnswer(RemotingCommand):
         self.min_offset = min_offset
         self.max_offset = max_offset
 
-    @classmethod
-    def answer(
-        cls,
-        request: RemotingCommand,
-        code: int,
-        remark: str,
-        next_begin_offset: int,
-        min_offset: int,
-        max_offset: int,
-        body: bytes | memoryview | None = None,
-    ) -> PullAnswer:
-        """``PullAnswer(...)`` by its older name."""
-        return cls(request, code, remark, next_begin_offset, min_offset, max_offset, body)
-
     @property  # type: ignore[override]
     def ext_fields(self) -> dict[str, str]:
         ext = self._ext

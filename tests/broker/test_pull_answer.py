@@ -102,7 +102,7 @@ EXT_CHANGES = st.one_of(
     reorder=st.booleans(),
 )
 def test_any_other_answer_falls_back_to_the_generic_encode(offsets, change, remark, language, version, reorder):
-    answer = PullAnswer.answer(request(ROCKETMQ, 7), ResponseCode.SUCCESS, "FOUND", *offsets, b"x")
+    answer = PullAnswer(request(ROCKETMQ, 7), ResponseCode.SUCCESS, "FOUND", *offsets, b"x")
     answer.ext_fields.update(change)
     if reorder:
         answer.ext_fields = dict(reversed(list(answer.ext_fields.items())))

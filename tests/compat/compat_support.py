@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -120,6 +121,27 @@ def compressible_body(size: int, seed: str) -> bytes:
 
 
 # ------------------------------------------------------------------------------- C++ wheel clients
+
+
+#: The Apache RocketMQ 4.9.7 Java client: ``rmqjava SOURCE.java ARGS`` runs one of ``java/*.java`` on its jars.
+RMQJAVA = shutil.which("rmqjava") or "/root/.cache/apache-rocketmq-4.9.7/bin/rmqjava"
+JAVA_DIR = COMPAT_DIR / "java"
+JAVA_MISSING = "the Apache RocketMQ 4.9.7 Java client (rmqjava) is not installed"
+
+
+def java_client_missing() -> bool:
+    return not os.access(RMQJAVA, os.X_OK)
+
+
+def run_java_source(source: str, args: list[str], timeout_s: float, serialize: str | None = None) -> list[dict]:
+    """``java/<source>`` through rmqjava (``-Drocketmq.serialize.type=`` when ``serialize`` is given): the JSON
+    events it printed, one a line. It must exit 0 with a last event "done"; else the assertion shows the end of
+    its output."""
+    cmd = [RMQJAVA] + ([f"-Drocketmq.serialize.type={serialize}"] if serialize else []) + [str(JAVA_DIR / source)]
+    proc = subprocess.run(cmd + args, capture_output=True, text=True, timeout=timeout_s, check=False)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and events and events[-1]["event"] == "done", proc.stdout[-2000:] + proc.stderr[-2000:]
+    return events
 
 
 def unique(prefix: str) -> str:

@@ -7,22 +7,21 @@ end to end. The broker logs one warning line per refusal, with the reason upstre
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 from compat_support import (
+    JAVA_MISSING,
     Collector,
     b64,
     cpp_producer,
     cpp_push_consumer,
     describe_missing,
+    java_client_missing,
     make_message,
+    run_java_source,
     run_ons,
     shutdown_client,
     start_client,
@@ -37,8 +36,6 @@ from rocketmq.exceptions import ProducerSendSyncFailed  # noqa: E402 (after the 
 AK, SK = "acl_compat_user", "acl_compat_secret"
 ADMIN_AK, ADMIN_SK = "acl_compat_admin", "acl_compat_admin_secret"
 TOPIC_CPP, TOPIC_ONS, TOPIC_JAVA, TOPIC_DENIED = "T_acl_cpp", "T_acl_ons", "T_acl_java", "T_acl_denied"
-RMQJAVA = shutil.which("rmqjava") or "/root/.cache/apache-rocketmq-4.9.7/bin/rmqjava"
-JAVA_SOURCE = Path(__file__).parent / "java" / "AclRoundTrip.java"
 
 
 def write_acl(home: Path) -> None:
@@ -213,21 +210,10 @@ def test_ons_without_the_right_secret_is_refused(acl_broker, secret, reason):
 
 def run_java(broker, topic: str, group: str, ak: str, sk: str, count: int) -> list[dict]:
     """AclRoundTrip.java through rmqjava (the 4.9.7 client jars; AclClientRPCHook when `ak` is not empty)."""
-    proc = subprocess.run(
-        [RMQJAVA, str(JAVA_SOURCE), broker.namesrv_addr, topic, group, ak, sk, str(count)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and events and events[-1]["event"] == "done", proc.stdout[-2000:] + proc.stderr[-2000:]
-    return events
+    return run_java_source("AclRoundTrip.java", [broker.namesrv_addr, topic, group, ak, sk, str(count)], 120)
 
 
-java = pytest.mark.skipif(
-    not os.access(RMQJAVA, os.X_OK), reason="the Apache RocketMQ 4.9.7 Java client (rmqjava) is not installed"
-)
+java = pytest.mark.skipif(java_client_missing(), reason=JAVA_MISSING)
 
 
 @java

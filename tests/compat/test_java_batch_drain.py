@@ -6,42 +6,23 @@ record of those answers: the keys, bodies, queues and queue offsets it reports a
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-from compat_support import unique
+from compat_support import JAVA_MISSING, java_client_missing, run_java_source, unique
 
-RMQJAVA = shutil.which("rmqjava") or "/root/.cache/apache-rocketmq-4.9.7/bin/rmqjava"
-JAVA_SOURCE = Path(__file__).parent / "java" / "BatchRoundTrip.java"
 BATCHES, SIZE = 12, 40  # 480 messages: pulls of 32 over runs of 40 back-to-back records per batch
 
-pytestmark = [
-    pytest.mark.compat,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not os.access(RMQJAVA, os.X_OK), reason="the Apache RocketMQ 4.9.7 Java client (rmqjava) is not installed"
-    ),
-]
+pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.skipif(java_client_missing(), reason=JAVA_MISSING)]
 
 
 @pytest.mark.parametrize("serialize", ["JSON", "ROCKETMQ"])
 def test_java_push_consumer_drains_batched_queues(broker, serialize: str) -> None:
     topic, group = unique(f"T_jbatch_{serialize}"), unique(f"CG_jbatch_{serialize}")
     mark = broker.log_size()
-    proc = subprocess.run(
-        [RMQJAVA, f"-Drocketmq.serialize.type={serialize}", str(JAVA_SOURCE), broker.namesrv_addr, topic, group]
-        + [str(BATCHES), str(SIZE)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    events = run_java_source(
+        "BatchRoundTrip.java", [broker.namesrv_addr, topic, group, str(BATCHES), str(SIZE)], 240, serialize=serialize
     )
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    detail = proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0 and events and events[-1]["event"] == "done", detail
+    detail = json.dumps(events[-20:])
     assert events[-1]["complete"] is True, detail
     received = [e for e in events if e["event"] == "received"]
     by_key = {e["key"]: e for e in received}

@@ -130,8 +130,8 @@ cmd_test() {
     export MINI_ROCKETMQ_CONTAINER_TEST=1
   fi
   # Most of the suite's time is waiting on broker processes and real clients, not CPU: it runs on
-  # MQ_TEST_WORKERS pytest-xdist workers (2 by default; `-n 0` among the arguments runs it in this process). Every
-  # Spark test stays on one worker (tests/bench/conftest.py), so one JVM serves them.
+  # MQ_TEST_WORKERS pytest-xdist workers (2 by default; `-n 0` among the arguments runs it in this process). A
+  # module's tests, all of tests/flow, and all Spark tests each stay on one worker (tests/conftest.py).
   local rc=0
   "$VENV/bin/python" -m pytest -ra -n "${MQ_TEST_WORKERS:-2}" --dist loadgroup "$@" || rc=$?
   if [[ $rc -eq 5 ]]; then

@@ -1,5 +1,5 @@
 """Suite-wide isolation: a test that reconfigures logging (CLIs run in-process do) must not leak it; gRPC's fork
-handlers stay off (below).
+handlers stay off (below); under pytest-xdist, which tests share a worker (``pytest_collection_modifyitems``).
 
 structlog's configuration and the root logger's handlers are process globals; a CLI run in-process
 binds them to pytest's capture stream of that test, which is closed afterwards, and every later log
@@ -28,3 +28,21 @@ def _restore_logging_config():
     structlog.configure(**config)
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``scripts/dev.sh test``: ``--dist loadgroup``) a module's tests run on one worker in their
+    order, so its module fixtures start once, as in a serial run. All of tests/flow is one group: its modules share
+    session-scoped brokers whose queues and faults each test sets and settles, timed to the sweeper's 10 ms, so they
+    run in the serial order. So are the Spark tests: one JVM of ~1 GB and ~10 s to start serves them all."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = item.nodeid.split("::", 1)[0]
+        if "spark" in getattr(item, "fixturenames", ()):
+            group = "spark"
+        elif path.startswith("tests/flow/"):
+            group = "flow"
+        else:
+            group = path
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -13,14 +13,6 @@ import pytest
 pytest.importorskip("pyspark")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``) every test that uses Spark runs on one worker: one JVM of ~1 GB
-    and ~10 s to start serves them all, as it does in a serial run."""
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 @pytest.fixture(scope="session")
 def spark_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark-logs")

@@ -247,7 +247,18 @@ class SendMessageProcessor:
             return False
         ext = request.ext_fields
         batch = ext.get("m") or ext.get("batch")
-        return batch is None or batch == "false"
+        if batch is not None and batch != "false":
+            return False
+        # The header, decoded here once (the group's ``process_requests`` and the lone path read it from the
+        # request): kept only for a single send as ``_is_batch`` tells it, which, past the check above, is a
+        # header whose batch flag is off and no C++ batch flag ("1") in the V1 name.
+        try:
+            hdr = self._header(request)
+        except Exception:  # noqa: BLE001 - not decodable: the processing answers it, as for any send
+            return True
+        if not hdr.batch and ext.get("batch") != "1":
+            request.custom_header = hdr
+        return True
 
     async def process_requests(
         self, channel, requests: list[RemotingCommand]
@@ -269,9 +280,21 @@ class SendMessageProcessor:
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
         for i, request in enumerate(requests):
+            hdr = request.custom_header
+            if hdr is not None:  # a single send whose header ``groupable`` decoded (the common request)
+                try:
+                    msg, queue_id, _ = self._message(channel, request, hdr, checked)
+                    msgs.append(msg)
+                    held.append((i, request, hdr, queue_id))
+                    continue
+                except SendError as exc:
+                    responses[i] = self._refused(channel, request, hdr, exc)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - answered by RequestGroup, as RequestTask.run would
+                    responses[i] = exc
+                    continue
             code = request.code
             if code == _SEND_MESSAGE_V2 or code == _SEND_MESSAGE:
-                hdr = None
                 try:
                     hdr = self._header(request)
                     if not self._is_batch(request, hdr):
@@ -346,6 +369,9 @@ class SendMessageProcessor:
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:
+        hdr = request.custom_header
+        if hdr is not None:  # (decoded by ``groupable``)
+            return hdr  # type: ignore[no-any-return]
         if request.code == _SEND_MESSAGE:
             return decode_header(SendMessageRequestHeader, request.ext_fields)
         layout = request.ext_layout

@@ -1,0 +1,77 @@
+"""The send header decoded once, by ``SendMessageProcessor.groupable`` (the connection asks it of every send as it
+decodes a read), and kept on the request (``custom_header``) for the group's ``process_requests`` and the lone path:
+kept exactly for the requests ``_is_batch`` calls single sends, equal to the header the map decodes, and a request
+kept for a single send is stored as one (the C++ client's batch flag "1" in the V1 name is not).
+
+Without the keeping, ``custom_header`` stays None and the first test fails; a header kept for a request that
+``_is_batch`` calls a batch fails the second."""
+
+from __future__ import annotations
+
+import itertools
+
+from broker_helpers import send_request
+
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import SendMessageRequestHeader, decode_header, decode_send_message_v2
+from remoting.send_header import SendHeaderValues
+from store.message import decode_records
+
+
+def _decoded(request: RemotingCommand) -> RemotingCommand:
+    """The request as the broker's connection decodes it (ROCKETMQ header: the layout path from the third on)."""
+    request.serialize_type = 1
+    frame = request.to_bytes()[4:]
+    for _ in range(2):
+        RemotingCommand.decode_at(frame, 0, len(frame))
+    return RemotingCommand.decode_at(frame, 0, len(frame))
+
+
+def _map_header(request: RemotingCommand) -> SendMessageRequestHeader:
+    if request.code == RequestCode.SEND_MESSAGE:
+        return decode_header(SendMessageRequestHeader, request.ext_fields)
+    return decode_send_message_v2(request.ext_fields)
+
+
+async def test_a_single_send_s_header_is_decoded_once_and_kept(broker) -> None:
+    processor = broker.send_processor
+    request = _decoded(send_request("KeptT", b"x", queue_id=2))
+    assert request.ext_layout is not None  # (the benchmark Producer's path)
+    assert processor.groupable(request)
+    kept = request.custom_header
+    assert kept is not None and kept.__class__ is SendHeaderValues and kept == _map_header(request)
+    assert processor._header(request) is kept  # the group and the lone path read it, never decode it again
+
+
+async def test_the_header_is_kept_exactly_for_what_is_batch_calls_a_single_send(broker) -> None:
+    processor = broker.send_processor
+    texts = [None, "false", "true", "1", "", "TRUE"]
+    for code, m, batch in itertools.product((RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE), texts, texts):
+        extra = {k: v for k, v in (("m", m), ("batch", batch)) if v is not None}
+        for request in (send_request("KeptT", b"x", code=code), _decoded(send_request("KeptT", b"x", code=code))):
+            request.ext_fields.pop("m", None)
+            request.ext_fields.pop("batch", None)
+            request.ext_fields.update(extra)
+            request.ext_layout = request.ext_values = None  # (the map changed)
+            grouped = processor.groupable(request)
+            kept = request.custom_header
+            request.custom_header = None
+            single = not processor._is_batch(request, _map_header(request))
+            if kept is not None:
+                assert grouped and single and kept == _map_header(request), (code, extra)
+            elif grouped:
+                assert not single, (code, extra)  # (the one way groupable takes it and keeps nothing)
+
+
+async def test_a_c_plus_plus_batch_flag_among_single_sends_is_still_stored_as_a_batch(broker) -> None:
+    """m "false" but the V1 name "1" (the C++ client's batch flag): groupable takes it into the group, keeps no
+    header, and the group stores its body as a batch (two messages), as the lone path does."""
+    from test_send_group import batch_body, exchange
+
+    requests = [send_request("KeptB", b"a", queue_id=1), send_request("KeptB", batch_body([b"b1", b"b2"]), queue_id=1)]
+    requests[1].ext_fields.update({"m": "false", "batch": "1"})
+    answers = await exchange(broker, requests)
+    assert [answers[o].code for o in (1, 2)] == [ResponseCode.SUCCESS] * 2
+    stored = decode_records(broker.store.get_message("G", "KeptB", 1, 0, 32).body)
+    assert [m.body for m in stored] == [b"a", b"b1", b"b2"]

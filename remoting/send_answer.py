@@ -220,18 +220,23 @@ def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnsw
         tail_len = len(tail)
         head_bytes = 25 + tail_len  # the frame's bytes after its length word, besides the answer's fields
         word = _WORD_ROCKETMQ + tail_len
-        # msgId's length byte in the format when every id is the store's 32 hex digits
-        fmt = _ROCKETMQ_FIELDS_32 if set(map(len, ids)) == _LENGTH_32 else None
+        # msgId's length byte once for the group when every id has one length (the store's: 32 hex digits)
+        lengths = set(map(len, ids))
+        msg_id_len = chr(lengths.pop()) if len(lengths) == 1 else None
         pack = _ROCKETMQ_HEAD.pack
         queue_ids = _QUEUE_ID_FIELDS
         try:
             for request, answer, msg_id in zip(requests, answers, ids):
                 offset = str(answer.queue_offset)
-                if fmt is not None:
-                    ext = (fmt % (msg_id, queue_ids[answer.queue_id], len(offset), offset)).encode("latin-1")
+                if msg_id_len is not None:  # (an f-string: a third of the time of a % format)
+                    ext = (
+                        f"\0\5msgId\0\0\0{msg_id_len}{msg_id}{queue_ids[answer.queue_id]}"
+                        f"\0\13queueOffset\0\0\0{chr(len(offset))}{offset}"
+                    ).encode("latin-1")
                 else:
                     ext = (
-                        _ROCKETMQ_FIELDS % (len(msg_id), msg_id, queue_ids[answer.queue_id], len(offset), offset)
+                        f"\0\5msgId\0\0\0{chr(len(msg_id))}{msg_id}{queue_ids[answer.queue_id]}"
+                        f"\0\13queueOffset\0\0\0{chr(len(offset))}{offset}"
                     ).encode("latin-1")
                 elen = len(ext)  # (the extFields: these and the tail)
                 parts += (
@@ -271,8 +276,5 @@ _ROCKETMQ_ONLY = {_ROCKETMQ}
 _TEMPLATE = operator.attrgetter("template")
 # msgId, queueId, queueOffset as (int16 key length, key, int32 value length, value), every length below 256: the
 # queueId field (key and value) of a queue id below 256 from a table (a KeyError for any other: the general way)
-_ROCKETMQ_FIELDS = "\0\5msgId\0\0\0%c%s%s\0\13queueOffset\0\0\0%c%s"
-_ROCKETMQ_FIELDS_32 = _ROCKETMQ_FIELDS.replace("%c", " ", 1)  # (chr(32))
-_LENGTH_32 = {32}
 _QUEUE_ID_FIELDS = {i: f"\0\7queueId\0\0\0{chr(len(str(i)))}{i}" for i in range(256)}
 _JSON_ONLY = {_JSON}

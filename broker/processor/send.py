@@ -222,6 +222,15 @@ class SendMessageProcessor:
             return True
         return False
 
+    def reject_requests(self, count: int) -> bool:
+        """``reject_request`` for ``count`` requests decoded from one read at once (the server's group of sends):
+        the store's state cannot change between them (nothing runs meanwhile), so it is asked once; each refused
+        request is counted, as ``reject_request`` counts it."""
+        if self.store.is_busy_or_deficient():
+            self.stats.on_busy("REJECTREQUEST", count=count)
+            return True
+        return False
+
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
         code = request.code
         if code == _CONSUMER_SEND_MSG_BACK:
@@ -252,10 +261,17 @@ class SendMessageProcessor:
         # The header, decoded here once (the group's ``process_requests`` and the lone path read it from the
         # request): kept only for a single send as ``_is_batch`` tells it, which, past the check above, is a
         # header whose batch flag is off and no C++ batch flag ("1") in the V1 name.
-        try:
-            hdr = self._header(request)
-        except Exception:  # noqa: BLE001 - not decodable: the processing answers it, as for any send
-            return True
+        layout = request.ext_layout
+        hdr = (  # (``_header``, unrolled for the common request: a V2 header read by a learned layout)
+            decode_send_message_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
+            if layout is not None and code == _SEND_MESSAGE_V2
+            else None
+        )
+        if hdr is None:
+            try:
+                hdr = self._header(request)
+            except Exception:  # noqa: BLE001 - not decodable: the processing answers it, as for any send
+                return True
         if not hdr.batch and ext.get("batch") != "1":
             request.custom_header = hdr
         return True

@@ -75,3 +75,38 @@ async def test_a_c_plus_plus_batch_flag_among_single_sends_is_still_stored_as_a_
     assert [answers[o].code for o in (1, 2)] == [ResponseCode.SUCCESS] * 2
     stored = decode_records(broker.store.get_message("G", "KeptB", 1, 0, 32).body)
     assert [m.body for m in stored] == [b"a", b"b1", b"b2"]
+
+
+async def test_a_busy_store_refuses_every_send_of_a_group_and_counts_each(broker, monkeypatch) -> None:
+    """The busy question asked once for a group (``reject_requests``): every send answered [REJECTREQUEST], each
+    counted in the request metrics and the broker's busy statistics, as one by one; none stored."""
+    from test_send_group import exchange
+
+    asked = []
+    monkeypatch.setattr(broker.store, "is_busy_or_deficient", lambda: asked.append(1) or True)
+    busy_before = broker.stats.busy["REJECTREQUEST"]
+    answers = await exchange(broker, [send_request("BusyT", f"m{i}".encode(), queue_id=1) for i in range(6)])
+    assert [answers[o].code for o in range(1, 7)] == [ResponseCode.SYSTEM_BUSY] * 6
+    assert all(answers[o].remark.startswith("[REJECTREQUEST]") for o in range(1, 7))
+    assert broker.stats.busy["REJECTREQUEST"] - busy_before == 6
+    assert broker.metrics.requests.rejected["send"] == 6
+    assert len(asked) < 6  # (asked once for the read's group, not once a send)
+    monkeypatch.undo()
+    answers = await exchange(broker, [send_request("BusyT", b"after", queue_id=1)])
+    assert answers[1].code == ResponseCode.SUCCESS
+
+
+async def test_a_group_s_busy_check_that_raises_asks_each_request_as_before(broker, monkeypatch) -> None:
+    """``reject_requests`` raising: the server asks ``reject_request`` of each request, as without it (its own log
+    line, the request let in when that raises too)."""
+    from test_send_group import exchange
+
+    def broken(count: int) -> bool:
+        raise RuntimeError("broken busy check")
+
+    monkeypatch.setattr(broker.send_processor, "reject_requests", broken)
+    for route in broker.server._routes.values():  # (the server took the bound method when it registered it)
+        if route.reject_many is not None:
+            object.__setattr__(route, "reject_many", broken)
+    answers = await exchange(broker, [send_request("BusyR", f"m{i}".encode(), queue_id=1) for i in range(4)])
+    assert [answers[o].code for o in range(1, 5)] == [ResponseCode.SUCCESS] * 4

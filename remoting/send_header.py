@@ -141,3 +141,28 @@ _DECODERS: LayoutDecoders[SendHeaderValues] = LayoutDecoders(_compile)
 #: The send header of a V2 request whose extFields are ``keys`` → ``values`` (a learned layout's), or None when
 #: the fast decode does not apply: then decode the map with ``decode_send_message_v2``.
 decode_send_message_v2_values = _DECODERS.decode
+
+
+def _compile_single(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], SendHeaderValues | bool | None] | None:
+    """The send processor's ``groupable`` question for one layout's keys, with the header: False when the batch flag
+    ``m`` says batch (set, not empty, not "false": ``groupable``'s own rule on the map), else the header as
+    ``decode_send_message_v2_values`` gives it (None: decode the map). A V2 layout has no V1 ``batch`` key (its keys
+    are ``a``..``n``), so ``m`` alone answers the question, and no C++ batch flag ("1" under ``batch``) can be there."""
+    decode = _compile(keys)
+    if decode is None or "m" not in keys:
+        return decode
+    lines = [
+        "def decode(values):",
+        f"    m = values[{keys.index('m')}]",
+        "    if m and m != 'false': return False",
+        "    return _decode(values)",
+    ]
+    return compile_decoder(lines, {"_decode": decode})
+
+
+_SINGLE_DECODERS: LayoutDecoders[SendHeaderValues | bool] = LayoutDecoders(_compile_single)
+
+#: For SEND_MESSAGE_V2 extFields ``keys`` → ``values`` (a learned layout's): False when the request is a batch by
+#: the send processor's ``groupable`` rule, else its header as ``decode_send_message_v2_values`` gives it (None:
+#: the fast decode does not apply, ask the map).
+single_send_v2_values = _SINGLE_DECODERS.decode

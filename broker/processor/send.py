@@ -41,7 +41,7 @@ from remoting.headers import (
     decode_send_message_v2,
 )
 from remoting.send_answer import SendResultAnswer, SendResultTemplate
-from remoting.send_header import decode_send_message_v2_values
+from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
     COMPRESSED_FLAG,
     TRANSACTION_PREPARED_TYPE,
@@ -250,28 +250,33 @@ class SendMessageProcessor:
     def groupable(self, request: RemotingCommand) -> bool:
         """Whether the server may hand this request over with others (``process_requests``): a single send
         (not a batch, not a send-back) while fault injection is off. Anything else keeps the one-request path,
-        where a request that cannot run at once waits in the send queue, seen by the fast-failure sweep."""
+        where a request that cannot run at once waits in the send queue, seen by the fast-failure sweep.
+
+        The header is decoded here, once (the connection asks this of every send as it decodes a read), and kept
+        on the request (``custom_header``) for the group's ``process_requests`` and the lone path: only for a
+        single send as ``_is_batch`` tells it. A V2 request read by a learned layout is answered from the layout's
+        values (``single_send_v2_values``), without its extFields map (``LayoutCommand`` never builds it then)."""
         code = request.code
         if code != _SEND_MESSAGE_V2 and code != _SEND_MESSAGE or self.config.fault_injection_enable:
             return False
+        layout = request.ext_layout
+        if layout is not None and code == _SEND_MESSAGE_V2:
+            hdr = single_send_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
+            if hdr is not None:
+                if hdr is False:
+                    return False
+                request.custom_header = hdr
+                return True
         ext = request.ext_fields
         batch = ext.get("m") or ext.get("batch")
         if batch is not None and batch != "false":
             return False
-        # The header, decoded here once (the group's ``process_requests`` and the lone path read it from the
-        # request): kept only for a single send as ``_is_batch`` tells it, which, past the check above, is a
-        # header whose batch flag is off and no C++ batch flag ("1") in the V1 name.
-        layout = request.ext_layout
-        hdr = (  # (``_header``, unrolled for the common request: a V2 header read by a learned layout)
-            decode_send_message_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
-            if layout is not None and code == _SEND_MESSAGE_V2
-            else None
-        )
-        if hdr is None:
-            try:
-                hdr = self._header(request)
-            except Exception:  # noqa: BLE001 - not decodable: the processing answers it, as for any send
-                return True
+        # past the check above, ``_is_batch`` calls a single send one whose header's batch flag is off and that has no
+        # C++ batch flag ("1") in the V1 name
+        try:
+            hdr = self._header(request)
+        except Exception:  # noqa: BLE001 - not decodable: the processing answers it, as for any send
+            return True
         if not hdr.batch and ext.get("batch") != "1":
             request.custom_header = hdr
         return True

@@ -110,3 +110,28 @@ async def test_a_group_s_busy_check_that_raises_asks_each_request_as_before(brok
             object.__setattr__(route, "reject_many", broken)
     answers = await exchange(broker, [send_request("BusyR", f"m{i}".encode(), queue_id=1) for i in range(4)])
     assert [answers[o].code for o in range(1, 5)] == [ResponseCode.SUCCESS] * 4
+
+
+async def test_a_layout_read_send_gets_the_map_s_answer_without_building_the_map(broker) -> None:
+    """``groupable`` on a V2 request read by a learned layout answers from the values (``single_send_v2_values``):
+    the same answer and kept header as the map path gives the same request, for every batch flag text; the single
+    send's extFields map is never built."""
+    processor = broker.send_processor
+    for m in (None, "false", "true", "1", "", "TRUE", "no"):
+        template = send_request("KeptL", b"x", queue_id=1)
+        if m is None:
+            del template.ext_fields["m"]
+        else:
+            template.ext_fields["m"] = m
+        request = _decoded(template)
+        assert request.ext_layout is not None and request._ext is None
+        grouped = processor.groupable(request)
+        kept = request.custom_header
+        if kept is not None:
+            assert request._ext is None, m  # (no map built for a single send)
+        plain = RemotingCommand(
+            request.code, request.opaque, 0, None, dict(request.ext_fields), request.body, serialize_type=1
+        )
+        assert plain == request and request == plain  # (a LayoutCommand equals the plain command either way)
+        assert processor.groupable(plain) == grouped, m
+        assert plain.custom_header == kept, m

@@ -190,6 +190,8 @@ class SendResultAnswer(RemotingCommand):
 _MSG_ID = operator.attrgetter("msg_id")
 _CHANGED = operator.attrgetter("_changed")
 _SERIALIZE_TYPE = operator.attrgetter("serialize_type")
+_FLAG = operator.attrgetter("flag")
+_RESPONSE_FLAG_ONLY = {FLAG_RESPONSE}
 _WORD_ROCKETMQ = (_ROCKETMQ << 24) | _ROCKETMQ_HEAD_BYTES
 
 
@@ -197,9 +199,10 @@ def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnsw
     """The frames of a group's answers, each ``answers[i]`` the answer to ``requests[i]``, in one buffer: the bytes
     ``RequestGroup`` writes for them one by one (each answer's opaque set to its request's and its flag given the
     response bit, then ``encode``), or None when one of them would not be written from its template (a field
-    changed or read, a msgId that is not plain ASCII letters and digits below 256 characters, serializations
-    mixed): then they go the general way. Raises ``struct.error`` for a number out of its field's range (the
-    general way raises the precise error for that answer alone).
+    changed or read, a flag other than the response bit, a msgId that is not plain ASCII letters and digits below
+    256 characters, serializations mixed, a queue id not in the table): then they go the general way. Raises
+    ``struct.error`` for a number out of its field's range (the general way raises the precise error for that
+    answer alone).
 
     Why: a group of 16 sends wrote 16 answers through 16 ``encode`` calls and a list of parts each; here the
     questions ``encode`` asks of each answer are asked once for the group (in C: ``map`` and ``set``), and each
@@ -209,6 +212,8 @@ def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnsw
     ids = list(map(_MSG_ID, answers))
     joined = "".join(ids)  # (raises TypeError for an id that is not a str: the general way then)
     if not (joined.isascii() and joined.isalnum() and max(map(len, ids)) < 256):
+        return None
+    if set(map(_FLAG, answers)) != _RESPONSE_FLAG_ONLY:  # (as made: the response bit alone)
         return None
     stypes = set(map(_SERIALIZE_TYPE, answers))
     parts: list[bytes] = []
@@ -247,7 +252,7 @@ def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnsw
                         0,
                         DEFAULT_VERSION,
                         request.opaque,
-                        answer.flag | FLAG_RESPONSE,
+                        FLAG_RESPONSE,
                         0,
                         elen + tail_len,
                     ),
@@ -263,7 +268,7 @@ def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnsw
             header = (
                 f'{{"code":{answer.code},"extFields":{{"msgId":"{msg_id}","queueId":"{answer.queue_id}",'
                 f'"queueOffset":"{answer.queue_offset}",{answer.template.json_fields}}},'
-                f'"flag":{answer.flag | FLAG_RESPONSE},"language":"JAVA","opaque":{request.opaque},'
+                f'"flag":{FLAG_RESPONSE},"language":"JAVA","opaque":{request.opaque},'
                 f'"serializeTypeCurrentRPC":"JSON","version":{DEFAULT_VERSION}}}'
             ).encode()
             hlen = len(header)

@@ -86,11 +86,14 @@ _SMALL_INTS = {str(i): i for i in range(256)}  # (~25 KB: the idle memory budget
 _BOOL_TEXTS = {"true": True, "false": False}
 
 
-def _compile(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], SendHeaderValues | None] | None:
+def _compile(
+    keys: tuple[str, ...], single: bool = False
+) -> Callable[[tuple[str, ...]], SendHeaderValues | bool | None] | None:
     """Straight-line code for one layout's keys; None when they are not a V2 send header's (a key other than
     ``a``..``n``, or a required one missing). Two functions: the common values (every Integer field a small int's
     canonical text, every boolean "true" or "false") read by subscripts; any other value hands the values to
-    the general one, which converts each number with ``int()`` after one digits check."""
+    the general one, which converts each number with ``int()`` after one digits check. ``single``: the first
+    answers False for a batch (see ``_compile_single``) before it decodes anything."""
     present = set(keys)
     if not present <= _V2_NAMES.keys() or not _REQUIRED <= present or len(present) != len(keys):
         return None
@@ -115,6 +118,7 @@ def _compile(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], SendHeaderVal
     common_lines = [
         "def decode(values):",
         unpack,
+        *([f"    if {local['m']} and {local['m']} != 'false': return False"] if single and "m" in present else []),
         "    try:",
         *(f"        {name} = _small[{name}]" for name in ints),
         *(f"        {name} = _bools[{name}]" for name in bools),
@@ -147,17 +151,9 @@ def _compile_single(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], SendHe
     """The send processor's ``groupable`` question for one layout's keys, with the header: False when the batch flag
     ``m`` says batch (set, not empty, not "false": ``groupable``'s own rule on the map), else the header as
     ``decode_send_message_v2_values`` gives it (None: decode the map). A V2 layout has no V1 ``batch`` key (its keys
-    are ``a``..``n``), so ``m`` alone answers the question, and no C++ batch flag ("1" under ``batch``) can be there."""
-    decode = _compile(keys)
-    if decode is None or "m" not in keys:
-        return decode
-    lines = [
-        "def decode(values):",
-        f"    m = values[{keys.index('m')}]",
-        "    if m and m != 'false': return False",
-        "    return _decode(values)",
-    ]
-    return compile_decoder(lines, {"_decode": decode})
+    are ``a``..``n``), so ``m`` alone answers the question, and no C++ batch flag ("1" under ``batch``) can be there.
+    The question is the first line of the header's own decoder (one call a send)."""
+    return _compile(keys, single=True)
 
 
 _SINGLE_DECODERS: LayoutDecoders[SendHeaderValues | bool] = LayoutDecoders(_compile_single)

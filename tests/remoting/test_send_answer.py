@@ -210,6 +210,7 @@ def test_a_group_s_answers_in_one_buffer_are_the_bytes_written_one_by_one(specs,
             spec["queue_id"] %= 256
             spec["opaque"] %= 2**31
             spec["code"] = 0
+            spec["flag"] = FLAG_RESPONSE
         request = _request(spec["serialize_type"], spec["opaque"])
         answer = SendResultAnswer(
             templates[spec["template"]], request, spec["code"], spec["msg_id"], spec["queue_id"], spec["queue_offset"]

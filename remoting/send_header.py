@@ -5,11 +5,13 @@ ASCII str), one decoder compiled per layout.
 The benchmark Producer's sends all come with one layout (the one-letter keys ``a``..``n`` in one order), so one
 compiled function decodes them all: the values unpacked in the layout's order, the Integer fields and booleans
 looked up in tables of their common texts (small ints such as a queue id or "16", "true", "false": a subscript
-each where ``int()`` is a call), the born timestamp checked and converted, the header built positionally. Other
+each where ``int()`` is a call), the born timestamp checked and converted, the header made as a ``SendHeaderValues``
+tuple in one C call (the send processor reads its fields by ``SendMessageRequestHeader``'s names). Other
 values go to a second compiled function: the digits of every number field checked with one ``isdigit``, their
 range with one ``max``, ``int()`` each. Anything else (a field missing, a sign, an empty or out-of-range number)
 gives None and the caller decodes the map with ``decode_send_message_v2``, which returns the same header or raises
-the precise error (pinned by tests/remoting/test_send_header.py).
+the precise error (pinned by tests/remoting/test_send_header.py). ``single_send_v2_values`` is the same decoder
+with the send processor's ``groupable`` batch question as its first line.
 """
 
 from __future__ import annotations

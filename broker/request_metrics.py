@@ -116,8 +116,8 @@ class RequestMetrics:
         cell.count += count
         cell.total_ms += elapsed_ms * count
 
-    def on_reject(self, queue: str) -> None:
-        self.rejected[queue] += 1
+    def on_reject(self, queue: str, count: int = 1) -> None:
+        self.rejected[queue] += count
 
 
 class InstrumentedProcessor:
@@ -139,6 +139,7 @@ class InstrumentedProcessor:
         "_inner_now",
         "_answered_times",
         "_reject",
+        "_reject_many",
         "_std_log",
         "groupable",
         "inner",
@@ -147,6 +148,7 @@ class InstrumentedProcessor:
         "process_requests_now",
         "queue",
         "reject_request",
+        "reject_requests",
     )
 
     def __init__(
@@ -159,6 +161,9 @@ class InstrumentedProcessor:
         self._reject = getattr(inner, "reject_request", None)
         # a processor that never refuses (no reject_request, or None): none offered, the server skips the check
         self.reject_request = self._reject_counted if self._reject is not None else None
+        # the same for a group's requests at once, offered when the inner one offers it
+        self._reject_many = getattr(inner, "reject_requests", None) if self._reject is not None else None
+        self.reject_requests = self._reject_many_counted if self._reject_many is not None else None
         self._inner_now = getattr(inner, "process_request_now", None)
         self._std_log = logging.getLogger(REQUEST_LOGGER)
         self._clock = clock
@@ -174,6 +179,17 @@ class InstrumentedProcessor:
             self.metrics.on_reject(self.queue)
             if self._std_log.isEnabledFor(logging.DEBUG):
                 request_log.debug("request refused before queueing", queue=self.queue, kind="REJECTREQUEST")
+            return True
+        return False
+
+    def _reject_many_counted(self, count: int) -> bool:
+        """``_reject_counted`` for ``count`` requests at once (the inner ``reject_requests``): each refused request
+        counted, as one by one."""
+        if self._reject_many(count):  # type: ignore[misc]
+            self.metrics.on_reject(self.queue, count)
+            if self._std_log.isEnabledFor(logging.DEBUG):
+                for _ in range(count):
+                    request_log.debug("request refused before queueing", queue=self.queue, kind="REJECTREQUEST")
             return True
         return False
 

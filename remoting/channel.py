@@ -149,6 +149,21 @@ class Channel:
                 self.flush()
         return failed
 
+    def send_encoded(self, data: bytes, count: int) -> None:
+        """Write ``count`` commands already encoded into ``data`` (a request group's answers, see
+        ``remoting.send_answer.encode_answers``) as ``send_many`` writes them."""
+        if self._closed or self._transport.is_closing():
+            log.debug("dropping writes on a closed channel", remote=self.remote_addr, commands=count)
+            return
+        out = self._out
+        if not out:
+            self._loop.call_soon(self.flush)
+        out.append(data)
+        size = self._out_bytes + len(data)
+        self._out_bytes = size
+        if size >= FLUSH_EARLY_BYTES:
+            self.flush()
+
     def flush(self) -> None:
         out = self._out
         if out:

@@ -24,6 +24,7 @@ for a group of sends.
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -36,6 +37,7 @@ from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.pending import Pending, finish, start
+from remoting.send_answer import SendResultAnswer, encode_answers
 
 if TYPE_CHECKING:
     from remoting.channel import Channel
@@ -138,6 +140,10 @@ class RequestTask:
 
 #: the entries of a group's answers that need no conversion before they are written
 _PLAIN_ANSWERS = frozenset((RemotingCommand, type(None)))
+_SEND_ANSWERS_ONLY = {SendResultAnswer}
+_FLAG = operator.attrgetter("flag")
+#: requests flagged neither oneway nor response (a client's plain request): each gets its answer
+_PLAIN_REQUEST_FLAGS = {0}
 
 
 @dataclass(slots=True)
@@ -223,6 +229,18 @@ class RequestGroup:
         call: one closed check and one scheduled flush for the group instead of one ``send`` per answer."""
         channel = self.channel
         kinds = set(map(type, responses))  # (one pass in C; answers are often a RemotingCommand subclass)
+        if kinds == _SEND_ANSWERS_ONLY and set(map(_FLAG, requests)) == _PLAIN_REQUEST_FLAGS:
+            # the common group (stored single sends, none oneway): written in one buffer (encode_answers), every
+            # answer as the loop below writes it; anything it does not cover goes that way
+            send_encoded = getattr(channel, "send_encoded", None)
+            if send_encoded is not None:
+                try:
+                    data = encode_answers(requests, responses)  # type: ignore[arg-type]
+                except Exception:  # noqa: BLE001 - a number out of range: the loop below says which answer
+                    data = None
+                if data is not None:
+                    send_encoded(data, len(requests))
+                    return
         if not _PLAIN_ANSWERS.issuperset(kinds) and any(issubclass(kind, Exception) for kind in kinds):
             # an entry that is the exception its request's processing raised: that answer alone fails
             responses = [

@@ -20,23 +20,33 @@ DECODERS_MAX = 256
 class LayoutDecoders(Generic[H]):
     """The decoders compiled by ``compile`` for the layouts seen so far, by the identity of their keys tuple."""
 
-    __slots__ = ("_compile", "_decoders")
+    __slots__ = ("_compile", "_decoders", "_last_keys", "_last")
 
     def __init__(self, compile_fn: Callable[[tuple[str, ...]], Callable[[tuple[str, ...]], H | None] | None]) -> None:
         self._compile = compile_fn
         # id(keys) → (keys, decoder or None: the keys are not this header's); the keys are kept in the entry, so
         # their id cannot be reused while it is here
         self._decoders: dict[int, tuple[tuple[str, ...], Callable[[tuple[str, ...]], H | None] | None]] = {}
+        # the last keys decoded and their decoder: a client sends one layout request after request (one identity
+        # test instead of the table's lookup and checks); None until a decoder is found for them
+        self._last_keys: tuple[str, ...] | None = None
+        self._last: Callable[[tuple[str, ...]], H | None] | None = None
 
     def decode(self, keys: tuple[str, ...], values: tuple[str, ...]) -> H | None:
         """The header whose extFields are ``keys`` → ``values``, or None when the fast decode does not apply."""
+        if keys is self._last_keys:
+            return self._last(values)  # type: ignore[misc]
         entry = self._decoders.get(id(keys))
         if entry is None or entry[0] is not keys:
             if len(self._decoders) >= DECODERS_MAX:
                 self._decoders.clear()
             entry = self._decoders[id(keys)] = (keys, self._compile(keys))
         decoder = entry[1]
-        return None if decoder is None else decoder(values)
+        if decoder is None:
+            return None
+        self._last_keys = keys  # (kept alive by its entry above, or by being the last, so never a reused id)
+        self._last = decoder
+        return decoder(values)
 
 
 def number_lines(numbers: Sequence[str]) -> list[str]:

@@ -186,60 +186,66 @@ class RemotingProtocol(asyncio.Protocol):
         room = 0
         decode_at = RemotingCommand.decode_at
         frame_max = decoder.max_frame
+        # a response or a request of another code that the run's loop (below) decoded: handled next, in its place
+        taken: RemotingCommand | None = None
         while not flow.read_paused:
-            # FrameDecoder.next_frame, unrolled (once per request): the next complete frame's bounds in the
-            # decoder's buffer, which decode_at cuts without a view of it; a bad length goes to next_frame for its
-            # error. The decoder's state is its own again after each frame (nothing cached across a dispatch).
-            buf = decoder.buf
-            pos = decoder.pos
-            size = len(buf)
-            if size - pos < 4:  # the end of the read (the usual one): its run handed over
-                if run:
-                    if len(run) == 1:  # (_dispatch_run, inlined: a lone request a read is the common case)
-                        dispatcher.dispatch(channel, run[0])
-                    else:
-                        self._dispatch_many(channel, run)  # type: ignore[misc]
-                return
-            (length,) = _unpack_length(buf, pos)
-            if length <= 0 or length > frame_max:
-                try:
-                    decoder.next_frame()  # (raises for this length)
-                except FrameError as exc:
+            if taken is None:
+                # FrameDecoder.next_frame, unrolled (once per request): the next complete frame's bounds in the
+                # decoder's buffer, which decode_at cuts without a view of it; a bad length goes to next_frame for
+                # its error. The decoder's state is its own again after each frame (nothing cached across a
+                # dispatch).
+                buf = decoder.buf
+                pos = decoder.pos
+                size = len(buf)
+                if size - pos < 4:  # the end of the read (the usual one): its run handed over
+                    if run:
+                        if len(run) == 1:  # (_dispatch_run, inlined: a lone request a read is the common case)
+                            dispatcher.dispatch(channel, run[0])
+                        else:
+                            self._dispatch_many(channel, run)  # type: ignore[misc]
+                    return
+                (length,) = _unpack_length(buf, pos)
+                if length <= 0 or length > frame_max:
+                    try:
+                        decoder.next_frame()  # (raises for this length)
+                    except FrameError as exc:
+                        if run:
+                            self._dispatch_run(run)
+                        self._fail(exc, "bad frame")
+                        return
+                    raise AssertionError("next_frame took a length this split refused")  # pragma: no cover
+                start = pos + 4
+                end = start + length
+                if end > size:
                     if run:
                         self._dispatch_run(run)
-                    self._fail(exc, "bad frame")
                     return
-                raise AssertionError("next_frame took a length this split refused")  # pragma: no cover
-            start = pos + 4
-            end = start + length
-            if end > size:
-                if run:
-                    self._dispatch_run(run)
-                return
-            if end == size:
-                decoder.release()  # (see next_frame: an idle connection must not keep its last read)
+                if end == size:
+                    decoder.release()  # (see next_frame: an idle connection must not keep its last read)
+                else:
+                    decoder.pos = end
+                try:
+                    cmd = decode_at(buf, start, end)
+                except RemotingCommandError as exc:
+                    if run:
+                        self._dispatch_run(run)
+                        run = []
+                    if exc.opaque is None or exc.flag & FLAG_RESPONSE:
+                        self._fail(exc, "undecodable command")
+                        return
+                    log.warning("bad request header", remote=channel.remote_addr, opaque=exc.opaque, error=str(exc))
+                    if not exc.flag & FLAG_ONEWAY:
+                        answer = RemotingCommand(
+                            code=ResponseCode.SYSTEM_ERROR,
+                            opaque=exc.opaque,
+                            flag=FLAG_RESPONSE,
+                            remark=str(exc),
+                            serialize_type=exc.serialize_type,
+                        )
+                        channel.send(answer)
+                    continue
             else:
-                decoder.pos = end
-            try:
-                cmd = decode_at(buf, start, end)
-            except RemotingCommandError as exc:
-                if run:
-                    self._dispatch_run(run)
-                    run = []
-                if exc.opaque is None or exc.flag & FLAG_RESPONSE:
-                    self._fail(exc, "undecodable command")
-                    return
-                log.warning("bad request header", remote=channel.remote_addr, opaque=exc.opaque, error=str(exc))
-                if not exc.flag & FLAG_ONEWAY:
-                    answer = RemotingCommand(
-                        code=ResponseCode.SYSTEM_ERROR,
-                        opaque=exc.opaque,
-                        flag=FLAG_RESPONSE,
-                        remark=str(exc),
-                        serialize_type=exc.serialize_type,
-                    )
-                    channel.send(answer)
-                continue
+                cmd, taken = taken, None
             if cmd.flag & FLAG_RESPONSE:
                 if run:
                     self._dispatch_run(run)
@@ -255,13 +261,44 @@ class RemotingProtocol(asyncio.Protocol):
                     self._dispatch_run(run)
                     run = []
                 dispatcher.dispatch(channel, cmd)
-            else:
-                if not run:
-                    room = min(_RUN_MAX, self._max_inflight - self._inflight)
-                run.append(cmd)
-                if len(run) >= room:
+                continue
+            if not run:
+                room = min(_RUN_MAX, self._max_inflight - self._inflight)
+            run.append(cmd)
+            # The run's next frames, straight from this read: while a run is collected nothing is dispatched, so
+            # the read, the flow state, the in-flight count and this code's check stay as they are, and only the
+            # decoder's index moves (after a frame decoded: a frame that fails to decode, or that is not whole,
+            # is left to the split above, which decodes it again for its error). A response or another code is
+            # handled next, in its place, as ``taken``; a request the check refuses ends the run here.
+            while len(run) < room:
+                if size - end < 4:
+                    break
+                (length,) = _unpack_length(buf, end)
+                start = end + 4
+                following = start + length
+                if length <= 0 or length > frame_max or following > size:
+                    break
+                try:
+                    cmd = decode_at(buf, start, following)
+                except RemotingCommandError:
+                    break
+                end = following
+                if end == size:
+                    decoder.release()
+                else:
+                    decoder.pos = end
+                if cmd.flag & FLAG_RESPONSE or cmd.code != last_code:
+                    taken = cmd
+                    break
+                if not groupable(cmd):  # (asked once a request: refused, it is dispatched alone here, in its place)
                     self._dispatch_run(run)
                     run = []
+                    dispatcher.dispatch(channel, cmd)
+                    break
+                run.append(cmd)
+            else:
+                self._dispatch_run(run)
+                run = []
         if run:
             self._dispatch_run(run)
 

@@ -13,6 +13,7 @@ answer is written by the generic encode, as is one whose remark, body, language 
 
 from __future__ import annotations
 
+import operator
 import struct
 
 import orjson
@@ -184,3 +185,101 @@ class SendResultAnswer(RemotingCommand):
         ).encode()
         hlen = len(header)
         return [_JSON_HEAD.pack(4 + hlen, hlen) + header]
+
+
+_MSG_ID = operator.attrgetter("msg_id")
+_CHANGED = operator.attrgetter("_changed")
+_SERIALIZE_TYPE = operator.attrgetter("serialize_type")
+_FLAG = operator.attrgetter("flag")
+_RESPONSE_FLAG_ONLY = {FLAG_RESPONSE}
+_WORD_ROCKETMQ = (_ROCKETMQ << 24) | _ROCKETMQ_HEAD_BYTES
+
+
+def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnswer]) -> bytes | None:
+    """The frames of a group's answers, each ``answers[i]`` the answer to ``requests[i]``, in one buffer: the bytes
+    ``RequestGroup`` writes for them one by one (each answer's opaque set to its request's and its flag given the
+    response bit, then ``encode``), or None when one of them would not be written from its template (a field
+    changed or read, a flag other than the response bit, a msgId that is not plain ASCII letters and digits below
+    256 characters, serializations mixed, a queue id not in the table): then they go the general way. Raises
+    ``struct.error`` for a number out of its field's range (the general way raises the precise error for that
+    answer alone).
+
+    Why: a group of 16 sends wrote 16 answers through 16 ``encode`` calls and a list of parts each; here the
+    questions ``encode`` asks of each answer are asked once for the group (in C: ``map`` and ``set``), and each
+    answer costs one format and, for ROCKETMQ, one pack (tests/remoting/test_send_answer.py pins the bytes)."""
+    if any(map(_CHANGED, answers)):  # (a map of changes is never empty)
+        return None
+    ids = list(map(_MSG_ID, answers))
+    joined = "".join(ids)  # (raises TypeError for an id that is not a str: the general way then)
+    if not (joined.isascii() and joined.isalnum() and max(map(len, ids)) < 256):
+        return None
+    if set(map(_FLAG, answers)) != _RESPONSE_FLAG_ONLY:  # (as made: the response bit alone)
+        return None
+    stypes = set(map(_SERIALIZE_TYPE, answers))
+    parts: list[bytes] = []
+    if stypes == _ROCKETMQ_ONLY:
+        templates = set(map(_TEMPLATE, answers))
+        if len(templates) != 1:
+            return None
+        tail = templates.pop().rocketmq_tail
+        tail_len = len(tail)
+        head_bytes = 25 + tail_len  # the frame's bytes after its length word, besides the answer's fields
+        word = _WORD_ROCKETMQ + tail_len
+        # msgId's length byte once for the group when every id has one length (the store's: 32 hex digits)
+        lengths = set(map(len, ids))
+        msg_id_len = chr(lengths.pop()) if len(lengths) == 1 else None
+        pack = _ROCKETMQ_HEAD.pack
+        queue_ids = _QUEUE_ID_FIELDS
+        try:
+            for request, answer, msg_id in zip(requests, answers, ids):
+                offset = str(answer.queue_offset)
+                if msg_id_len is not None:  # (an f-string: a third of the time of a % format)
+                    ext = (
+                        f"\0\5msgId\0\0\0{msg_id_len}{msg_id}{queue_ids[answer.queue_id]}"
+                        f"\0\13queueOffset\0\0\0{chr(len(offset))}{offset}"
+                    ).encode("latin-1")
+                else:
+                    ext = (
+                        f"\0\5msgId\0\0\0{chr(len(msg_id))}{msg_id}{queue_ids[answer.queue_id]}"
+                        f"\0\13queueOffset\0\0\0{chr(len(offset))}{offset}"
+                    ).encode("latin-1")
+                elen = len(ext)  # (the extFields: these and the tail)
+                parts += (
+                    pack(
+                        head_bytes + elen,
+                        word + elen,
+                        answer.code,
+                        0,
+                        DEFAULT_VERSION,
+                        request.opaque,
+                        FLAG_RESPONSE,
+                        0,
+                        elen + tail_len,
+                    ),
+                    ext,
+                    tail,
+                )
+        except KeyError:  # a queue id not in the table
+            return None
+        return b"".join(parts)
+    if stypes == _JSON_ONLY:
+        pack = _JSON_HEAD.pack
+        for request, answer, msg_id in zip(requests, answers, ids):
+            header = (
+                f'{{"code":{answer.code},"extFields":{{"msgId":"{msg_id}","queueId":"{answer.queue_id}",'
+                f'"queueOffset":"{answer.queue_offset}",{answer.template.json_fields}}},'
+                f'"flag":{FLAG_RESPONSE},"language":"JAVA","opaque":{request.opaque},'
+                f'"serializeTypeCurrentRPC":"JSON","version":{DEFAULT_VERSION}}}'
+            ).encode()
+            hlen = len(header)
+            parts += (pack(4 + hlen, hlen), header)
+        return b"".join(parts)
+    return None
+
+
+_ROCKETMQ_ONLY = {_ROCKETMQ}
+_TEMPLATE = operator.attrgetter("template")
+# msgId, queueId, queueOffset as (int16 key length, key, int32 value length, value), every length below 256: the
+# queueId field (key and value) of a queue id below 256 from a table (a KeyError for any other: the general way)
+_QUEUE_ID_FIELDS = {i: f"\0\7queueId\0\0\0{chr(len(str(i)))}{i}" for i in range(256)}
+_JSON_ONLY = {_JSON}

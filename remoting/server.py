@@ -98,6 +98,8 @@ class _Route:
     now: Callable[[Channel, RemotingCommand], Any] | None = None
     #: the same for a group: the processor's ``process_requests_now`` (None: ``process_requests`` so started)
     group_now: Callable[[Channel, list[RemotingCommand]], Any] | None = None
+    #: the processor's optional ``reject_requests(count)``: ``reject_request`` for a group's requests at once
+    reject_many: Callable[[int], bool] | None = None
 
 
 class RemotingServer:
@@ -161,6 +163,7 @@ class RemotingServer:
             groupable,
             _entry(processor),
             group_now,
+            getattr(processor, "reject_requests", None) if group is not None else None,
         )
 
     @property
@@ -300,6 +303,21 @@ class RemotingServer:
         """Steps 2-4 for a run of requests of one processor whose executor can run them now: each is checked
         against ``reject_request`` and counted in flight, then they run as one ``RequestGroup``."""
         reject = route.reject
+        reject_many = route.reject_many
+        if reject is not None and reject_many is not None:
+            # the busy question asked once for the run (the processor's reject_requests: the same answer for each
+            # request, as nothing runs between them, and each refusal counted); if it raises, one by one below
+            try:
+                all_busy = reject_many(len(requests))
+            except Exception:  # noqa: BLE001 - the loop below asks each and logs what it logs
+                all_busy = None
+            if all_busy is not None:
+                if all_busy:
+                    for request in requests:
+                        if not request.flag & FLAG_ONEWAY:
+                            channel.send(request.response(ResponseCode.SYSTEM_BUSY, REJECT_REQUEST_REMARK))
+                    return
+                reject = None
         if reject is not None:
             # one reject_request call per request, as dispatch makes; the answers only when one said busy
             busy: list[object] = []

@@ -41,7 +41,7 @@ from remoting.headers import (
     decode_send_message_v2,
 )
 from remoting.send_answer import SendResultAnswer, SendResultTemplate
-from remoting.send_header import decode_send_message_v2_values
+from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
     COMPRESSED_FLAG,
     TRANSACTION_PREPARED_TYPE,
@@ -222,6 +222,15 @@ class SendMessageProcessor:
             return True
         return False
 
+    def reject_requests(self, count: int) -> bool:
+        """``reject_request`` for ``count`` requests decoded from one read at once (the server's group of sends):
+        the store's state cannot change between them (nothing runs meanwhile), so it is asked once; each refused
+        request is counted, as ``reject_request`` counts it."""
+        if self.store.is_busy_or_deficient():
+            self.stats.on_busy("REJECTREQUEST", count=count)
+            return True
+        return False
+
     async def process_request(self, channel, request: RemotingCommand) -> RemotingCommand | None:
         code = request.code
         if code == _CONSUMER_SEND_MSG_BACK:
@@ -241,13 +250,36 @@ class SendMessageProcessor:
     def groupable(self, request: RemotingCommand) -> bool:
         """Whether the server may hand this request over with others (``process_requests``): a single send
         (not a batch, not a send-back) while fault injection is off. Anything else keeps the one-request path,
-        where a request that cannot run at once waits in the send queue, seen by the fast-failure sweep."""
+        where a request that cannot run at once waits in the send queue, seen by the fast-failure sweep.
+
+        The header is decoded here, once (the connection asks this of every send as it decodes a read), and kept
+        on the request (``custom_header``) for the group's ``process_requests`` and the lone path: only for a
+        single send as ``_is_batch`` tells it. A V2 request read by a learned layout is answered from the layout's
+        values (``single_send_v2_values``), without its extFields map (``LayoutCommand`` never builds it then)."""
         code = request.code
         if code != _SEND_MESSAGE_V2 and code != _SEND_MESSAGE or self.config.fault_injection_enable:
             return False
+        layout = request.ext_layout
+        if layout is not None and code == _SEND_MESSAGE_V2:
+            hdr = single_send_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
+            if hdr is not None:
+                if hdr is False:
+                    return False
+                request.custom_header = hdr
+                return True
         ext = request.ext_fields
         batch = ext.get("m") or ext.get("batch")
-        return batch is None or batch == "false"
+        if batch is not None and batch != "false":
+            return False
+        # past the check above, ``_is_batch`` calls a single send one whose header's batch flag is off and that has no
+        # C++ batch flag ("1") in the V1 name
+        try:
+            hdr = self._header(request)
+        except Exception:  # noqa: BLE001 - not decodable: the processing answers it, as for any send
+            return True
+        if not hdr.batch and ext.get("batch") != "1":
+            request.custom_header = hdr
+        return True
 
     async def process_requests(
         self, channel, requests: list[RemotingCommand]
@@ -269,9 +301,21 @@ class SendMessageProcessor:
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
         for i, request in enumerate(requests):
+            hdr = request.custom_header
+            if hdr is not None:  # a single send whose header ``groupable`` decoded (the common request)
+                try:
+                    msg, queue_id, _ = self._message(channel, request, hdr, checked)
+                    msgs.append(msg)
+                    held.append((i, request, hdr, queue_id))
+                    continue
+                except SendError as exc:
+                    responses[i] = self._refused(channel, request, hdr, exc)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - answered by RequestGroup, as RequestTask.run would
+                    responses[i] = exc
+                    continue
             code = request.code
             if code == _SEND_MESSAGE_V2 or code == _SEND_MESSAGE:
-                hdr = None
                 try:
                     hdr = self._header(request)
                     if not self._is_batch(request, hdr):
@@ -346,6 +390,9 @@ class SendMessageProcessor:
 
     @staticmethod
     def _header(request: RemotingCommand) -> SendMessageRequestHeader:
+        hdr = request.custom_header
+        if hdr is not None:  # (decoded by ``groupable``)
+            return hdr  # type: ignore[no-any-return]
         if request.code == _SEND_MESSAGE:
             return decode_header(SendMessageRequestHeader, request.ext_fields)
         layout = request.ext_layout

@@ -5,12 +5,14 @@ cover is set) the generic encode writes it."""
 from __future__ import annotations
 
 import string
+import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remoting.command import DEFAULT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
-from remoting.send_answer import SendResultAnswer, SendResultTemplate
+from remoting.errors import RemotingCommandError
+from remoting.send_answer import SendResultAnswer, SendResultTemplate, encode_answers
 
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 # the store's msgId is 32 hex digits; anything else must give the generic bytes too (quotes, non-ASCII, long)
@@ -165,3 +167,70 @@ def test_msg_ids_of_any_length_give_the_generic_bytes() -> None:
         for length in (0, 1, 127, 128, 255, 256, 1000, 70000):
             answer = SendResultAnswer(template, request, 0, "A" * length, 1, 2)
             assert answer.encode() == _generic(request, answer).encode(), length
+
+
+def _written_one_by_one(requests: list[RemotingCommand], answers: list[SendResultAnswer]) -> bytes:
+    """What RequestGroup's general loop writes for a group's answers: each given its request's opaque and the
+    response bit, then encoded."""
+    out = []
+    for request, answer in zip(requests, answers):
+        answer.opaque = request.opaque
+        answer.flag |= FLAG_RESPONSE
+        out += answer.encode()
+    return b"".join(out)
+
+
+_ANSWER = st.fixed_dictionaries(
+    {
+        "serialize_type": st.sampled_from([1, 1, 1, 0]),
+        "opaque": st.one_of(_INT32, st.integers(2**31, 2**40)),
+        "flag": st.sampled_from([FLAG_RESPONSE, 0, 7]),
+        "code": st.sampled_from([0, 10, 2**15 - 1, 2**15]),
+        "msg_id": st.one_of(st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32), _MSG_IDS),
+        "queue_id": st.one_of(st.integers(0, 300), st.integers(-(2**31), 2**31 - 1)),
+        "queue_offset": st.integers(-(2**63), 2**63 - 1),
+        "template": st.sampled_from([("DefaultRegion", "true"), ("DefaultRegion", "false"), ("é", "true")]),
+        "changed": st.sampled_from([None, None, None, None, "remark", "read"]),
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_ANSWER, min_size=1, max_size=20), st.booleans())
+def test_a_group_s_answers_in_one_buffer_are_the_bytes_written_one_by_one(specs, common) -> None:
+    """``encode_answers`` (RequestGroup's write of a group of stored sends): the bytes of the general loop, or None
+    (then that loop writes them) or an error (the loop then says which answer), never other bytes. ``common``: the
+    benchmark Producer's group (ROCKETMQ, hex ids, small queue ids, one template), which it must not decline."""
+    templates = {key: SendResultTemplate(*key) for key in {spec["template"] for spec in specs}}
+    requests, answers = [], []
+    for spec in specs:
+        if common:
+            spec = {**spec, "serialize_type": 1, "template": specs[0]["template"], "changed": None}
+            spec["msg_id"] = (spec["msg_id"] * 32 + "0" * 32)[:32].encode().hex()[:32].upper()
+            spec["queue_id"] %= 256
+            spec["opaque"] %= 2**31
+            spec["code"] = 0
+            spec["flag"] = FLAG_RESPONSE
+        request = _request(spec["serialize_type"], spec["opaque"])
+        answer = SendResultAnswer(
+            templates[spec["template"]], request, spec["code"], spec["msg_id"], spec["queue_id"], spec["queue_offset"]
+        )
+        answer.flag = spec["flag"]
+        if spec["changed"] == "remark":
+            answer.remark = "note"
+        elif spec["changed"] == "read":
+            _ = answer.ext_fields
+        requests.append(request)
+        answers.append(answer)
+    try:
+        got = encode_answers(requests, answers)
+    except struct.error:
+        got = "error"
+    try:
+        expected = _written_one_by_one(requests, answers)
+    except RemotingCommandError:
+        expected = "error"
+    if common:
+        assert got == expected and got is not None
+    else:
+        assert got is None or got == expected

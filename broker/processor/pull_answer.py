@@ -89,6 +89,7 @@ class PullAnswer(RemotingCommand):
     ext_layout = None
     ext_values = None
     _ext: dict[str, str] | None = None
+    custom_header = None  # (RemotingCommand's field: a decoded request header; an answer has none)
 
     def __init__(  # (no super().__init__: the dataclass's would store an extFields map)
         self,

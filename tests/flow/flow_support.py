@@ -225,6 +225,13 @@ class RawConnection:
             pass
 
 
+async def wait_append_locked(client: RemotingClient, addr: str, timeout_s: float = 5.0) -> None:
+    """Wait until the broker reports its CommitLog append lock held (a send stalling in the append)."""
+    async with asyncio.timeout(timeout_s):
+        while (await runtime_info(client, addr))["pageCacheLockTimeMills"] == "0":
+            await asyncio.sleep(0.002)
+
+
 async def wait_queue_size(client: RemotingClient, addr: str, queue: str, size: int, timeout_s: float = 10.0) -> None:
     """Wait until the broker's `queue` request queue holds `size` requests (oneway sends give no answer to wait on)."""
     key = f"{queue}ThreadPoolQueueSize"

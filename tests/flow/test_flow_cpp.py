@@ -27,6 +27,7 @@ from flow_support import (
     settle,
     unique,
     update_config,
+    wait_append_locked,
     wait_queue_size,
     wait_sweeper_started,
 )
@@ -98,16 +99,29 @@ def failed_send(producer, msg) -> tuple[Exception, float]:
 
 
 def _victim_of(
-    producer, topic: str, stall_props: dict[str, str], delay_s: float, victim_props: dict[str, str] | None = None
+    producer,
+    topic: str,
+    stall_props: dict[str, str],
+    delay_s: float,
+    victim_props: dict[str, str] | None = None,
+    locked_on: str | None = None,
 ) -> tuple[list[tuple[str, int]], float]:
     """Send a message carrying `stall_props` in the background and, `delay_s` later, a victim that must
-    fail: the broker's answers to the victim's attempts (from the client's log) and how long it took."""
+    fail: the broker's answers to the victim's attempts (from the client's log) and how long it took.
+
+    With `locked_on` (a broker address) the victim goes when that broker reports its append lock held, not
+    after a fixed delay: on a loaded machine the stalling send can reach the broker after the victim does. The
+    stall is waited out either way, so a failed test leaves the broker as it found it."""
     log = CppClientLog()
     log.mark()
     stall, out = in_background(lambda: producer.send_sync(make_message(topic, b"stall", props=stall_props)))
-    time.sleep(delay_s)
-    _, seconds = failed_send(producer, make_message(topic, b"victim", props=victim_props))
-    stall.join(10)
+    try:
+        time.sleep(delay_s)
+        if locked_on is not None:
+            blocking(wait_append_locked, locked_on)
+        _, seconds = failed_send(producer, make_message(topic, b"victim", props=victim_props))
+    finally:
+        stall.join(10)
     assert out["result"].status == SendStatus.OK, out
     return answers_since(log), seconds
 
@@ -139,8 +153,10 @@ def test_cpp_send_during_a_stalled_append_gets_pcbusy_then_rejectrequest(produce
     """brokerStallAppendMs=1500 holds the append lock; the victim's first attempt waits in the send queue
     when the page cache turns busy (100 ms) → [PCBUSY_CLEAN_QUEUE]; its retries are refused before
     queueing → [REJECTREQUEST]."""
-    _, producer = producers["one_worker"]
-    answers, seconds = _victim_of(producer, unique("T_cpp_pcbusy"), {"brokerStallAppendMs": "1500"}, 0.03)
+    b, producer = producers["one_worker"]
+    answers, seconds = _victim_of(
+        producer, unique("T_cpp_pcbusy"), {"brokerStallAppendMs": "1500"}, 0.0, locked_on=b.broker_addr
+    )
     assert len(answers) == CPP_ATTEMPTS, answers
     first, rest = answers[0], answers[1:]
     assert first[1] == 2 and re.fullmatch(PCBUSY_RE, first[0]), first

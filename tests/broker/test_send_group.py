@@ -1,8 +1,8 @@
-"""The SEND requests decoded from one read: checked one by one, stored with one ``put_message_group``, each
+"""The SEND requests decoded from one read: checked one by one, stored with one ``put_sent_group``, each
 answered as a lone send would be (``SendMessageProcessor.process_requests`` behind the server's grouping).
 
 The frames go out in one write, so the broker decodes them from one read. Without the grouping the store's
-``put_message_group`` is never called and the first test fails.
+``put_sent_group`` is never called and the first test fails.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ def spy_groups(broker) -> list[int]:
     """Sizes of the store's group puts, recorded from here on."""
     sizes: list[int] = []
     store = broker.store
-    real = store.put_message_group
+    real = store.put_sent_group
 
-    def put_message_group(msgs, **kw):
+    def put_sent_group(msgs, **kw):
         sizes.append(len(msgs))
         return real(msgs, **kw)
 
-    store.put_message_group = put_message_group
+    store.put_sent_group = put_sent_group
     return sizes
 
 
@@ -225,7 +225,7 @@ def _stored(broker) -> list[tuple]:
 
 
 async def test_odd_sends_in_a_group_are_answered_and_stored_as_one_by_one(tmp_path) -> None:
-    """Differential: the group path (``_message`` with the group's checked topics, ``put_message_group``) against
+    """Differential: the group path (``_message`` with the group's checked topics, ``put_sent_group``) against
     the one-request path (``_message`` alone, ``put_message``) for sends off the common path: a queue id out of
     range after the topic was checked, a retry past its limit (the DLQ, queue 0), non-ASCII and oversized
     properties (an ASCII text and a non-ASCII one shorter in characters than the limit but over it in bytes),

@@ -126,6 +126,8 @@ def decode_properties(properties: str | None) -> dict[str, str]:
 # one for each piece of a properties text (map stops at the shortest iterable: these are never used up)
 _WAIT_PIECE = MessageConst.WAIT + NAME_VALUE_SEPARATOR
 _CLUSTER_PIECE = MessageConst.CLUSTER + NAME_VALUE_SEPARATOR
+_WAIT = MessageConst.WAIT
+_CLUSTER = MessageConst.CLUSTER
 
 
 def split_properties(properties: str | None) -> tuple[dict[str, str], list[str] | None]:
@@ -168,6 +170,33 @@ def stored_properties(props: dict[str, str], pieces: list[str] | None, cluster: 
     props[MessageConst.CLUSTER] = cluster
     pieces.append(_CLUSTER_PIECE + cluster)
     return PROPERTY_SEPARATOR.join(pieces)
+
+
+def sent_properties(properties: str | None, cluster: str) -> tuple[dict[str, str], str]:
+    """`split_properties` then `stored_properties` in one call, for a sent message whose properties nothing else
+    edits in between (the SEND path's common message): the dict (CLUSTER set, WAIT dropped) and the string to
+    store. The pieces loop as in `split_properties`; a text it does not take, or one that carries CLUSTER, goes
+    the two-step way, to the same dict and string."""
+    if properties:
+        pieces = properties.split(PROPERTY_SEPARATOR)
+        if not pieces[-1]:  # the separator J's client writes after every pair
+            pieces.pop()
+        props = {}
+        for piece in pieces:
+            name, _, value = piece.partition(NAME_VALUE_SEPARATOR)
+            if not name or not value:
+                break
+            props[name] = value
+        else:
+            if len(props) == len(pieces) and _CLUSTER not in props:
+                wait = props.pop(_WAIT, None)
+                if wait is not None:
+                    pieces.remove(_WAIT_PIECE + wait)
+                props[_CLUSTER] = cluster
+                pieces.append(_CLUSTER_PIECE + cluster)
+                return props, PROPERTY_SEPARATOR.join(pieces)
+    props, split = split_properties(properties)
+    return props, stored_properties(props, split, cluster)
 
 
 # ----------------------------------------------------------------------------------------------- hashing

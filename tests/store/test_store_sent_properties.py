@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.message import decode_properties, encode_properties, split_properties, stored_properties
+from store.message import decode_properties, encode_properties, sent_properties, split_properties, stored_properties
 
 CLUSTER = "DefaultCluster"
 # names and values that exercise every rule: the two names the broker edits, empty ones, separators inside
@@ -41,6 +41,15 @@ def test_the_fast_path_stores_what_the_dict_path_stores(text: str, cluster: str)
     assert list(props.items()) == list(decode_properties(text).items())
     stored = stored_properties(props, pieces, cluster)
     assert (list(props.items()), stored) == dict_path(text, cluster)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_TEXT, st.sampled_from([CLUSTER, "c", "clü ster"]))
+def test_the_one_call_stores_what_the_dict_path_stores(text: str, cluster: str) -> None:
+    """`sent_properties` (the two steps in one call, the SEND path's common message) against the dict path."""
+    props, stored = sent_properties(text, cluster)
+    assert (list(props.items()), stored) == dict_path(text, cluster)
+    assert sent_properties(None, cluster) == ({"CLUSTER": cluster}, f"CLUSTER\x01{cluster}")
 
 
 @settings(max_examples=500, deadline=None)

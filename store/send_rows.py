@@ -137,6 +137,9 @@ class SendRowPut:
         cq_view: Any = None
         cq_last = cq_pos = queue_offset = 0
         key: Any = None
+        queues_seen: dict[tuple[str, int], tuple] = {}  # the queues written in this loop: their topic head and file
+        rec: Any = None
+        rec_size = rec_body = -1
         head = b""
         short = _SHORT.pack
         entry = _ENTRY.pack_into
@@ -159,31 +162,38 @@ class SendRowPut:
                 if len(props_bytes) > MAX_PROPERTIES_LENGTH:
                     break
                 if topic != last_topic or queue_id != last_queue_id:
-                    # another queue than the previous row's: its topic checked and encoded before, its consume queue
-                    # and next entry (`ConsumeQueue.try_append`'s rule); for the next row of the same queue all of
-                    # this follows from what this loop wrote (the next queue offset, the next entry)
-                    if (head := heads.get(topic)) is None or topic not in topics_ok:
-                        break
-                    queues = queues_of.get(topic)
-                    if queues is None or (cq := queues.get(queue_id)) is None:
-                        break  # a queue's first entry: created by the general path's dispatch
-                    cq_files = cq.mapped_file_queue.mapped_files
-                    if not cq_files:
-                        break
-                    cq_mf = cq_files[-1]
-                    cq_view = cq_mf.write_view
-                    cq_last = cq_mf.file_size - _CQ_UNIT
+                    # another queue than the previous row's
                     key = (topic, queue_id)
-                    queue_offset = table.get(key, 0)
-                    cq_pos = cq_mf.wrote_position
-                    if (
-                        cq_pos == 0
-                        or cq_mf.file_from_offset + cq_pos != queue_offset * _CQ_UNIT
-                        or base + pos < cq.max_physic_offset  # (an entry not after the last: the general path's)
-                    ):
-                        break
+                    seen = queues_seen.get(key)
+                    if seen is not None:  # one this loop wrote to before: its next entry follows from that one
+                        head, cq, cq_mf, cq_view, cq_last = seen
+                        queue_offset = table[key]
+                        cq_pos = cq_mf.wrote_position
+                    else:
+                        # its topic checked and encoded before, its consume queue and next entry
+                        # (`ConsumeQueue.try_append`'s rule)
+                        if (head := heads.get(topic)) is None or topic not in topics_ok:
+                            break
+                        queues = queues_of.get(topic)
+                        if queues is None or (cq := queues.get(queue_id)) is None:
+                            break  # a queue's first entry: created by the general path's dispatch
+                        cq_files = cq.mapped_file_queue.mapped_files
+                        if not cq_files:
+                            break
+                        cq_mf = cq_files[-1]
+                        cq_view = cq_mf.write_view
+                        cq_last = cq_mf.file_size - _CQ_UNIT
+                        queue_offset = table.get(key, 0)
+                        cq_pos = cq_mf.wrote_position
+                        if (
+                            cq_pos == 0
+                            or cq_mf.file_from_offset + cq_pos != queue_offset * _CQ_UNIT
+                            or base + pos < cq.max_physic_offset  # (an entry not after the last: the general path's)
+                        ):
+                            break
+                        queues_seen[key] = (head, cq, cq_mf, cq_view, cq_last)
                     last_topic, last_queue_id = topic, queue_id
-                else:
+                else:  # the previous row's queue: the next queue offset and entry
                     queue_offset += 1
                     cq_pos += _CQ_UNIT
                 if cq_pos > cq_last:
@@ -206,9 +216,9 @@ class SendRowPut:
                         prefix = cl._id_prefix[store] = offset_msg_id_prefix(*store)
                     id_base = int(prefix, 16) << 64
                 # the record in one pack_into (as `CommitLog._write_group`)
-                rec = records.get((body_length, len(tail)))
-                if rec is None:
-                    rec = cl._record_struct(body_length, len(tail))
+                if size != rec_size or body_length != rec_body:  # (the record's Struct: one for a run of one shape)
+                    rec = records.get((body_length, len(tail))) or cl._record_struct(body_length, len(tail))
+                    rec_size, rec_body = size, body_length
                 rec.pack_into(
                     view,
                     pos,

@@ -555,12 +555,15 @@ class SendMessageProcessor:
         # (once per send, the SEND path's hot code: the helpers below are called only where they have something to
         # do, and the common message is built here rather than by `_inner`, which the other sends use)
         topic = hdr.topic
+        queue_id = hdr.queue_id
         entry = checked.get(topic) if checked is not None else None
-        if entry is not None and hdr.queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
+        if entry is not None and queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
             tc = entry[0]
         else:
             tc = self._msg_check(channel, hdr, checked)
-        body = bytes(request.body) if request.body is not None else b""
+        body = request.body
+        if body.__class__ is not bytes:  # (a request's body is bytes, or None)
+            body = b"" if body is None else bytes(body)
         props_text = hdr.properties or ""
         # (an ASCII text's length is its size: the encode measures only the others)
         if (
@@ -573,7 +576,6 @@ class SendMessageProcessor:
         # them below (a retry, a half message, a DELAY, a timer park) splits them again and edits them first
         cluster = self.config.broker_cluster_name
         props, stored = sent_properties(props_text, cluster)
-        queue_id = hdr.queue_id
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             props, pieces = split_properties(props_text)
             stored = None

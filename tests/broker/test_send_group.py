@@ -76,6 +76,33 @@ async def test_sends_of_one_read_are_stored_in_one_group_put_in_request_order(br
     assert cells[(int(RequestCode.SEND_MESSAGE_V2), int(ResponseCode.SUCCESS), False, "success")].count == 8
 
 
+async def test_a_lone_send_is_a_row_of_its_own_and_a_half_message_is_put_as_a_message(broker) -> None:
+    """A send alone in its read goes through the store's one pass too (a group of one row; before, one
+    ``put_message`` of a message): answered and stored as in a group, its statistics counted. A transaction half
+    message goes as the message the transaction service made of it, answered with the queue id it was sent to."""
+    sizes = spy_groups(broker)
+    rows: list = []
+    real = broker.store.put_sent_group
+
+    def spy(items, **kw):
+        rows.extend(item.__class__ is tuple for item in items)
+        return real(items, **kw)
+
+    broker.store.put_sent_group = spy
+    first = await exchange(broker, [send_request("LoneT", b"one", queue_id=2, props={"UNIQ_KEY": "L1"})])
+    second = await exchange(broker, [send_request("LoneT", b"two", queue_id=2, props={"UNIQ_KEY": "L2"})])
+    half = await exchange(
+        broker, [send_request("LoneT", b"half", queue_id=3, props={"TRAN_MSG": "true", "PGROUP": "PG"})]
+    )
+    assert sizes == [1, 1, 1] and rows == [True, True, False]
+    assert [a[1].code for a in (first, second, half)] == [ResponseCode.SUCCESS] * 3
+    assert [first[1].ext_fields["queueOffset"], second[1].ext_fields["queueOffset"]] == ["0", "1"]
+    assert half[1].ext_fields["queueId"] == "3"
+    stored = decode_records(broker.store.get_message("G", "LoneT", 2, 0, 32).body)
+    assert [m.body for m in stored] == [b"one", b"two"]
+    assert broker.stats.put_nums["LoneT"] == 2
+
+
 async def test_a_refused_send_costs_only_its_own_answer_and_a_batch_keeps_its_place(broker) -> None:
     sizes = spy_groups(broker)
     requests = [

@@ -19,6 +19,11 @@ made of them, e.g. a DELAY's SCHEDULE_TOPIC queue). Everything before it is comp
 entries, keys, notices), so the records stay in order and each row costs what its put costs alone.
 `tests/store/test_store_send_rows.py` pins the bytes, entries, index, notices and results against
 `put_message_group` over hypothesis groups, and each stop.
+
+The loop is `CommitLog._write_group`, `CommitLogDispatcher._dispatch_group` and `ConsumeQueue.try_append` unrolled
+into one: it reads and moves their state (the writer's idle flags, record Structs and offset-id prefixes, the
+dispatcher's index lists and listener, the queue's last file) as their own unrolled loops do; a change to what an
+append or a dispatch does is also a change here.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def _group(draw) -> tuple[list, list[bool]]:
     return msgs, rows_at
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_group())
 def test_rows_store_what_a_message_group_stores(tmp_path_factory, group) -> None:
     """Differential over hypothesis groups: the CommitLog byte for byte, answers, notices, queue entries and

@@ -161,6 +161,15 @@ async def test_a_group_of_rows_is_stored_in_one_pass_with_the_effects_of_a_messa
     assert all(r.__class__ is tuple for r in got)
     # the message store's group took put_message_group and dispatch_group once each; the rows neither
     assert calls == ["put_message_group", "dispatch_group"]
+    # and both are recovered alike (queues, index, the CommitLog's end)
+    seen = []
+    for name in ("rows", "msgs"):
+        again, _ = await _open(tmp_path / name)
+        try:
+            seen.append((_seen(again, warm, keys), again.commit_log.get_max_offset()))
+        finally:
+            await again.shutdown()
+    assert seen[0] == seen[1]
 
 
 def _stoppers():

@@ -558,10 +558,11 @@ class SendMessageProcessor:
         request: RemotingCommand,
         hdr: SendMessageRequestHeader,
         checked: dict[str, Any] | None = None,
-    ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
+    ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
-        properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`; given (a
-        group's send), the common message comes as its row (`store.send_rows.SendRow`, for `put_sent_group`)."""
+        properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`; given (every
+        send but one under fault injection), the common message comes as its row (`store.send_rows.SendRow`, for
+        `put_sent_group`), a half message as the message the transaction service made."""
         # (once per send, the SEND path's hot code: the helpers below are called only where they have something to
         # do, and the common message is built here rather than by `_inner`, which the other sends use)
         topic = hdr.topic
@@ -625,8 +626,8 @@ class SendMessageProcessor:
                 pieces = None
         if stored is None:
             stored = stored_properties(props, pieces, cluster)
-        # the message's fields in MessageExtBrokerInner's order (`_inner` unrolled): a group's send hands them to the
-        # store as they are (a `store.send_rows.SendRow`: no message object), a lone send builds the message
+        # the message's fields in MessageExtBrokerInner's order (`_inner` unrolled): handed to the store as they are
+        # (a `store.send_rows.SendRow`: no message object), or the message built from them (fault injection)
         tags = props.get(_TAGS)
         row = (
             topic,
@@ -643,7 +644,7 @@ class SendMessageProcessor:
             hdr.reconsume_times or 0,
         )
         if checked is not None:
-            return row, queue_id, props  # type: ignore[return-value]
+            return row, queue_id, props
         return MessageExtBrokerInner(*row), queue_id, props
 
     # -- batch ------------------------------------------------------------------------------

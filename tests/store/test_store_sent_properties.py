@@ -53,6 +53,20 @@ def test_the_one_call_stores_what_the_dict_path_stores(text: str, cluster: str) 
 
 
 @settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="7F0a\x01\x02é", max_size=40), st.sampled_from(["", "\x02", "x"]))
+def test_the_java_client_s_plain_text_taken_whole_stores_what_the_dict_path_stores(uniq: str, extra: str) -> None:
+    """``UNIQ_KEY\x01<id>\x02WAIT\x01true\x02`` (the benchmark Producer's text), with ids that are empty or hold
+    separators, and the same text with something before or after it."""
+    for text in (
+        f"UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02",
+        f"{extra}UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02",
+        f"UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02{extra}",
+    ):
+        props, stored = sent_properties(text, CLUSTER)
+        assert (list(props.items()), stored) == dict_path(text, CLUSTER), text
+
+
+@settings(max_examples=500, deadline=None)
 @given(_TEXT)
 def test_without_pieces_the_dict_is_encoded(text: str) -> None:
     props = decode_properties(text)

@@ -34,6 +34,7 @@ async def measure(
     serialize: str = "rocketmq",
     bytecodes: bool = False,
     wire: bool = False,
+    queues: int = 1,
 ) -> float:
     from broker.testing.in_loop import start_in_loop
     from remoting.command import RemotingCommand
@@ -41,24 +42,27 @@ async def measure(
 
     controller = await start_in_loop(store_dir, mappedFileSizeCommitLog=256 * 1024 * 1024)
     try:
-        hdr = SendMessageRequestHeader(
-            producer_group="benchmark_producer",
-            topic="BenchmarkTest",
-            default_topic="TBW102",
-            default_topic_queue_nums=4,
-            queue_id=0,
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
-            flag=0,
-            properties="UNIQ_KEY\x017F0000014E2A18B4AAC27D2F6B9E0000\x02WAIT\x01true\x02",
-            reconsume_times=0,
-            max_reconsume_times=16,
-            broker_name="broker-a",
-        )
-        request = RemotingCommand.request(
-            310, encode_header(hdr.to_v2()), b"x" * 1024, serialize_type=_SERIALIZE[serialize]
-        )
-        frame = request.to_bytes()[4:]
+        frames = []
+        for queue_id in range(queues):  # (--queues: the sends of a read to queues 0.. in turn, as the Producer's)
+            hdr = SendMessageRequestHeader(
+                producer_group="benchmark_producer",
+                topic="BenchmarkTest",
+                default_topic="TBW102",
+                default_topic_queue_nums=4,
+                queue_id=queue_id,
+                sys_flag=0,
+                born_timestamp=int(time.time() * 1000),
+                flag=0,
+                properties="UNIQ_KEY\x017F0000014E2A18B4AAC27D2F6B9E0000\x02WAIT\x01true\x02",
+                reconsume_times=0,
+                max_reconsume_times=16,
+                broker_name="broker-a",
+            )
+            request = RemotingCommand.request(
+                310, encode_header(hdr.to_v2()), b"x" * 1024, serialize_type=_SERIALIZE[serialize]
+            )
+            frames.append(request.to_bytes()[4:])
+        frame = frames[0]
         channel = _Channel()
         dispatch = controller.server.dispatch
         dispatch_many = None if per_request else getattr(controller.server, "dispatch_many", None)
@@ -70,7 +74,7 @@ async def measure(
         while channel.inflight:
             await asyncio.sleep(0.001)
         if wire:
-            return await _measure_wire(controller.server, frame, messages, window, bytecodes)
+            return await _measure_wire(controller.server, frames, messages, window, bytecodes)
         ops = OpcodeCounter() if bytecodes else None
         if ops is not None:
             sys.settrace(ops.trace)
@@ -101,7 +105,7 @@ async def measure(
         await controller.shutdown()
 
 
-async def _measure_wire(server, frame: bytes, messages: int, window: int, bytecodes: bool) -> float:  # noqa: ANN001
+async def _measure_wire(server, frames: list[bytes], messages: int, window: int, bytecodes: bool) -> float:  # noqa: ANN001
     """``--wire``: the same sends as bytes through the connection's own code (``RemotingProtocol``: frame split,
     decode, grouping, dispatch, ``Channel.send`` and the flush at the loop turn's end) over a transport that
     drops what is written: each window of frames is one ``data_received``, as one read of the socket."""
@@ -110,7 +114,7 @@ async def _measure_wire(server, frame: bytes, messages: int, window: int, byteco
     transport = NullTransport()
     protocol = RemotingProtocol(server, 1_000_000)
     protocol.connection_made(transport)
-    read = (len(frame).to_bytes(4, "big") + frame) * window
+    read = b"".join(len(frame).to_bytes(4, "big") + frame for frame in (frames * window)[:window])
     for _ in range(200):
         protocol.data_received(read)
         await asyncio.sleep(0)
@@ -183,7 +187,7 @@ def child(args: argparse.Namespace) -> int:
         runner = asyncio.run
     with tempfile.TemporaryDirectory(prefix="send-cost-") as tmp:
         print(
-            f"{runner(measure(args.messages, args.window, Path(tmp), args.per_request, args.serialize, args.bytecodes, args.wire)):.2f}"
+            f"{runner(measure(args.messages, args.window, Path(tmp), args.per_request, args.serialize, args.bytecodes, args.wire, args.queues)):.2f}"
         )
     return 0
 
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wire", action="store_true", help="feed bytes through the connection (frame split, grouping, write)"
     )
+    parser.add_argument(
+        "--queues", type=int, default=1, help="--wire: a read's sends to queues 0..N-1 in turn (the Producer's: 4)"
+    )
     args = parser.parse_args(argv)
     if args.root is not None:
         return child(args)
@@ -214,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = ["--messages", str(args.messages), "--window", str(args.window), "--serialize", args.serialize]
     flags += (["--bytecodes"] if args.bytecodes else []) + (["--wire"] if args.wire else [])
     flags += ["--per-request"] if args.per_request else []
+    flags += ["--queues", str(args.queues)] if args.queues != 1 else []
     figures = interleaved_rounds(
         trees,
         args.rounds,

@@ -126,6 +126,14 @@ def decode_properties(properties: str | None) -> dict[str, str]:
 # one for each piece of a properties text (map stops at the shortest iterable: these are never used up)
 _WAIT_PIECE = MessageConst.WAIT + NAME_VALUE_SEPARATOR
 _CLUSTER_PIECE = MessageConst.CLUSTER + NAME_VALUE_SEPARATOR
+_WAIT = MessageConst.WAIT
+_CLUSTER = MessageConst.CLUSTER
+_UNIQ_KEY = MessageConst.UNIQ_KEY
+_UNIQ_HEAD = _UNIQ_KEY + NAME_VALUE_SEPARATOR
+_WAIT_TRUE_TAIL = PROPERTY_SEPARATOR + _WAIT_PIECE + "true" + PROPERTY_SEPARATOR
+_CLUSTER_TAIL = PROPERTY_SEPARATOR + _CLUSTER_PIECE
+_UNIQ_FROM = len(_UNIQ_HEAD)
+_UNIQ_TO = -len(_WAIT_TRUE_TAIL)
 
 
 def split_properties(properties: str | None) -> tuple[dict[str, str], list[str] | None]:
@@ -168,6 +176,39 @@ def stored_properties(props: dict[str, str], pieces: list[str] | None, cluster: 
     props[MessageConst.CLUSTER] = cluster
     pieces.append(_CLUSTER_PIECE + cluster)
     return PROPERTY_SEPARATOR.join(pieces)
+
+
+def sent_properties(properties: str | None, cluster: str) -> tuple[dict[str, str], str]:
+    """`split_properties` then `stored_properties` in one call, for a sent message whose properties nothing else
+    edits in between (the SEND path's common message): the dict (CLUSTER set, WAIT dropped) and the string to
+    store. The pieces loop as in `split_properties`; a text it does not take, or one that carries CLUSTER, goes
+    the two-step way, to the same dict and string. The Java client's text for a message without tags or keys
+    (``UNIQ_KEY\x01<id>\x02WAIT\x01true\x02``: the benchmark Producer's) is taken whole: the same dict and string
+    without the loop (0.65 against 1.45 us a call, timeit)."""
+    if properties and properties.endswith(_WAIT_TRUE_TAIL) and properties.startswith(_UNIQ_HEAD):
+        uniq = properties[_UNIQ_FROM:_UNIQ_TO]
+        if uniq and PROPERTY_SEPARATOR not in uniq:
+            return {_UNIQ_KEY: uniq, _CLUSTER: cluster}, f"{_UNIQ_HEAD}{uniq}{_CLUSTER_TAIL}{cluster}"
+    if properties:
+        pieces = properties.split(PROPERTY_SEPARATOR)
+        if not pieces[-1]:  # the separator J's client writes after every pair
+            pieces.pop()
+        props = {}
+        for piece in pieces:
+            name, _, value = piece.partition(NAME_VALUE_SEPARATOR)
+            if not name or not value:
+                break
+            props[name] = value
+        else:
+            if len(props) == len(pieces) and _CLUSTER not in props:
+                wait = props.pop(_WAIT, None)
+                if wait is not None:
+                    pieces.remove(_WAIT_PIECE + wait)
+                props[_CLUSTER] = cluster
+                pieces.append(_CLUSTER_PIECE + cluster)
+                return props, PROPERTY_SEPARATOR.join(pieces)
+    props, split = split_properties(properties)
+    return props, stored_properties(props, split, cluster)
 
 
 # ----------------------------------------------------------------------------------------------- hashing

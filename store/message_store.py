@@ -532,6 +532,13 @@ class MessageStore:
         """Put each message as `put_message` would, in one pass (MessagePutter.put_message_group)."""
         return self.putter.put_message_group(msgs, stall_append_ms=stall_append_ms)
 
+    def put_sent_group(self, items: list) -> Awaitable[list]:
+        """`put_message_group` for the SEND path's rows (`store.send_rows.SendRow`; messages may be mixed in): the
+        common record planned, written and dispatched in one pass, a stored row's result a `(msg_id, queue_offset,
+        size)` tuple; anything else goes through `put_message_group`, its row replaced in `items` by the message
+        put (SendRowPut.put)."""
+        return self.putter.send_rows.put(items)
+
     def _on_committed(self) -> None:
         self.reput.wakeup()
         if self._flush_service is not None:

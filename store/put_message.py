@@ -40,6 +40,7 @@ from store.message import (
 from store.path_guard import unsafe_dir_name_reason
 from store.reput import ReputMessageService
 from store.results import AppendMessageResult, PutMessageResult, PutMessageStatus
+from store.send_rows import SendRowPut
 from store.stats import StoreStats
 
 try:
@@ -87,6 +88,7 @@ class MessagePutter:
         self._encoder = commit_log.encoder
         self._inline_appends = 0
         self._topics_ok: set[str] = set()
+        self.send_rows = SendRowPut(self)  # the SEND path's group put in one pass (store/send_rows.py)
 
     def _rewrite_delay(self, msg: MessageExtBrokerInner) -> None:
         """Upstream CommitLog.asyncPutMessage: a DELAY level on a non-transactional message stores it in

@@ -49,6 +49,7 @@ from store.message import (
     MessageExtBrokerInner,
     decode_properties,
     encode_properties,
+    sent_properties,
     split_properties,
     stored_properties,
     tags_hash,
@@ -345,7 +346,9 @@ class SendMessageProcessor:
         responses: list[RemotingCommand | Exception | None],
     ) -> None:
         try:
-            results = await self.store.put_message_group(msgs)
+            # (rows and messages: the store replaces in `msgs` each row it did not store in its one pass by the
+            # message it put, so that the answers below read what the store made of it)
+            results = await self.store.put_sent_group(msgs)
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
@@ -354,6 +357,17 @@ class SendMessageProcessor:
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
+            if result.__class__ is tuple:  # a row stored in the store's one pass: (msg_id, queue offset, size)
+                msg_id, queue_offset, size = result
+                topic = msg[0]
+                responses[i] = SendResultAnswer(template, request, _SUCCESS, msg_id, msg[1], queue_offset)
+                if topic != run_topic:
+                    if run_msgs:
+                        on_put(run_topic, run_msgs, run_bytes)
+                    run_topic, run_msgs, run_bytes = topic, 0, 0
+                run_msgs += 1
+                run_bytes += size
+                continue
             # (the common answer, unrolled from _put_result_to_response: a record appended inline, whose result
             # holds its append's values; one the writer appended goes the general way, to the same answer)
             if result.__class__ is StoredPut and result.status is _PUT_OK:
@@ -570,10 +584,20 @@ class SendMessageProcessor:
 
     # -- single message ---------------------------------------------------------------------
     async def send_message(self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader) -> RemotingCommand:
-        msg, queue_id, props = self._message(channel, request, hdr)
-        stall_ms = await self._fault_sleep(props) if self.config.fault_injection_enable else 0
-        result = await self.store.put_message(msg, stall_append_ms=stall_ms)
-        return self._put_result_to_response(request, result, msg, queue_id)
+        if self.config.fault_injection_enable:  # (per-message sleeps and stalls: the put of one message)
+            msg, queue_id, props = self._message(channel, request, hdr)
+            stall_ms = await self._fault_sleep(props)
+            result = await self.store.put_message(msg, stall_append_ms=stall_ms)
+            return self._put_result_to_response(request, result, msg, queue_id)
+        # a group of one: the common send as a row, stored in the store's one pass (`put_sent_group`), which puts
+        # anything else as `put_message` would (`put_message_group` of one) and hands back the message it put
+        item, queue_id, _ = self._message(channel, request, hdr, {})
+        items = [item]
+        result = (await self.store.put_sent_group(items))[0]
+        if result.__class__ is tuple:  # (msg_id, queue offset, size)
+            self.stats.on_put(item[0], 1, result[2])
+            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], item[1], result[1])
+        return self._put_result_to_response(request, result, items[0], queue_id)
 
     def _message(
         self,
@@ -581,18 +605,23 @@ class SendMessageProcessor:
         request: RemotingCommand,
         hdr: SendMessageRequestHeader,
         checked: dict[str, Any] | None = None,
-    ) -> tuple[MessageExtBrokerInner, int, dict[str, str]]:
+    ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
-        properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`."""
+        properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`; given (every
+        send but one under fault injection), the common message comes as its row (`store.send_rows.SendRow`, for
+        `put_sent_group`), a half message as the message the transaction service made."""
         # (once per send, the SEND path's hot code: the helpers below are called only where they have something to
         # do, and the common message is built here rather than by `_inner`, which the other sends use)
         topic = hdr.topic
+        queue_id = hdr.queue_id
         entry = checked.get(topic) if checked is not None else None
-        if entry is not None and hdr.queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
+        if entry is not None and queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
             tc = entry[0]
         else:
             tc = self._msg_check(channel, hdr, checked)
-        body = bytes(request.body) if request.body is not None else b""
+        body = request.body
+        if body.__class__ is not bytes:  # (a request's body is bytes, or None)
+            body = b"" if body is None else bytes(body)
         props_text = hdr.properties or ""
         # (an ASCII text's length is its size: the encode measures only the others)
         if (
@@ -601,10 +630,13 @@ class SendMessageProcessor:
             or not props_text.isascii()
         ):
             self._check_size(len(body), len(props_text.encode("utf-8")))
-        # (the pieces: the stored string is the sent one edited, as long as nothing below changes `props`)
-        props, pieces = split_properties(props_text)
-        queue_id = hdr.queue_id
+        # the properties and the string to store, edited from the sent one (`sent_properties`); a send that may change
+        # them below (a retry, a half message, a DELAY, a timer park) splits them again and edits them first
+        cluster = self.config.broker_cluster_name
+        props, stored = sent_properties(props_text, cluster)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            props, pieces = split_properties(props_text)
+            stored = None
             topic = self._handle_retry_and_dlq(hdr, props, tc, request)
             if topic != hdr.topic:  # promoted to the DLQ (queue 0): DELAY dropped
                 pieces = None
@@ -613,8 +645,12 @@ class SendMessageProcessor:
             queue_id = self._queue_id(hdr, tc)
         sys_flag = hdr.sys_flag
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
-        # (most sends carry none of the properties below: one C pass over the dict's few names, not five lookups)
+        # (most sends carry none of the properties below: one C pass over the dict's few names, not five lookups;
+        # WAIT and CLUSTER, which `sent_properties` edited, are not among them)
         if tx_type == TRANSACTION_PREPARED_TYPE or not _SPECIAL_PROPERTIES.isdisjoint(props):
+            if stored is not None:
+                props, pieces = split_properties(props_text)
+                stored = None
             if props.get(_TRAN_MSG) == "true" or tx_type == TRANSACTION_PREPARED_TYPE:
                 if self.config.reject_transaction_message:
                     raise SendError(
@@ -635,15 +671,18 @@ class SendMessageProcessor:
                 except TimerPropertyError as exc:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
                 pieces = None
-        # (`_inner` unrolled: positional, in MessageExtBrokerInner's field order, about half the cost of keywords)
+        if stored is None:
+            stored = stored_properties(props, pieces, cluster)
+        # the message's fields in MessageExtBrokerInner's order (`_inner` unrolled): handed to the store as they are
+        # (a `store.send_rows.SendRow`: no message object), or the message built from them (fault injection)
         tags = props.get(_TAGS)
-        msg = MessageExtBrokerInner(
+        row = (
             topic,
             queue_id,
             hdr.flag,
             body,
             props,
-            stored_properties(props, pieces, self.config.broker_cluster_name),
+            stored,
             tags_hash(tags) if tags else 0,
             sys_flag,
             hdr.born_timestamp,
@@ -651,7 +690,9 @@ class SendMessageProcessor:
             self.store_host,
             hdr.reconsume_times or 0,
         )
-        return msg, queue_id, props
+        if checked is not None:
+            return row, queue_id, props
+        return MessageExtBrokerInner(*row), queue_id, props
 
     # -- batch ------------------------------------------------------------------------------
     async def send_batch_message(

@@ -1,8 +1,8 @@
-"""The SEND requests decoded from one read: checked one by one, stored with one ``put_message_group``, each
+"""The SEND requests decoded from one read: checked one by one, stored with one ``put_sent_group``, each
 answered as a lone send would be (``SendMessageProcessor.process_requests`` behind the server's grouping).
 
 The frames go out in one write, so the broker decodes them from one read. Without the grouping the store's
-``put_message_group`` is never called and the first test fails.
+``put_sent_group`` is never called and the first test fails.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ def spy_groups(broker) -> list[int]:
     """Sizes of the store's group puts, recorded from here on."""
     sizes: list[int] = []
     store = broker.store
-    real = store.put_message_group
+    real = store.put_sent_group
 
-    def put_message_group(msgs, **kw):
+    def put_sent_group(msgs, **kw):
         sizes.append(len(msgs))
         return real(msgs, **kw)
 
-    store.put_message_group = put_message_group
+    store.put_sent_group = put_sent_group
     return sizes
 
 
@@ -74,6 +74,33 @@ async def test_sends_of_one_read_are_stored_in_one_group_put_in_request_order(br
     # the request metrics and the put statistics saw each send
     cells = broker.metrics.requests.latency
     assert cells[(int(RequestCode.SEND_MESSAGE_V2), int(ResponseCode.SUCCESS), False, "success")].count == 8
+
+
+async def test_a_lone_send_is_a_row_of_its_own_and_a_half_message_is_put_as_a_message(broker) -> None:
+    """A send alone in its read goes through the store's one pass too (a group of one row; before, one
+    ``put_message`` of a message): answered and stored as in a group, its statistics counted. A transaction half
+    message goes as the message the transaction service made of it, answered with the queue id it was sent to."""
+    sizes = spy_groups(broker)
+    rows: list = []
+    real = broker.store.put_sent_group
+
+    def spy(items, **kw):
+        rows.extend(item.__class__ is tuple for item in items)
+        return real(items, **kw)
+
+    broker.store.put_sent_group = spy
+    first = await exchange(broker, [send_request("LoneT", b"one", queue_id=2, props={"UNIQ_KEY": "L1"})])
+    second = await exchange(broker, [send_request("LoneT", b"two", queue_id=2, props={"UNIQ_KEY": "L2"})])
+    half = await exchange(
+        broker, [send_request("LoneT", b"half", queue_id=3, props={"TRAN_MSG": "true", "PGROUP": "PG"})]
+    )
+    assert sizes == [1, 1, 1] and rows == [True, True, False]
+    assert [a[1].code for a in (first, second, half)] == [ResponseCode.SUCCESS] * 3
+    assert [first[1].ext_fields["queueOffset"], second[1].ext_fields["queueOffset"]] == ["0", "1"]
+    assert half[1].ext_fields["queueId"] == "3"
+    stored = decode_records(broker.store.get_message("G", "LoneT", 2, 0, 32).body)
+    assert [m.body for m in stored] == [b"one", b"two"]
+    assert broker.stats.put_nums["LoneT"] == 2
 
 
 async def test_a_refused_send_costs_only_its_own_answer_and_a_batch_keeps_its_place(broker) -> None:
@@ -225,7 +252,7 @@ def _stored(broker) -> list[tuple]:
 
 
 async def test_odd_sends_in_a_group_are_answered_and_stored_as_one_by_one(tmp_path) -> None:
-    """Differential: the group path (``_message`` with the group's checked topics, ``put_message_group``) against
+    """Differential: the group path (``_message`` with the group's checked topics, ``put_sent_group``) against
     the one-request path (``_message`` alone, ``put_message``) for sends off the common path: a queue id out of
     range after the topic was checked, a retry past its limit (the DLQ, queue 0), non-ASCII and oversized
     properties (an ASCII text and a non-ASCII one shorter in characters than the limit but over it in bytes),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.message import decode_properties, encode_properties, split_properties, stored_properties
+from store.message import decode_properties, encode_properties, sent_properties, split_properties, stored_properties
 
 CLUSTER = "DefaultCluster"
 # names and values that exercise every rule: the two names the broker edits, empty ones, separators inside
@@ -41,6 +41,29 @@ def test_the_fast_path_stores_what_the_dict_path_stores(text: str, cluster: str)
     assert list(props.items()) == list(decode_properties(text).items())
     stored = stored_properties(props, pieces, cluster)
     assert (list(props.items()), stored) == dict_path(text, cluster)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_TEXT, st.sampled_from([CLUSTER, "c", "clü ster"]))
+def test_the_one_call_stores_what_the_dict_path_stores(text: str, cluster: str) -> None:
+    """`sent_properties` (the two steps in one call, the SEND path's common message) against the dict path."""
+    props, stored = sent_properties(text, cluster)
+    assert (list(props.items()), stored) == dict_path(text, cluster)
+    assert sent_properties(None, cluster) == ({"CLUSTER": cluster}, f"CLUSTER\x01{cluster}")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="7F0a\x01\x02é", max_size=40), st.sampled_from(["", "\x02", "x"]))
+def test_the_java_client_s_plain_text_taken_whole_stores_what_the_dict_path_stores(uniq: str, extra: str) -> None:
+    """``UNIQ_KEY\x01<id>\x02WAIT\x01true\x02`` (the benchmark Producer's text), with ids that are empty or hold
+    separators, and the same text with something before or after it."""
+    for text in (
+        f"UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02",
+        f"{extra}UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02",
+        f"UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02{extra}",
+    ):
+        props, stored = sent_properties(text, CLUSTER)
+        assert (list(props.items()), stored) == dict_path(text, CLUSTER), text
 
 
 @settings(max_examples=500, deadline=None)

@@ -287,7 +287,8 @@ class SendMessageProcessor:
     ) -> list[RemotingCommand | Exception | None]:
         """Several requests of one connection (the SEND requests decoded from one read), answered as
         ``process_request`` answers each: the single sends are checked one by one and stored with one
-        ``put_message_group`` (one status check, one clock read, one dispatch wait, one fsync with SYNC_FLUSH);
+        ``put_sent_group`` (rows, see `_message`: one status check, one clock read, one pass over the group that
+        writes, enters, indexes and announces each, one fsync with SYNC_FLUSH);
         anything else (a batch, a send-back) goes through ``process_request`` in its place, after the sends
         held before it are stored, so the store sees the requests in their order. Responses in request order; a
         request whose processing raised gets its exception in its place (``RequestGroup`` answers it SYSTEM_ERROR
@@ -297,7 +298,7 @@ class SendMessageProcessor:
             for i, request in enumerate(requests):
                 responses[i] = await self._process_guarded(channel, request)
             return responses
-        msgs: list[MessageExtBrokerInner] = []
+        msgs: list[MessageExtBrokerInner | tuple] = []  # rows, or messages (`_message`)
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
@@ -341,7 +342,7 @@ class SendMessageProcessor:
     async def _put_group(
         self,
         channel,
-        msgs: list[MessageExtBrokerInner],
+        msgs: list[MessageExtBrokerInner | tuple],
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
         responses: list[RemotingCommand | Exception | None],
     ) -> None:

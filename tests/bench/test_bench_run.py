@@ -18,8 +18,9 @@ from broker.testing.ports import free_port
 def test_smoke_run_accounting_holds(spark, tmp_path):
     scen = load_scenario("smoke")
     # planted losses: the consumer "forgets" these sequence numbers, which the score must call lost when
-    # their send was acknowledged (an early send can fail on a busy machine, and is then not "lost")
-    planted = tuple(range(5, 25))
+    # their send was acknowledged (an early send can fail on a busy machine, and is then not "lost"); every 20th
+    # after the first ones too, as the first sends can start late enough for the append stall to refuse them all
+    planted = tuple(range(5, 25)) + tuple(range(40, 1000, 20))
     scen = dataclasses.replace(scen, debug=DebugSpec(drop_consumed_seqs=planted))
     out = tmp_path / "run"
     result = run_scenario(scen, RunOptions(out_dir=out, spark=spark, progress=False))

@@ -3,21 +3,11 @@ consume-queue entries, not upstream's 800-entry window); the answers must be tho
 
 from __future__ import annotations
 
-from store_helpers import make_msg
+from store_helpers import EveryEntryFilter, make_msg
 
 from store import GetMessageStatus, PutMessageStatus
 from store.mapped_file import MappedFile
 from store.results import TagsMessageFilter
-
-
-class EveryEntryFilter:
-    """Matches everything but says so only entry by entry: the store walks one full window for it."""
-
-    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
-        return True
-
-    def is_matched_by_commit_log(self, record, properties) -> bool:
-        return True
 
 
 def _answer(r):

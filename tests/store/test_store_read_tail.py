@@ -7,20 +7,10 @@ from __future__ import annotations
 
 import itertools
 
-from store_helpers import make_msg
+from store_helpers import EveryEntryFilter, make_msg
 
 from store import GetMessageStatus, PutMessageStatus
 from store.results import TagsMessageFilter
-
-
-class EveryEntryFilter:
-    """Matches everything but does not say so (no ``matches_all``): the tail path must decline it."""
-
-    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
-        return True
-
-    def is_matched_by_commit_log(self, record, properties) -> bool:
-        return True
 
 
 class MatchesAllFilter(EveryEntryFilter):

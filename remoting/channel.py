@@ -139,14 +139,7 @@ class Channel:
                     failed.append((i, exc))
         parts = list(_flatten(encoded))
         if parts:
-            out = self._out
-            if not out:
-                self._loop.call_soon(self.flush)
-            out += parts
-            size = self._out_bytes + sum(map(len, parts))
-            self._out_bytes = size
-            if size >= FLUSH_EARLY_BYTES:
-                self.flush()
+            self._queue(parts, sum(map(len, parts)))
         return failed
 
     def send_encoded(self, data: bytes, count: int) -> None:
@@ -155,11 +148,17 @@ class Channel:
         if self._closed or self._transport.is_closing():
             log.debug("dropping writes on a closed channel", remote=self.remote_addr, commands=count)
             return
+        self._queue((data,), len(data))
+
+    def _queue(self, parts: list[bytes] | tuple[bytes, ...], size: int) -> None:
+        """Queue a group's encoded ``parts`` (``size`` bytes in all) for the flush at the loop turn's end, scheduled
+        by the first write of the turn; past ``FLUSH_EARLY_BYTES`` queued they leave at once. (``send``, once per
+        answer, does the same inline.)"""
         out = self._out
         if not out:
             self._loop.call_soon(self.flush)
-        out.append(data)
-        size = self._out_bytes + len(data)
+        out += parts
+        size += self._out_bytes
         self._out_bytes = size
         if size >= FLUSH_EARLY_BYTES:
             self.flush()

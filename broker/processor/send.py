@@ -44,6 +44,8 @@ from remoting.send_answer import SendResultAnswer, SendResultTemplate
 from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
     COMPRESSED_FLAG,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBrokerInner,
@@ -55,6 +57,7 @@ from store.message import (
     tags_hash,
 )
 from store.results import PutMessageStatus, StoredPut
+from store.send_rows import row_message
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -86,6 +89,15 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _DELAY = MessageConst.DELAY
 _TRAN_MSG = MessageConst.TRAN_MSG
 _TAGS = MessageConst.TAGS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
+_CLUSTER = MessageConst.CLUSTER
+# the Java client's properties text for a message without tags or keys: `_UNIQ_HEAD` <id> `_WAIT_TRUE_TAIL`; its
+# stored string: `_UNIQ_HEAD` <id> `_CLUSTER_TAIL` <cluster> (`store.message.sent_properties`)
+_UNIQ_HEAD = _UNIQ_KEY + NAME_VALUE_SEPARATOR
+_WAIT_TRUE_TAIL = PROPERTY_SEPARATOR + MessageConst.WAIT + NAME_VALUE_SEPARATOR + "true" + PROPERTY_SEPARATOR
+_CLUSTER_TAIL = PROPERTY_SEPARATOR + _CLUSTER + NAME_VALUE_SEPARATOR
+_UNIQ_FROM = len(_UNIQ_HEAD)
+_UNIQ_TO = -len(_WAIT_TRUE_TAIL)
 # the properties that make `_message` do more than build the message (a half message, a delay, a timer park)
 _SPECIAL_PROPERTIES = frozenset((_TRAN_MSG, _DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS))
 _SUCCESS = int(ResponseCode.SUCCESS)
@@ -349,7 +361,9 @@ class SendMessageProcessor:
         try:
             # (rows and messages: the store replaces in `msgs` each row it did not store in its one pass by the
             # message it put, so that the answers below read what the store made of it)
-            results = await self.store.put_sent_group(msgs)
+            results = await self.store.put_sent_group(
+                msgs, channel.attrs.get("born_host") or born_host(channel), self.store_host
+            )
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
@@ -361,7 +375,7 @@ class SendMessageProcessor:
             if result.__class__ is tuple:  # a row stored in the store's one pass: (msg_id, queue offset, size)
                 msg_id, queue_offset, size = result
                 topic = msg[0]
-                responses[i] = SendResultAnswer(template, request, _SUCCESS, msg_id, msg[1], queue_offset)
+                responses[i] = SendResultAnswer(template, request, _SUCCESS, msg_id, queue_id, queue_offset)
                 if topic != run_topic:
                     if run_msgs:
                         on_put(run_topic, run_msgs, run_bytes)
@@ -444,14 +458,23 @@ class SendMessageProcessor:
     # -- checks ---------------------------------------------------------------------------
     def _msg_check(self, channel, hdr: SendMessageRequestHeader, checked: dict[str, Any] | None = None):
         """The send's checks (upstream msgCheck) and its topic's config. `checked`: the topics of this group
-        that passed already (topic → its config and the bound of its queue ids), so that a group checks each
-        topic once and each queue id against the bound (`_message` reads it)."""
+        that passed already (topic → its config, the bound of its queue ids and what `_message` reads once a
+        group), so that a group checks each topic once and each queue id against the bound."""
         if checked is not None:
             entry = checked.get(hdr.topic)
             if entry is None:
                 tc = self._topic_check(channel, hdr)
-                entry = checked[hdr.topic] = (tc, max(tc.write_queue_nums, tc.read_queue_nums))
-            tc, bound = entry
+                cfg = self.config
+                # (with what `_message` reads once a group: the broker's size limit and cluster, whether the topic
+                # takes `_message`'s common path, not being a retry topic)
+                entry = checked[hdr.topic] = (
+                    tc,
+                    max(tc.write_queue_nums, tc.read_queue_nums),
+                    cfg.max_message_size,
+                    cfg.broker_cluster_name,
+                    not hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
+                )
+            tc, bound = entry[0], entry[1]
         else:
             tc = self._topic_check(channel, hdr)
             bound = max(tc.write_queue_nums, tc.read_queue_nums)
@@ -594,10 +617,11 @@ class SendMessageProcessor:
         # anything else as `put_message` would (`put_message_group` of one) and hands back the message it put
         item, queue_id, _ = self._message(channel, request, hdr, {})
         items = [item]
-        result = (await self.store.put_sent_group(items))[0]
+        born = channel.attrs.get("born_host") or born_host(channel)
+        result = (await self.store.put_sent_group(items, born, self.store_host))[0]
         if result.__class__ is tuple:  # (msg_id, queue offset, size)
             self.stats.on_put(item[0], 1, result[2])
-            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], item[1], result[1])
+            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], queue_id, result[1])
         return self._put_result_to_response(request, result, items[0], queue_id)
 
     def _message(
@@ -609,31 +633,75 @@ class SendMessageProcessor:
     ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
         properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`; given (every
-        send but one under fault injection), the common message comes as its row (`store.send_rows.SendRow`, for
-        `put_sent_group`), a half message as the message the transaction service made."""
-        # (once per send, the SEND path's hot code: the helpers below are called only where they have something to
-        # do, and the common message is built here rather than by `_inner`, which the other sends use)
+        send but one under fault injection), a plain message comes as its row (`store.send_rows.SendRow`, for
+        `put_sent_group`: a bytes body, no transaction type, no DELAY), anything else (a half message, a DELAY, a
+        transaction type) as the message."""
+        # (once per send, the SEND path's hot code: the common send, the Java client's message without tags or keys
+        # to a plain topic, is checked and built here; anything else by `_message_general`)
+        if checked is None:  # (fault injection: the put of one message)
+            item, queue_id, props = self._message(channel, request, hdr, {})
+            if item.__class__ is tuple:
+                item = row_message(item, channel.attrs.get("born_host") or born_host(channel), self.store_host)
+            return item, queue_id, props
         topic = hdr.topic
         queue_id = hdr.queue_id
-        entry = checked.get(topic) if checked is not None else None
-        if entry is not None and queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
-            tc = entry[0]
-        else:
-            tc = self._msg_check(channel, hdr, checked)
+        entry = checked.get(topic)
+        if entry is None or queue_id >= entry[1]:  # (a topic this group has not checked, or a queue id to refuse)
+            self._msg_check(channel, hdr, checked)
+            entry = checked[topic]
+        _tc, _bound, max_body, cluster, plain_topic = entry
         body = request.body
         if body.__class__ is not bytes:  # (a request's body is bytes, or None)
             body = b"" if body is None else bytes(body)
         props_text = hdr.properties or ""
         # (an ASCII text's length is its size: the encode measures only the others)
-        if (
-            len(body) > self.config.max_message_size
-            or len(props_text) > MAX_PROPERTIES_LENGTH
-            or not props_text.isascii()
-        ):
+        if len(body) > max_body or len(props_text) > MAX_PROPERTIES_LENGTH or not props_text.isascii():
             self._check_size(len(body), len(props_text.encode("utf-8")))
+        sys_flag = hdr.sys_flag
+        # the Java client's text for a message without tags or keys (`UNIQ_KEY\x01<id>\x02WAIT\x01true\x02`, the
+        # benchmark Producer's), not a transaction, to a queue it named on a topic that is not a retry topic: the
+        # properties and the string to store as `sent_properties` makes them (WAIT dropped, CLUSTER set), no TAGS
+        if (
+            plain_topic
+            and queue_id >= 0
+            and not sys_flag & TRANSACTION_ROLLBACK_TYPE
+            and props_text.endswith(_WAIT_TRUE_TAIL)
+            and props_text.startswith(_UNIQ_HEAD)
+            and (uniq := props_text[_UNIQ_FROM:_UNIQ_TO])
+            and PROPERTY_SEPARATOR not in uniq
+        ):
+            props = {_UNIQ_KEY: uniq, _CLUSTER: cluster}
+            row = (
+                topic,
+                queue_id,
+                body,
+                props,
+                f"{_UNIQ_HEAD}{uniq}{_CLUSTER_TAIL}{cluster}",
+                0,
+                hdr.flag,
+                sys_flag,
+                hdr.born_timestamp,
+                hdr.reconsume_times or 0,
+            )
+            return row, queue_id, props
+        return self._message_general(channel, request, hdr, entry[0], queue_id, body, props_text, cluster)
+
+    def _message_general(
+        self,
+        channel,
+        request: RemotingCommand,
+        hdr: SendMessageRequestHeader,
+        tc,
+        queue_id: int,
+        body: bytes,
+        props_text: str,
+        cluster: str,
+    ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
+        """`_message` past its checks for any other send: retry and DLQ, a random queue, a half message, a DELAY, a
+        timer park, any properties text."""
+        topic = hdr.topic
         # the properties and the string to store, edited from the sent one (`sent_properties`); a send that may change
         # them below (a retry, a half message, a DELAY, a timer park) splits them again and edits them first
-        cluster = self.config.broker_cluster_name
         props, stored = sent_properties(props_text, cluster)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             props, pieces = split_properties(props_text)
@@ -648,7 +716,7 @@ class SendMessageProcessor:
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         # (most sends carry none of the properties below: one C pass over the dict's few names, not five lookups;
         # WAIT and CLUSTER, which `sent_properties` edited, are not among them)
-        if tx_type == TRANSACTION_PREPARED_TYPE or not _SPECIAL_PROPERTIES.isdisjoint(props):
+        if tx_type or not _SPECIAL_PROPERTIES.isdisjoint(props):
             if stored is not None:
                 props, pieces = split_properties(props_text)
                 stored = None
@@ -674,26 +742,37 @@ class SendMessageProcessor:
                 pieces = None
         if stored is None:
             stored = stored_properties(props, pieces, cluster)
-        # the message's fields in MessageExtBrokerInner's order (`_inner` unrolled): handed to the store as they are
-        # (a `store.send_rows.SendRow`: no message object), or the message built from them (fault injection)
         tags = props.get(_TAGS)
+        tags_code = tags_hash(tags) if tags else 0
+        if tx_type or _DELAY in props:  # (a row is a plain message: these go as the message, `SendRow`)
+            msg = MessageExtBrokerInner(
+                topic,
+                queue_id,
+                hdr.flag,
+                body,
+                props,
+                stored,
+                tags_code,
+                sys_flag,
+                hdr.born_timestamp,
+                channel.attrs.get("born_host") or born_host(channel),
+                self.store_host,
+                hdr.reconsume_times or 0,
+            )
+            return msg, queue_id, props
         row = (
             topic,
             queue_id,
-            hdr.flag,
             body,
             props,
             stored,
-            tags_hash(tags) if tags else 0,
+            tags_code,
+            hdr.flag,
             sys_flag,
             hdr.born_timestamp,
-            channel.attrs.get("born_host") or born_host(channel),
-            self.store_host,
             hdr.reconsume_times or 0,
         )
-        if checked is not None:
-            return row, queue_id, props
-        return MessageExtBrokerInner(*row), queue_id, props
+        return row, queue_id, props
 
     # -- batch ------------------------------------------------------------------------------
     async def send_batch_message(

@@ -22,27 +22,38 @@ from store.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBrokerInner,
 )
+from store.send_rows import row_message
 
 NOW = 1_700_000_123_456  # one clock for both stores: the same store timestamps, delivery times, ids
 
 
+def rowable(m: MessageExtBrokerInner) -> bool:
+    """Whether the send processor may hand the message over as a row (`store.send_rows.SendRow`)."""
+    return m.body.__class__ is bytes and not m.sys_flag & TRANSACTION_ROLLBACK_TYPE and "DELAY" not in m.properties
+
+
 def row(m: MessageExtBrokerInner) -> tuple:
-    """The message as the send processor hands it over (`store.send_rows.SendRow`)."""
-    assert m.prepared_transaction_offset == 0
-    return (
+    """The message as the send processor hands it over (`store.send_rows.SendRow`; its hosts: the group's)."""
+    assert m.prepared_transaction_offset == 0 and rowable(m)
+    got = (
         m.topic,
         m.queue_id,
-        m.flag,
         m.body,
         m.properties,
         m.properties_string,
         m.tags_code,
+        m.flag,
         m.sys_flag,
         m.born_timestamp,
-        m.born_host,
-        m.store_host,
         m.reconsume_times,
     )
+    assert row_message(got, m.born_host, m.store_host) == m
+    return got
+
+
+def _hosts(msgs) -> tuple:
+    """The group's born and store hosts (a group's rows share them)."""
+    return (msgs[0].born_host, msgs[0].store_host) if msgs else (("127.0.0.1", 1), ("127.0.0.1", 2))
 
 
 async def _open(root, **overrides) -> tuple[MessageStore, list[tuple]]:
@@ -105,8 +116,8 @@ async def _both(tmp_path, msgs, *, rows_at=None, warm=(), queues=(), keys=(), **
         await _warm(a, warm)
         await _warm(b, warm)
         copies = [copy.deepcopy(m) for m in msgs]
-        items = [row(m) if rows_at is None or rows_at[k] else m for k, m in enumerate(msgs)]
-        got = await a.put_sent_group(items)
+        items = [row(m) if (rows_at is None or rows_at[k]) and rowable(m) else m for k, m in enumerate(msgs)]
+        got = await a.put_sent_group(items, *_hosts(msgs))
         want = await b.put_message_group(copies)
         await a.reput.wait_dispatched(a.commit_log.get_max_offset())
         await b.reput.wait_dispatched(b.commit_log.get_max_offset())
@@ -231,8 +242,9 @@ async def test_a_store_the_pass_does_not_serve_puts_rows_the_general_way(tmp_pat
     s, _ = await _open(tmp_path / "s", **overrides)
     try:
         await _warm(s, [("GA", 0)])
-        items = [row(make_msg("GA", f"m{k}".encode(), uniq=f"U{k}")) for k in range(4)]
-        results = await s.put_sent_group(items)
+        msgs = [make_msg("GA", f"m{k}".encode(), uniq=f"U{k}") for k in range(4)]
+        items = [row(m) for m in msgs]
+        results = await s.put_sent_group(items, *_hosts(msgs))
         assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 4
         assert all(item.__class__ is MessageExtBrokerInner for item in items)
     finally:
@@ -245,13 +257,13 @@ async def test_a_row_that_raises_keeps_the_rows_before_it_stored_and_dispatched(
     s, notices = await _open(tmp_path / "s")
     try:
         await _warm(s, [("GA", 0)])
-        items = [row(make_msg("GA", b"ok", uniq="OK")), row(make_msg("GA", b"bad", flag=2**40))]
+        msgs = [make_msg("GA", b"ok", uniq="OK"), make_msg("GA", b"bad", flag=2**40)]
         with pytest.raises(Exception):  # noqa: B017,PT011 - struct.error, whatever the pack says
-            await s.put_sent_group(items)
+            await s.put_sent_group([row(m) for m in msgs], *_hosts(msgs))
         assert s.commit_log.begin_time_in_lock == 0
         assert s.get_max_offset_in_queue("GA", 0) == 2 and len(notices) == 2
         assert s.reput.reput_from_offset == s.commit_log.get_max_offset()
-        results = await s.put_sent_group([row(make_msg("GA", b"next", uniq="NX"))])
+        results = await s.put_sent_group([row(make_msg("GA", b"next", uniq="NX"))], *_hosts(msgs))
         assert results[0].__class__ is tuple and results[0][1] == 2
         got = s.get_message("g", "GA", 0, 0, 10)
         assert got.message_count == 3
@@ -267,6 +279,7 @@ def _group(draw) -> tuple[list, list[bool]]:
     """Sends as a group may hold them: topics and queues mixed (some queues warm, some not), bodies of any length
     and type, each transaction kind, DELAY, keys, tags, hosts changing or not; each a row or a message."""
     msgs = []
+    born_host, store_host = draw(st.sampled_from(_HOSTS)), draw(st.sampled_from(_HOSTS[1:]))  # (the group's)
     for _ in range(draw(st.integers(1, 14))):
         length = draw(st.one_of(st.integers(0, 300), st.integers(4000, 5000)))
         body = draw(st.binary(min_size=1, max_size=8)) * length
@@ -287,8 +300,8 @@ def _group(draw) -> tuple[list, list[bool]]:
                 flag=draw(st.integers(-(2**31), 2**31 - 1)),
                 born_timestamp=1_700_000_000_000,
                 reconsume_times=draw(st.integers(0, 16)),
-                born_host=draw(st.sampled_from(_HOSTS)),
-                store_host=draw(st.sampled_from(_HOSTS[1:])),
+                born_host=born_host,
+                store_host=store_host,
             )
         )
     rows_at = [draw(st.booleans()) or draw(st.booleans()) for _ in msgs]

@@ -39,7 +39,6 @@ from store.config import OS_PAGE_SIZE, FlushDiskType
 from store.message import (
     END_FILE_MIN_BLANK_LENGTH,
     FIXED_PART_LENGTH,
-    IPV4_HOSTS_MASK,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
     MessageConst,
@@ -61,8 +60,9 @@ except ImportError:  # pragma: no cover - optional speed-up (store.message picks
 # (topic, queue_id, body, properties, properties_string, tags_code, flag, sys_flag, born_timestamp, reconsume_times):
 # the fields of a `MessageExtBrokerInner` that differ between a group's sends, in the order the loop reads them
 # (`row_message` makes the message). The sender vouches for what the loop does not ask: the body is bytes, sys_flag
-# has no transaction type, the properties hold no DELAY (anything else is handed over as a message), and tags_code
-# is `tags_hash(properties.get("TAGS"))` (the consume queue entry takes it as is). The store still asks what
+# has no transaction type and no IPv6 host flag (records carry IPv4 hosts: `IPV4_HOSTS_MASK` applied), the
+# properties hold no DELAY (anything else is handed over as a message), and tags_code is
+# `tags_hash(properties.get("TAGS"))` (the consume queue entry takes it as is). The store still asks what
 # depends on its own settings: the body's and the properties' sizes against its limits.
 SendRow = tuple
 
@@ -243,7 +243,7 @@ class SendRowPut:
                     flag,
                     queue_offset,
                     phy,
-                    sys_flag & IPV4_HOSTS_MASK,
+                    sys_flag,
                     born_ts,
                     mid,
                     reconsume,

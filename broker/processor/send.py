@@ -15,6 +15,7 @@ import re
 import struct
 import zlib
 from collections.abc import Callable
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -44,6 +45,7 @@ from remoting.send_answer import SendResultAnswer, SendResultTemplate
 from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
     COMPRESSED_FLAG,
+    IPV4_HOSTS_MASK,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     TRANSACTION_PREPARED_TYPE,
@@ -101,6 +103,10 @@ _UNIQ_TO = -len(_WAIT_TRUE_TAIL)
 # the properties that make `_message` do more than build the message (a half message, a delay, a timer park)
 _SPECIAL_PROPERTIES = frozenset((_TRAN_MSG, _DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS))
 _SUCCESS = int(ResponseCode.SUCCESS)
+# the sys flags a row does not carry (`store.send_rows.SendRow`): a transaction type, IPv6 hosts
+_NOT_ROW_FLAGS = TRANSACTION_ROLLBACK_TYPE | ~IPV4_HOSTS_MASK
+_ROW_TOPIC = itemgetter(0)  # a row's topic (`store.send_rows.SendRow`)
+_ROW_SIZE = itemgetter(2)  # a row's stored size in its result (msg_id, queue offset, size)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
@@ -369,19 +375,31 @@ class SendMessageProcessor:
                 responses[i] = exc
             return
         template = self._answer_template()
+        # the rows stored in the store's one pass: answered from their (msg_id, queue offset, size)
+        others = False
+        for (i, request, _hdr, queue_id), result in zip(held, results):
+            if result.__class__ is tuple:
+                responses[i] = SendResultAnswer(template, request, _SUCCESS, result[0], queue_id, result[1])
+            else:
+                others = True
+        if not others:
+            # (each put counted in the statistics of its topic: one update when all went to one topic, the common
+            # group; the topics and sizes read in C)
+            topics = set(map(_ROW_TOPIC, msgs))
+            if len(topics) == 1:
+                self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
+                return
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
-            if result.__class__ is tuple:  # a row stored in the store's one pass: (msg_id, queue offset, size)
-                msg_id, queue_offset, size = result
+            if result.__class__ is tuple:  # answered above
                 topic = msg[0]
-                responses[i] = SendResultAnswer(template, request, _SUCCESS, msg_id, queue_id, queue_offset)
                 if topic != run_topic:
                     if run_msgs:
                         on_put(run_topic, run_msgs, run_bytes)
                     run_topic, run_msgs, run_bytes = topic, 0, 0
                 run_msgs += 1
-                run_bytes += size
+                run_bytes += result[2]
                 continue
             # (the common answer, unrolled from _put_result_to_response: a record appended inline, whose result
             # holds its append's values; one the writer appended goes the general way, to the same answer)
@@ -458,23 +476,25 @@ class SendMessageProcessor:
     # -- checks ---------------------------------------------------------------------------
     def _msg_check(self, channel, hdr: SendMessageRequestHeader, checked: dict[str, Any] | None = None):
         """The send's checks (upstream msgCheck) and its topic's config. `checked`: the topics of this group
-        that passed already (topic → its config, the bound of its queue ids and what `_message` reads once a
-        group), so that a group checks each topic once and each queue id against the bound."""
+        that passed already, so that a group checks each topic once and each queue id against the bound: topic →
+        (the queue ids `_message` takes at once, none for a retry topic; the broker's maxMessageSize, its cluster name
+        and the stored properties' tail naming it, read once a group; the topic's config; the bound of its queue
+        ids)."""
         if checked is not None:
             entry = checked.get(hdr.topic)
             if entry is None:
                 tc = self._topic_check(channel, hdr)
                 cfg = self.config
-                # (with what `_message` reads once a group: the broker's size limit and cluster, whether the topic
-                # takes `_message`'s common path, not being a retry topic)
+                bound = max(tc.write_queue_nums, tc.read_queue_nums)
                 entry = checked[hdr.topic] = (
-                    tc,
-                    max(tc.write_queue_nums, tc.read_queue_nums),
+                    range(0 if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else bound),
                     cfg.max_message_size,
                     cfg.broker_cluster_name,
-                    not hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
+                    _CLUSTER_TAIL + cfg.broker_cluster_name,
+                    tc,
+                    bound,
                 )
-            tc, bound = entry[0], entry[1]
+            tc, bound = entry[4], entry[5]
         else:
             tc = self._topic_check(channel, hdr)
             bound = max(tc.write_queue_nums, tc.read_queue_nums)
@@ -646,10 +666,10 @@ class SendMessageProcessor:
         topic = hdr.topic
         queue_id = hdr.queue_id
         entry = checked.get(topic)
-        if entry is None or queue_id >= entry[1]:  # (a topic this group has not checked, or a queue id to refuse)
-            self._msg_check(channel, hdr, checked)
-            entry = checked[topic]
-        _tc, _bound, max_body, cluster, plain_topic = entry
+        if entry is None or queue_id not in entry[0]:
+            # a topic this group has not checked, a queue id to refuse or to pick, a retry topic
+            return self._message_checked(channel, request, hdr, checked)
+        _, max_body, cluster, cluster_tail, tc, _ = entry
         body = request.body
         if body.__class__ is not bytes:  # (a request's body is bytes, or None)
             body = b"" if body is None else bytes(body)
@@ -659,12 +679,11 @@ class SendMessageProcessor:
             self._check_size(len(body), len(props_text.encode("utf-8")))
         sys_flag = hdr.sys_flag
         # the Java client's text for a message without tags or keys (`UNIQ_KEY\x01<id>\x02WAIT\x01true\x02`, the
-        # benchmark Producer's), not a transaction, to a queue it named on a topic that is not a retry topic: the
-        # properties and the string to store as `sent_properties` makes them (WAIT dropped, CLUSTER set), no TAGS
+        # benchmark Producer's), neither a transaction nor IPv6 hosts, to a queue it named on a topic that is not a
+        # retry topic: the properties and the string to store as `sent_properties` makes them (WAIT dropped, CLUSTER
+        # set), no TAGS
         if (
-            plain_topic
-            and queue_id >= 0
-            and not sys_flag & TRANSACTION_ROLLBACK_TYPE
+            not sys_flag & _NOT_ROW_FLAGS
             and props_text.endswith(_WAIT_TRUE_TAIL)
             and props_text.startswith(_UNIQ_HEAD)
             and (uniq := props_text[_UNIQ_FROM:_UNIQ_TO])
@@ -676,7 +695,7 @@ class SendMessageProcessor:
                 queue_id,
                 body,
                 props,
-                f"{_UNIQ_HEAD}{uniq}{_CLUSTER_TAIL}{cluster}",
+                _UNIQ_HEAD + uniq + cluster_tail,
                 0,
                 hdr.flag,
                 sys_flag,
@@ -684,7 +703,25 @@ class SendMessageProcessor:
                 hdr.reconsume_times or 0,
             )
             return row, queue_id, props
-        return self._message_general(channel, request, hdr, entry[0], queue_id, body, props_text, cluster)
+        return self._message_general(channel, request, hdr, tc, queue_id, body, props_text, cluster)
+
+    def _message_checked(
+        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader, checked: dict[str, Any]
+    ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
+        """`_message` for a send its first test did not take: the topic's and the queue id's checks, then
+        `_message` again (the topic now checked) or, for a queue id to pick or a retry topic, its size checks and
+        `_message_general`."""
+        self._msg_check(channel, hdr, checked)
+        queue_ids, max_body, cluster, _, tc, _ = checked[hdr.topic]
+        if hdr.queue_id in queue_ids:
+            return self._message(channel, request, hdr, checked)
+        body = request.body
+        if body.__class__ is not bytes:
+            body = b"" if body is None else bytes(body)
+        props_text = hdr.properties or ""
+        if len(body) > max_body or len(props_text) > MAX_PROPERTIES_LENGTH or not props_text.isascii():
+            self._check_size(len(body), len(props_text.encode("utf-8")))
+        return self._message_general(channel, request, hdr, tc, hdr.queue_id, body, props_text, cluster)
 
     def _message_general(
         self,
@@ -768,7 +805,7 @@ class SendMessageProcessor:
             stored,
             tags_code,
             hdr.flag,
-            sys_flag,
+            sys_flag & IPV4_HOSTS_MASK,  # (records carry IPv4 hosts: `SendRow`)
             hdr.born_timestamp,
             hdr.reconsume_times or 0,
         )

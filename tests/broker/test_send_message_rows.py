@@ -8,6 +8,7 @@ type, no DELAY) fail the differential one when broken."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 import broker.processor.send as send_module
 from broker.processor.send import SendError
+from remoting.codes import ResponseCode
 from store.message import IPV4_HOSTS_MASK, TRANSACTION_ROLLBACK_TYPE
 
 PRODUCER_TEXT = "UNIQ_KEY\x017F0000014E2A18B4AAC27D2F6B9E0000\x02WAIT\x01true\x02"
@@ -127,3 +129,37 @@ def test_the_common_path_builds_what_the_general_one_builds(rig, send) -> None:
         assert len(item) == 10
         assert not item[7] & TRANSACTION_ROLLBACK_TYPE and item[7] == item[7] & IPV4_HOSTS_MASK
         assert "DELAY" not in item[3] and item[2].__class__ is bytes
+
+
+async def test_the_broker_takes_a_group_s_arrivals_in_one_call(broker, client) -> None:
+    """The store's one pass announces a group in one call (`rows_arriving_listener`): with nothing waiting the broker
+    does nothing more; a parked pull, a waiting POP receive or a timer topic among them gets each arrival as
+    `_on_message_arriving` gets it alone (without the one-call listener the notices go past `_on_rows_arriving` to
+    the message listener and the assertions on what it saw fail)."""
+    from broker_helpers import pull_request
+
+    addr = broker.config.broker_addr
+    seen: list[tuple] = []
+    real = broker._on_message_arriving
+    broker._on_message_arriving = lambda *a: (seen.append(a[:4]), real(*a))
+    await client.invoke(addr, send_request("ArriveT", b"a", queue_id=0), 5)
+    assert seen == []  # nobody waits: not one notice
+    parked = asyncio.ensure_future(client.invoke(addr, pull_request("G", "ArriveT", 0, 1, suspend_ms=10_000), 15))
+    await asyncio.sleep(0.3)
+    assert not parked.done()
+    await client.invoke(addr, send_request("ArriveT", b"b", queue_id=0), 5)
+    assert (await parked).code == ResponseCode.SUCCESS
+    assert seen == [("ArriveT", 0, 2, 0)]
+    waiting = asyncio.ensure_future(broker.pop_service.wait("PopG", "ArriveT", 10_000))
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and broker.pop_service.has_waiters()
+    await client.invoke(addr, send_request("ArriveT", b"c", queue_id=0), 5)
+    await asyncio.wait_for(waiting, 2)  # (woken by the arrival, not its 10 s timeout)
+    assert seen == [("ArriveT", 0, 2, 0), ("ArriveT", 0, 3, 0)]
+    seen.clear()
+    broker._on_rows_arriving([("rmq_sys_wheel_timer", 0, b"", {}, "", 0, 0, 0, 0, 0)], [("id", 4, 99)], 1, {"T"})
+    assert seen == [] and broker.pull_hold_service.table == {}
+    broker._on_rows_arriving(
+        [("rmq_sys_wheel_timer", 0, b"", {}, "", 0, 0, 0, 0, 0)], [("id", 4, 99)], 1, {"rmq_sys_wheel_timer"}
+    )
+    assert seen == [("rmq_sys_wheel_timer", 0, 5, 0)]

@@ -167,9 +167,9 @@ class SendRowPut:
         id_base = int(prefix, 16) << 64
         last_topic = None
         topics_seen: dict[str, tuple] = {}  # topic → (its head, fixed size, key prefix, queues written: id → state)
-        seen: dict[
-            int, tuple
-        ] = {}  # queue id → (its last file, the file's view, its last entry's position, queue, key)
+        # the current topic's queues written: queue id → (its last file, the file's view, its last entry's position,
+        # the queue, its key)
+        seen: dict[int, tuple] = {}
         head = key_prefix = ""
         fixed = 0
         rec: Any = None

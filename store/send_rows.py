@@ -160,7 +160,14 @@ class SendRowPut:
         index_keys, index_phys = d._index_keys, d._index_phys
         records = self._records
         # the record's born host, store time and store host: one field, the same for every row here
-        mid = _MID.pack(encoder.host(born_host[0]), born_host[1], store_ts, encoder.host(store_host[0]), store_host[1])
+        hosts = encoder.host_bytes
+        mid = _MID.pack(
+            hosts.get(born_host[0]) or encoder.host(born_host[0]),
+            born_host[1],
+            store_ts,
+            hosts.get(store_host[0]) or encoder.host(store_host[0]),
+            store_host[1],
+        )
         prefix = cl._id_prefix.get(store_host)
         if prefix is None:
             prefix = cl._id_prefix[store_host] = offset_msg_id_prefix(*store_host)

@@ -668,7 +668,10 @@ class SendMessageProcessor:
         entry = checked.get(topic)
         if entry is None or queue_id not in entry[0]:
             # a topic this group has not checked, a queue id to refuse or to pick, a retry topic
-            return self._message_checked(channel, request, hdr, checked)
+            self._msg_check(channel, hdr, checked)
+            entry = checked[topic]
+            if queue_id not in entry[0]:
+                return self._message_other(channel, request, hdr, entry)
         _, max_body, cluster, cluster_tail, tc, _ = entry
         body = request.body
         if body.__class__ is not bytes:  # (a request's body is bytes, or None)
@@ -705,16 +708,12 @@ class SendMessageProcessor:
             return row, queue_id, props
         return self._message_general(channel, request, hdr, tc, queue_id, body, props_text, cluster)
 
-    def _message_checked(
-        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader, checked: dict[str, Any]
+    def _message_other(
+        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader, entry: tuple
     ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
-        """`_message` for a send its first test did not take: the topic's and the queue id's checks, then
-        `_message` again (the topic now checked) or, for a queue id to pick or a retry topic, its size checks and
+        """`_message` for a send to a queue id the broker picks or to a retry topic (checked): its size checks and
         `_message_general`."""
-        self._msg_check(channel, hdr, checked)
-        queue_ids, max_body, cluster, _, tc, _ = checked[hdr.topic]
-        if hdr.queue_id in queue_ids:
-            return self._message(channel, request, hdr, checked)
+        _, max_body, cluster, _, tc, _ = entry
         body = request.body
         if body.__class__ is not bytes:
             body = b"" if body is None else bytes(body)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -142,6 +142,7 @@ class BrokerController:
         )
         self.pull_processor.hold_service = self.pull_hold_service
         self.store.message_arriving_listener = self._on_message_arriving
+        self.store.rows_arriving_listener = self._on_rows_arriving
         self.pop_service = PopService(
             store=self.store,
             offsets=self.consumer_offset_manager,
@@ -267,6 +268,20 @@ class BrokerController:
             return
         self.pull_hold_service.notify_message_arriving(topic, queue_id, max_offset, tags_code, properties)
         self.pop_service.notify_arrival(topic)
+
+    def _on_rows_arriving(self, rows: list, results: list, store_timestamp: int, topics: Collection[str]) -> None:
+        """The arrivals of a group of sends the store put in its one pass (`store.dispatcher.RowsArrivingListener`):
+        nothing to do while no pull or POP receive waits and none is a delay or timer message (the SEND load's
+        common case: one test a group, not a call a message); else each as `_on_message_arriving`."""
+        if (
+            self.pull_hold_service.table
+            or self.pop_service.has_waiters()
+            or SCHEDULE_TOPIC in topics
+            or TIMER_TOPIC in topics
+        ):
+            notify = self._on_message_arriving
+            for row, result in zip(rows, results):  # (SendRow: topic, queue id, _, properties, _, tags code, ...)
+                notify(row[0], row[1], result[1] + 1, row[5], store_timestamp, row[3])
 
     async def _pop_forward_to_dlq(self, group: str, msg) -> bool:
         """The POP revive's last step: the send processor's send-back with delay level -1 (to %DLQ%<group>)."""

@@ -325,6 +325,10 @@ class PopService:
             for waiters in groups.values():
                 self._wake_one(waiters)
 
+    def has_waiters(self) -> bool:
+        """Whether any receive waits (on any topic): an arrival with none has nothing to wake."""
+        return bool(self._waiters)
+
     @staticmethod
     def _wake_one(waiters: deque[asyncio.Future[None]]) -> None:
         while waiters:

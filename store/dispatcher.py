@@ -21,7 +21,7 @@ three places of this file.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MessageArrivingListener = Callable[[str, int, int, int, int, dict | None], None]
+# (rows, results, store_timestamp, topics): the arrivals of the rows of a group the store put in its one pass
+# (`store.send_rows`), in CommitLog order: row k (a `SendRow`) has the result results[k], `(msg_id, queue_offset,
+# size)`, its queue's new max offset queue_offset + 1; rows past len(results) were not stored there (not announced
+# here); all stored at `store_timestamp`; `topics` holds every topic among them (and maybe others)
+RowsArrivingListener = Callable[[list, list, int, Collection[str]], None]
 
 # keys of inline appends are indexed in one vectorised pass: at most this long after the put, or at once when
 # this many are waiting. A pass costs ~100-200 us of numpy calls before its first key (then ~0.3 us a key), so
@@ -91,6 +96,8 @@ class CommitLogDispatcher:
         self.reput: ReputMessageService | None = None
         self.checkpoint: StoreCheckpoint | None = None  # set while the store is loaded
         self.message_arriving_listener: MessageArrivingListener | None = None
+        # the same notices for a group of rows in one call (`announce_rows`); None: one listener call a row
+        self.rows_arriving_listener: RowsArrivingListener | None = None
         self.running = False  # the store runs: arrival notices of bulk dispatches are worth sending
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._dispatch_failures: set[tuple[str, int]] = set()  # queues already reported by failed()
@@ -471,6 +478,26 @@ class CommitLogDispatcher:
         handle, self._index_build_handle = self._index_build_handle, None
         if handle is not None:
             handle.cancel()
+
+    def announce_rows(self, rows: list, results: list, store_ts: int, topics: Collection[str]) -> None:
+        """The arrival notices of the rows of a group `store.send_rows` stored (see `RowsArrivingListener`): in one
+        call when the broker takes them so, else one `message_arriving_listener` call a row, with the arguments a
+        dispatch of the same record gives."""
+        many = self.rows_arriving_listener
+        if many is not None:
+            try:
+                many(rows, results, store_ts, topics)
+            except Exception:  # as a notice's: the records are stored and entered all the same
+                log.exception("rows arriving listener failed", rows=len(results))
+            return
+        listener = self.message_arriving_listener
+        if listener is None:
+            return
+        for row, result in zip(rows, results):
+            try:
+                listener(row[0], row[1], result[1] + 1, row[5], store_ts, row[3])
+            except Exception:
+                log.exception("message arriving listener failed", topic=row[0])
 
     def _queue_index_keys(self, topic: str, uniq: str | None, keys: str | None, phy: int, store_ts: int) -> None:
         """Queue a record's index keys (UNIQ_KEY, each of KEYS) for the next bulk build."""

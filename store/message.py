@@ -12,6 +12,7 @@ import socket
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from store.java_hash import java_string_hash
 from store.message_id import create_offset_msg_id as create_offset_msg_id
@@ -355,6 +356,14 @@ def record_length(body_length: int, topic_length: int, properties_length: int) -
     return 91 + body_length + topic_length + properties_length
 
 
+# `write_many`'s record: FIXED_PART with the born host, store time and store host as one 24-byte field (a batch's
+# messages share them), then the body and the tail
+_BATCH_RECORD_FIXED = ">iiiiiqqiq24siqi"
+_HOSTS_AND_TIME = struct.Struct(">4siq4si")  # born ip, born port, store time, store ip, store port
+assert struct.calcsize(_BATCH_RECORD_FIXED) == FIXED_PART_LENGTH
+_BATCH_RECORDS_MAX = 64
+
+
 class RecordEncoder:
     """Encodes records with small caches of host and topic bytes (one per store; not shared state)."""
 
@@ -367,6 +376,7 @@ class RecordEncoder:
         # topic → TOPICLEN + topic bytes (only topics `plan` accepted), IPv4 text → 4 bytes
         self.topic_heads = self._topics
         self.host_bytes = self._hosts
+        self._batch_records: dict[tuple[int, int], struct.Struct] = {}  # see _batch_record
 
     def host(self, ip: str) -> bytes:
         """The 4 bytes of an IPv4 host as records carry it (cached)."""
@@ -421,23 +431,23 @@ class RecordEncoder:
         tails: list[bytes] = []
         crcs: list[int] = []
         sizes: list[int] = []
-        total = 0
+        add_tail, add_crc, add_size = tails.append, crcs.append, sizes.append
+        fixed = FIXED_PART_LENGTH
         too_long = 0
         wire_extra = 0  # what records with too long properties add to the wire size below
         for msg in msgs:
-            props = msg.properties_string.encode("utf-8") if msg.properties_string else b""
+            props = (msg.properties_string or "").encode()
             body = msg.body or b""
-            if len(props) <= MAX_PROPERTIES_LENGTH:
-                tail = b"".join((topic, short(len(props)), props))
+            if (plen := len(props)) <= MAX_PROPERTIES_LENGTH:
+                tail = topic + short(plen) + props  # (+ is cheaper than a join for three)
             else:
-                too_long = too_long or len(props)  # the first one too long (reported after the size check)
-                wire_extra += len(props) + 2 + len(topic)
+                too_long = too_long or plen  # the first one too long (reported after the size check)
+                wire_extra += plen + 2 + len(topic)
                 tail = b""
-            tails.append(tail)
-            crcs.append(crc32(body) & 0x7FFFFFFF)
-            size = FIXED_PART_LENGTH + len(body) + len(tail)
-            sizes.append(size)
-            total += size
+            add_tail(tail)
+            add_crc(crc32(body) & 0x7FFFFFFF)
+            add_size(fixed + len(body) + len(tail))
+        total = sum(sizes)
         # the batch as the client sent it: 22 + body + properties bytes a message, that is each record's
         # size without its fixed part, topic and properties length (88 + topic + 2 - 22 bytes)
         wire = total - len(msgs) * (FIXED_PART_LENGTH - 20 + len(topic)) + wire_extra
@@ -508,33 +518,41 @@ class RecordEncoder:
         store_ts: int,
     ) -> list[int]:
         """Write the records planned by `plan`/`plan_many` one after another from `pos` of `buf` (the
-        mapped file, or a staging buffer): per record one pack_into for the fixed part and two slice
-        copies, no intermediate buffer, no attribute lookups on self in the loop. Record i gets queue
-        offset `queue_offset + i * queue_step` (0 or 1) and physical offset `phy_offset` + the sizes
-        before it. Returns the physical offsets."""
-        pack = FIXED_PART.pack_into
+        mapped file, or a staging buffer): per record one pack_into of a record Struct (`_batch_record`: the
+        born host, store time and store host one 24-byte field, then the body and the tail), no intermediate
+        buffer, no attribute lookups on self in the loop. Record i gets queue offset `queue_offset + i *
+        queue_step` (0 or 1) and physical offset `phy_offset` + the sizes before it. Returns the physical
+        offsets."""
         hosts = self._hosts
+        records = self._batch_records
         mask = _IPV4_HOSTS
         magic = MESSAGE_MAGIC_CODE
-        fixed = FIXED_PART_LENGTH
         phys: list[int] = []
         add = phys.append
         qo = queue_offset
         delta = phy_offset - pos
         born = store = None
+        mid = b""
+        rec: Any = None
+        rec_size = rec_body = -1
         for msg, size, crc, tail in zip(msgs, sizes, crcs, tails):
             body = msg.body or b""
             blen = len(body)
-            if msg.born_host is not born:  # (the messages of a batch share their host tuples)
+            if msg.born_host is not born or msg.store_host is not store:  # (a batch shares its host tuples)
                 born = msg.born_host
-                born_ip = hosts.get(born[0]) or self.host(born[0])
-                born_port = born[1]
-            if msg.store_host is not store:
                 store = msg.store_host
-                store_ip = hosts.get(store[0]) or self.host(store[0])
-                store_port = store[1]
+                mid = _HOSTS_AND_TIME.pack(
+                    hosts.get(born[0]) or self.host(born[0]),
+                    born[1],
+                    store_ts,
+                    hosts.get(store[0]) or self.host(store[0]),
+                    store[1],
+                )
+            if size != rec_size or blen != rec_body:  # (one Struct for a run of one shape: a batch's, mostly)
+                rec = records.get((blen, size)) or self._batch_record(blen, size)
+                rec_size, rec_body = size, blen
             phy = pos + delta
-            pack(
+            rec.pack_into(
                 buf,
                 pos,
                 size,
@@ -546,23 +564,27 @@ class RecordEncoder:
                 phy,
                 msg.sys_flag & mask,
                 msg.born_timestamp,
-                born_ip,
-                born_port,
-                store_ts,
-                store_ip,
-                store_port,
+                mid,
                 msg.reconsume_times,
                 msg.prepared_transaction_offset,
                 blen,
+                body,
+                tail,
             )
-            b = pos + fixed
-            e = b + blen
-            buf[b:e] = body
             pos += size
-            buf[e:pos] = tail
             add(phy)
             qo += queue_step
         return phys
+
+    def _batch_record(self, body_length: int, size: int) -> struct.Struct:
+        """`write_many`'s Struct of a whole record of this body length and size (bounded, cleared when full)."""
+        records = self._batch_records
+        if len(records) >= _BATCH_RECORDS_MAX:
+            records.clear()
+        rec = records[(body_length, size)] = struct.Struct(
+            f"{_BATCH_RECORD_FIXED}{body_length}s{size - FIXED_PART_LENGTH - body_length}s"
+        )
+        return rec
 
     def encode(self, msg: MessageExtBrokerInner, max_body_size: int | None = None) -> bytearray:
         """Upstream's record bytes for `msg`; QUEUEOFFSET, PHYSICALOFFSET are left 0 and STORETIMESTAMP is

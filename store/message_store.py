@@ -35,7 +35,7 @@ from store.config import (
     StoreConfigError,
 )
 from store.consume_queue import ConsumeQueue
-from store.dispatcher import CommitLogDispatcher, MessageArrivingListener
+from store.dispatcher import CommitLogDispatcher, MessageArrivingListener, RowsArrivingListener
 from store.fault import StoreFault
 from store.flush import (
     AfterPut,
@@ -278,6 +278,16 @@ class MessageStore:
     @message_arriving_listener.setter
     def message_arriving_listener(self, listener: MessageArrivingListener | None) -> None:
         self.dispatcher.message_arriving_listener = listener
+
+    @property
+    def rows_arriving_listener(self) -> RowsArrivingListener | None:
+        return self.dispatcher.rows_arriving_listener
+
+    @rows_arriving_listener.setter
+    def rows_arriving_listener(self, listener: RowsArrivingListener | None) -> None:
+        """The arrivals of a group of rows the SEND path's one pass stored, in one call (`CommitLogDispatcher.
+        announce_rows`); without it each is told to `message_arriving_listener`."""
+        self.dispatcher.rows_arriving_listener = listener
 
     @property
     def checkpoint(self) -> StoreCheckpoint | None:
@@ -532,12 +542,12 @@ class MessageStore:
         """Put each message as `put_message` would, in one pass (MessagePutter.put_message_group)."""
         return self.putter.put_message_group(msgs, stall_append_ms=stall_append_ms)
 
-    def put_sent_group(self, items: list) -> Awaitable[list]:
-        """`put_message_group` for the SEND path's rows (`store.send_rows.SendRow`; messages may be mixed in): the
-        common record planned, written and dispatched in one pass, a stored row's result a `(msg_id, queue_offset,
-        size)` tuple; anything else goes through `put_message_group`, its row replaced in `items` by the message
-        put (SendRowPut.put)."""
-        return self.putter.send_rows.put(items)
+    def put_sent_group(self, items: list, born_host: tuple[str, int], store_host: tuple[str, int]) -> Awaitable[list]:
+        """`put_message_group` for the SEND path's rows (`store.send_rows.SendRow`, all born at `born_host` and
+        stored by `store_host`; messages may be mixed in): the common record planned, written and dispatched in one
+        pass, a stored row's result a `(msg_id, queue_offset, size)` tuple; anything else goes through
+        `put_message_group`, its row replaced in `items` by the message put (SendRowPut.put)."""
+        return self.putter.send_rows.put(items, born_host, store_host)
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

@@ -39,10 +39,8 @@ from store.config import OS_PAGE_SIZE, FlushDiskType
 from store.message import (
     END_FILE_MIN_BLANK_LENGTH,
     FIXED_PART_LENGTH,
-    IPV4_HOSTS_MASK,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
-    TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
     MessageExtBrokerInner,
     offset_msg_id_prefix,
@@ -59,24 +57,42 @@ try:
 except ImportError:  # pragma: no cover - optional speed-up (store.message picks the same)
     from zlib import crc32
 
-# (topic, queue_id, flag, body, properties, properties_string, tags_code, sys_flag, born_timestamp, born_host,
-#  store_host, reconsume_times): `MessageExtBrokerInner(*row)` is the same message. tags_code must be
-# `tags_hash(properties.get("TAGS"))`, as the processor builds it (the consume queue entry takes it as is).
+# (topic, queue_id, body, properties, properties_string, tags_code, flag, sys_flag, born_timestamp, reconsume_times):
+# the fields of a `MessageExtBrokerInner` that differ between a group's sends, in the order the loop reads them
+# (`row_message` makes the message). The sender vouches for what the loop does not ask: the body is bytes, sys_flag
+# has no transaction type and no IPv6 host flag (records carry IPv4 hosts: `IPV4_HOSTS_MASK` applied), the
+# properties hold no DELAY (anything else is handed over as a message), and tags_code is
+# `tags_hash(properties.get("TAGS"))` (the consume queue entry takes it as is). The store still asks what
+# depends on its own settings: the body's and the properties' sizes against its limits.
 SendRow = tuple
 
-_SHORT = struct.Struct(">h")
 _ENTRY = struct.Struct(">qiq")  # a consume queue entry (store.consume_queue)
+# a record's fixed part as the one pass writes it: the born host, the store time and the store host are one
+# 24-byte field (the same for a whole group), the prepared transaction offset (0) pad bytes (`pack_into` zeroes
+# them); then the body, the topic's head, the properties' length and the properties (`_record`)
+_RECORD_FIXED = ">iiiiiqqiq24si8xi"
+_MID = struct.Struct(">4siq4si")  # born ip, born port, store time, store ip, store port
+assert struct.calcsize(_RECORD_FIXED) == FIXED_PART_LENGTH
+_RECORDS_MAX = 64  # record Structs kept (a sender's records come in a few shapes; cleared when full)
 _CQ_UNIT = 20
 _PUT_OK = PutMessageStatus.PUT_OK
-_DELAY = MessageConst.DELAY
 _KEYS = MessageConst.KEYS
 _UNIQ_KEY = MessageConst.UNIQ_KEY
 _KEY_SEPARATOR = MessageConst.KEY_SEPARATOR
 _YIELD_EVERY_INLINE = 64  # as MessagePutter: appends on the caller's stack in a row before a put yields
 
 
+def row_message(row: SendRow, born_host: tuple[str, int], store_host: tuple[str, int]) -> MessageExtBrokerInner:
+    """The message a row describes (its sender's hosts given)."""
+    topic, queue_id, body, props, text, tags_code, flag, sys_flag, born_ts, reconsume = row
+    return MessageExtBrokerInner(
+        topic, queue_id, flag, body, props, text, tags_code, sys_flag, born_ts, born_host, store_host, reconsume
+    )
+
+
 class SendRowPut:
-    """`put` for one putter (its CommitLog, dispatcher and reput); holds no state of its own."""
+    """`put` for one putter (its CommitLog, dispatcher and reput); holds no state of its own but the record
+    Structs."""
 
     def __init__(self, putter: MessagePutter) -> None:
         self.putter = putter
@@ -84,11 +100,23 @@ class SendRowPut:
         self.dispatcher = putter.dispatcher
         self.reput = putter.reput
         self._async_flush = putter.config.flush_disk_type != FlushDiskType.SYNC_FLUSH
+        self._records: dict[tuple[int, int, int], struct.Struct] = {}
 
-    async def put(self, items: list[Any]) -> list[Any]:
-        """Put each item (a `SendRow`, or a `MessageExtBrokerInner`) as `put_message_group` would, in order.
-        Results in the order of `items`: `(msg_id, queue_offset, size)` for a row stored in the one pass, else
-        the item's `PutMessageResult` (its row, if it was one, replaced in `items` by the message put)."""
+    def _record(self, body_length: int, head_length: int, props_length: int) -> struct.Struct:
+        """The `Struct` of a whole record with a body, a topic head and properties of these lengths (bounded)."""
+        records = self._records
+        if len(records) >= _RECORDS_MAX:
+            records.clear()
+        rec = records[(body_length, head_length, props_length)] = struct.Struct(
+            f"{_RECORD_FIXED}{body_length}s{head_length}sh{props_length}s"
+        )
+        return rec
+
+    async def put(self, items: list[Any], born_host: tuple[str, int], store_host: tuple[str, int]) -> list[Any]:
+        """Put each item (a `SendRow`, or a `MessageExtBrokerInner`) as `put_message_group` would, in order; the rows'
+        hosts are `born_host` and `store_host` (a group's sends share their connection and broker). Results in the
+        order of `items`: `(msg_id, queue_offset, size)` for a row stored in the one pass, else the item's
+        `PutMessageResult` (its row, if it was one, replaced in `items` by the message put)."""
         putter = self.putter
         cl = self.commit_log
         d = self.dispatcher
@@ -111,119 +139,107 @@ class SendRowPut:
             or (d._index_enabled and d.index_service.needs_file())
             or putter._store_status()[0] is not _PUT_OK
         ):
-            return await self._general(items, 0, [])
+            return await self._general(items, 0, [], born_host, store_host)
         begin = store_ts = putter.now_ms()
         cl.begin_time_in_lock = begin
         results: list[Any] = []
         pos = start = mf.wrote_position
         last_end = mf.file_size - END_FILE_MIN_BLANK_LENGTH  # a record must end by here (room for a BLANK after it)
+        # a record past `limit` is looked at again: past the file's room, or staged (4 KiB or more past the pre-fault
+        # window)
+        limit = min(last_end, mf.prefaulted_position)
         base = mf.file_from_offset
         view = mf.write_view
-        prefaulted = mf.prefaulted_position
         table = cl.topic_queue_table
         encoder = cl.encoder
         heads = encoder.topic_heads
-        hosts = encoder.host_bytes
-        records = cl._record_structs
         topics_ok = putter._topics_ok
         max_body = putter.config.max_message_size
         queues_of = d.consume_queue_table
         index = d._index_enabled
-        index_keys, index_phys, index_times = d._index_keys, d._index_phys, d._index_times
-        listener = d.message_arriving_listener if d._listening else None
-        last_born = last_store = None
-        born_ip = store_ip = b""
-        born_port = store_port = 0
-        id_base = 0
+        index_keys, index_phys = d._index_keys, d._index_phys
+        records = self._records
+        # the record's born host, store time and store host: one field, the same for every row here
+        hosts = encoder.host_bytes
+        mid = _MID.pack(
+            hosts.get(born_host[0]) or encoder.host(born_host[0]),
+            born_host[1],
+            store_ts,
+            hosts.get(store_host[0]) or encoder.host(store_host[0]),
+            store_host[1],
+        )
+        prefix = cl._id_prefix.get(store_host)
+        if prefix is None:
+            prefix = cl._id_prefix[store_host] = offset_msg_id_prefix(*store_host)
+        id_base = int(prefix, 16) << 64
         last_topic = None
-        last_queue_id = -1
-        cq: Any = None
-        cq_mf: Any = None
-        cq_view: Any = None
-        cq_last = cq_pos = queue_offset = 0
-        key: Any = None
-        queues_seen: dict[tuple[str, int], tuple] = {}  # the queues written in this loop: their topic head and file
+        topics_seen: dict[str, tuple] = {}  # topic → (its head, fixed size, key prefix, queues written: id → state)
+        # the current topic's queues written: queue id → (its last file, the file's view, its last entry's position,
+        # the queue, its key)
+        seen: dict[int, tuple] = {}
+        head = key_prefix = ""
+        fixed = 0
         rec: Any = None
-        rec_size = rec_body = -1
-        head = b""
-        short = _SHORT.pack
+        rec_body = rec_props = -1
         entry = _ENTRY.pack_into
         complete = False  # (False after an exception: the records before the one that raised stay, announced)
         try:
             for row in items:
                 try:  # (a message, not a row, does not unpack: it and the rest go the general way)
-                    topic, queue_id, flag, body, props, text, tags_code, sys_flag, born_ts, born, store, reconsume = row
-                except TypeError:
+                    topic, queue_id, body, props, text, tags_code, flag, sys_flag, born_ts, reconsume = row
+                except (TypeError, ValueError):
                     break
-                # the general path's plan (`put_message_group`), for what it takes without a question
-                if (
-                    sys_flag & TRANSACTION_ROLLBACK_TYPE
-                    or body.__class__ is not bytes
-                    or (body_length := len(body)) > max_body
-                    or _DELAY in props
-                ):
+                # the general path's plan (`put_message_group`) for what the processor did not vouch for (`SendRow`)
+                if (body_length := len(body)) > max_body:
                     break
                 props_bytes = text.encode()
-                if len(props_bytes) > MAX_PROPERTIES_LENGTH:
+                if (props_length := len(props_bytes)) > MAX_PROPERTIES_LENGTH:
                     break
-                if topic != last_topic or queue_id != last_queue_id:
-                    # another queue than the previous row's
+                if topic != last_topic:
+                    # another topic than the previous row's: its state if this loop saw it, else its checks
+                    state = topics_seen.get(topic)
+                    if state is None:
+                        # its topic checked and encoded before (the putter's), its queues
+                        if (head := heads.get(topic)) is None or topic not in topics_ok or topic not in queues_of:
+                            break
+                        state = topics_seen[topic] = (head, FIXED_PART_LENGTH + len(head) + 2, f"{topic}#", {})
+                    head, fixed, key_prefix, seen = state
+                    last_topic = topic
+                    rec_body = -1  # (the record's Struct has the topic's length)
+                qs = seen.get(queue_id)
+                if qs is None:
+                    # a queue this loop has not written: its consume queue and next entry (`ConsumeQueue.try_append`'s
+                    # rule); then its next offset and entry follow from what the loop wrote
+                    if (cq := queues_of[topic].get(queue_id)) is None:
+                        break  # a queue's first entry: created by the general path's dispatch
+                    cq_files = cq.mapped_file_queue.mapped_files
+                    if not cq_files:
+                        break
+                    cq_mf = cq_files[-1]
                     key = (topic, queue_id)
-                    seen = queues_seen.get(key)
-                    if seen is not None:  # one this loop wrote to before: its next entry follows from that one
-                        head, cq, cq_mf, cq_view, cq_last = seen
-                        queue_offset = table[key]
-                        cq_pos = cq_mf.wrote_position
-                    else:
-                        # its topic checked and encoded before, its consume queue and next entry
-                        # (`ConsumeQueue.try_append`'s rule)
-                        if (head := heads.get(topic)) is None or topic not in topics_ok:
-                            break
-                        queues = queues_of.get(topic)
-                        if queues is None or (cq := queues.get(queue_id)) is None:
-                            break  # a queue's first entry: created by the general path's dispatch
-                        cq_files = cq.mapped_file_queue.mapped_files
-                        if not cq_files:
-                            break
-                        cq_mf = cq_files[-1]
-                        cq_view = cq_mf.write_view
-                        cq_last = cq_mf.file_size - _CQ_UNIT
-                        queue_offset = table.get(key, 0)
-                        cq_pos = cq_mf.wrote_position
-                        if (
-                            cq_pos == 0
-                            or cq_mf.file_from_offset + cq_pos != queue_offset * _CQ_UNIT
-                            or base + pos < cq.max_physic_offset  # (an entry not after the last: the general path's)
-                        ):
-                            break
-                        queues_seen[key] = (head, cq, cq_mf, cq_view, cq_last)
-                    last_topic, last_queue_id = topic, queue_id
-                else:  # the previous row's queue: the next queue offset and entry
-                    queue_offset += 1
-                    cq_pos += _CQ_UNIT
+                    cq_pos = cq_mf.wrote_position
+                    if (
+                        cq_pos == 0
+                        or cq_mf.file_from_offset + cq_pos != table.get(key, 0) * _CQ_UNIT
+                        or base + pos < cq.max_physic_offset  # (an entry not after the last: the general path's)
+                    ):
+                        break
+                    qs = seen[queue_id] = (cq_mf, cq_mf.write_view, cq_mf.file_size - _CQ_UNIT, cq, key)
+                cq_mf, cq_view, cq_last, cq, key = qs
+                cq_pos = cq_mf.wrote_position
                 if cq_pos > cq_last:
                     break  # the queue's next file: made by the general path (the reput, in a worker thread)
-                tail = head + short(len(props_bytes)) + props_bytes  # (+ is cheaper than a join for three)
-                size = FIXED_PART_LENGTH + body_length + len(tail)
-                if (end := pos + size) > last_end or (end > prefaulted and size >= OS_PAGE_SIZE):
+                queue_offset = table[key]
+                size = fixed + body_length + props_length
+                if (end := pos + size) > limit and (end > last_end or size >= OS_PAGE_SIZE):
                     break  # a BLANK and the next file, or a staged pwrite: the writer's and the general path's
                 phy = base + pos
-                if born is not last_born:
-                    last_born = born
-                    born_ip = hosts.get(born[0]) or encoder.host(born[0])
-                    born_port = born[1]
-                if store is not last_store:
-                    last_store = store
-                    store_ip = hosts.get(store[0]) or encoder.host(store[0])
-                    store_port = store[1]
-                    prefix = cl._id_prefix.get(store)
-                    if prefix is None:
-                        prefix = cl._id_prefix[store] = offset_msg_id_prefix(*store)
-                    id_base = int(prefix, 16) << 64
-                # the record in one pack_into (as `CommitLog._write_group`)
-                if size != rec_size or body_length != rec_body:  # (the record's Struct: one for a run of one shape)
-                    rec = records.get((body_length, len(tail))) or cl._record_struct(body_length, len(tail))
-                    rec_size, rec_body = size, body_length
+                # the record in one pack_into (the layout of `CommitLog._write_group`'s)
+                if body_length != rec_body or props_length != rec_props:  # (one Struct for a run of one shape)
+                    rec = records.get((body_length, len(head), props_length)) or self._record(
+                        body_length, len(head), props_length
+                    )
+                    rec_body, rec_props = body_length, props_length
                 rec.pack_into(
                     view,
                     pos,
@@ -234,69 +250,78 @@ class SendRowPut:
                     flag,
                     queue_offset,
                     phy,
-                    sys_flag & IPV4_HOSTS_MASK,
+                    sys_flag,
                     born_ts,
-                    born_ip,
-                    born_port,
-                    store_ts,
-                    store_ip,
-                    store_port,
+                    mid,
                     reconsume,
-                    0,
                     body_length,
                     body,
-                    tail,
+                    head,
+                    props_length,
+                    props_bytes,
                 )
                 table[key] = queue_offset + 1
-                pos = end
-                mf.wrote_position = end  # (readable before its arrival is announced)
                 entry(cq_view, cq_pos, phy, size, tags_code)
                 cq_mf.wrote_position = cq_mf.committed_position = cq_pos + _CQ_UNIT
+                pos = end
                 cq.max_physic_offset = base + end
                 if index:
-                    keys = props.get(_KEYS)
-                    if keys and _KEY_SEPARATOR in keys:
-                        d._queue_index_keys(topic, props.get(_UNIQ_KEY), keys, phy, store_ts)
-                    else:  # (index_keys inlined for at most one key each)
-                        # (their store times, all `store_ts`, are added for the group after the loop)
-                        if uniq := props.get(_UNIQ_KEY):
-                            index_keys.append(f"{topic}#{uniq}")
-                            index_phys.append(phy)
-                        if keys:
-                            index_keys.append(f"{topic}#{keys}")
-                            index_phys.append(phy)
+                    uniq = props.get(_UNIQ_KEY)
+                    if _KEYS in props:  # (index_keys inlined for at most one key each)
+                        keys = props[_KEYS]
+                        if _KEY_SEPARATOR in keys:
+                            d._queue_index_keys(topic, uniq, keys, phy, store_ts)
+                        else:
+                            if uniq:
+                                index_keys.append(key_prefix + uniq)
+                                index_phys.append(phy)
+                            if keys:
+                                index_keys.append(key_prefix + keys)
+                                index_phys.append(phy)
+                    elif uniq:  # (their store times, all `store_ts`, are added for the group after the loop)
+                        index_keys.append(key_prefix + uniq)
+                        index_phys.append(phy)
                 results.append(("%032X" % (id_base | phy), queue_offset, size))  # (the offset id: host, port, offset)
-                if listener is not None:
-                    try:
-                        listener(topic, queue_id, queue_offset + 1, tags_code, store_ts, props)
-                    except Exception:  # as the dispatcher's: the record is stored and entered all the same
-                        log.exception("message arriving listener failed", topic=topic)
             complete = True
         finally:
+            index_times = d._index_times
             if len(index_times) < len(index_keys):  # (one store time a key queued above)
                 index_times.extend(repeat(store_ts, len(index_keys) - len(index_times)))
             stored = len(results)
+            if not complete:
+                pos = start + sum([r[2] for r in results])
+            end = base + pos
             if stored:
-                end = base + pos if complete else base + start + sum([r[2] for r in results])
+                # (readable before its arrival is announced, below)
+                mf.wrote_position = pos
                 mf.store_timestamp = store_ts
                 pf = cl.prefault
                 if pf is not None and end >= pf.wake_offset:
                     pf.wakeup()
                 cl.put_message_times_total += stored
-                cl.put_message_size_total += end - base - start
+                cl.put_message_size_total += pos - start
                 if d.checkpoint is not None:
                     d.checkpoint.logics_msg_timestamp = store_ts
                 reput.reput_from_offset = end
                 reput.dispatched_total += stored
             cl.begin_time_in_lock = 0
+            if stored and d._listening:
+                d.announce_rows(items, results, store_ts, topics_seen)
         cl._account(begin)
         if stored < len(items):  # the rest, appended before anything here awaits (the records stay in order)
-            return await self._general(items, stored, results, begin if stored else None, base + pos)
-        await self._after(stored, begin, base + pos)
+            return await self._general(items, stored, results, born_host, store_host, begin if stored else None, end)
+        await self._after(stored, begin, end)
         return results
 
     async def _general(
-        self, items: list[Any], start: int, results: list[Any], begin: int | None = None, end: int = 0
+        self,
+        items: list[Any],
+        start: int,
+        results: list[Any],
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        begin: int | None = None,
+        end: int = 0,
     ) -> list[Any]:
         """Items start.. through `put_message_group`, each row made the message it describes (written back into
         `items`). `begin`: the one pass stored items ..start, up to CommitLog offset `end`; their put's last steps
@@ -304,7 +329,7 @@ class SendRowPut:
         rest = items[start:]
         for k, item in enumerate(rest):
             if item.__class__ is tuple:
-                rest[k] = items[start + k] = MessageExtBrokerInner(*item)
+                rest[k] = items[start + k] = row_message(item, born_host, store_host)
         results.extend(await self.putter.put_message_group(rest))
         if begin is not None:
             await self._after(start, begin, end)

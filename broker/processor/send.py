@@ -15,6 +15,7 @@ import re
 import struct
 import zlib
 from collections.abc import Callable
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -44,6 +45,9 @@ from remoting.send_answer import SendResultAnswer, SendResultTemplate
 from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
     COMPRESSED_FLAG,
+    IPV4_HOSTS_MASK,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBrokerInner,
@@ -55,6 +59,7 @@ from store.message import (
     tags_hash,
 )
 from store.results import PutMessageStatus, StoredPut
+from store.send_rows import row_message
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -86,9 +91,22 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _DELAY = MessageConst.DELAY
 _TRAN_MSG = MessageConst.TRAN_MSG
 _TAGS = MessageConst.TAGS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
+_CLUSTER = MessageConst.CLUSTER
+# the Java client's properties text for a message without tags or keys: `_UNIQ_HEAD` <id> `_WAIT_TRUE_TAIL`; its
+# stored string: `_UNIQ_HEAD` <id> `_CLUSTER_TAIL` <cluster> (`store.message.sent_properties`)
+_UNIQ_HEAD = _UNIQ_KEY + NAME_VALUE_SEPARATOR
+_WAIT_TRUE_TAIL = PROPERTY_SEPARATOR + MessageConst.WAIT + NAME_VALUE_SEPARATOR + "true" + PROPERTY_SEPARATOR
+_CLUSTER_TAIL = PROPERTY_SEPARATOR + _CLUSTER + NAME_VALUE_SEPARATOR
+_UNIQ_FROM = len(_UNIQ_HEAD)
+_UNIQ_TO = -len(_WAIT_TRUE_TAIL)
 # the properties that make `_message` do more than build the message (a half message, a delay, a timer park)
 _SPECIAL_PROPERTIES = frozenset((_TRAN_MSG, _DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS))
 _SUCCESS = int(ResponseCode.SUCCESS)
+# the sys flags a row does not carry (`store.send_rows.SendRow`): a transaction type, IPv6 hosts
+_NOT_ROW_FLAGS = TRANSACTION_ROLLBACK_TYPE | ~IPV4_HOSTS_MASK
+_ROW_TOPIC = itemgetter(0)  # a row's topic (`store.send_rows.SendRow`)
+_ROW_SIZE = itemgetter(2)  # a row's stored size in its result (msg_id, queue offset, size)
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
@@ -349,25 +367,39 @@ class SendMessageProcessor:
         try:
             # (rows and messages: the store replaces in `msgs` each row it did not store in its one pass by the
             # message it put, so that the answers below read what the store made of it)
-            results = await self.store.put_sent_group(msgs)
+            results = await self.store.put_sent_group(
+                msgs, channel.attrs.get("born_host") or born_host(channel), self.store_host
+            )
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
             return
         template = self._answer_template()
+        # the rows stored in the store's one pass: answered from their (msg_id, queue offset, size)
+        others = False
+        for (i, request, _hdr, queue_id), result in zip(held, results):
+            if result.__class__ is tuple:
+                responses[i] = SendResultAnswer(template, request, _SUCCESS, result[0], queue_id, result[1])
+            else:
+                others = True
+        if not others:
+            # (each put counted in the statistics of its topic: one update when all went to one topic, the common
+            # group; the topics and sizes read in C)
+            topics = set(map(_ROW_TOPIC, msgs))
+            if len(topics) == 1:
+                self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
+                return
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
-            if result.__class__ is tuple:  # a row stored in the store's one pass: (msg_id, queue offset, size)
-                msg_id, queue_offset, size = result
+            if result.__class__ is tuple:  # answered above
                 topic = msg[0]
-                responses[i] = SendResultAnswer(template, request, _SUCCESS, msg_id, msg[1], queue_offset)
                 if topic != run_topic:
                     if run_msgs:
                         on_put(run_topic, run_msgs, run_bytes)
                     run_topic, run_msgs, run_bytes = topic, 0, 0
                 run_msgs += 1
-                run_bytes += size
+                run_bytes += result[2]
                 continue
             # (the common answer, unrolled from _put_result_to_response: a record appended inline, whose result
             # holds its append's values; one the writer appended goes the general way, to the same answer)
@@ -444,14 +476,25 @@ class SendMessageProcessor:
     # -- checks ---------------------------------------------------------------------------
     def _msg_check(self, channel, hdr: SendMessageRequestHeader, checked: dict[str, Any] | None = None):
         """The send's checks (upstream msgCheck) and its topic's config. `checked`: the topics of this group
-        that passed already (topic → its config and the bound of its queue ids), so that a group checks each
-        topic once and each queue id against the bound (`_message` reads it)."""
+        that passed already, so that a group checks each topic once and each queue id against the bound: topic →
+        (the queue ids `_message` takes at once, none for a retry topic; the broker's maxMessageSize, its cluster name
+        and the stored properties' tail naming it, read once a group; the topic's config; the bound of its queue
+        ids)."""
         if checked is not None:
             entry = checked.get(hdr.topic)
             if entry is None:
                 tc = self._topic_check(channel, hdr)
-                entry = checked[hdr.topic] = (tc, max(tc.write_queue_nums, tc.read_queue_nums))
-            tc, bound = entry
+                cfg = self.config
+                bound = max(tc.write_queue_nums, tc.read_queue_nums)
+                entry = checked[hdr.topic] = (
+                    range(0 if hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else bound),
+                    cfg.max_message_size,
+                    cfg.broker_cluster_name,
+                    _CLUSTER_TAIL + cfg.broker_cluster_name,
+                    tc,
+                    bound,
+                )
+            tc, bound = entry[4], entry[5]
         else:
             tc = self._topic_check(channel, hdr)
             bound = max(tc.write_queue_nums, tc.read_queue_nums)
@@ -594,10 +637,11 @@ class SendMessageProcessor:
         # anything else as `put_message` would (`put_message_group` of one) and hands back the message it put
         item, queue_id, _ = self._message(channel, request, hdr, {})
         items = [item]
-        result = (await self.store.put_sent_group(items))[0]
+        born = channel.attrs.get("born_host") or born_host(channel)
+        result = (await self.store.put_sent_group(items, born, self.store_host))[0]
         if result.__class__ is tuple:  # (msg_id, queue offset, size)
             self.stats.on_put(item[0], 1, result[2])
-            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], item[1], result[1])
+            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], queue_id, result[1])
         return self._put_result_to_response(request, result, items[0], queue_id)
 
     def _message(
@@ -609,31 +653,91 @@ class SendMessageProcessor:
     ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
         """The checks of one single send and the message to store (with its queue id for the answer and the
         properties as sent, for fault injection); SendError when refused. `checked`: see `_msg_check`; given (every
-        send but one under fault injection), the common message comes as its row (`store.send_rows.SendRow`, for
-        `put_sent_group`), a half message as the message the transaction service made."""
-        # (once per send, the SEND path's hot code: the helpers below are called only where they have something to
-        # do, and the common message is built here rather than by `_inner`, which the other sends use)
+        send but one under fault injection), a plain message comes as its row (`store.send_rows.SendRow`, for
+        `put_sent_group`: a bytes body, no transaction type, no DELAY), anything else (a half message, a DELAY, a
+        transaction type) as the message."""
+        # (once per send, the SEND path's hot code: the common send, the Java client's message without tags or keys
+        # to a plain topic, is checked and built here; anything else by `_message_general`)
+        if checked is None:  # (fault injection: the put of one message)
+            item, queue_id, props = self._message(channel, request, hdr, {})
+            if item.__class__ is tuple:
+                item = row_message(item, channel.attrs.get("born_host") or born_host(channel), self.store_host)
+            return item, queue_id, props
         topic = hdr.topic
         queue_id = hdr.queue_id
-        entry = checked.get(topic) if checked is not None else None
-        if entry is not None and queue_id < entry[1]:  # (a topic this group checked: `_msg_check` inlined)
-            tc = entry[0]
-        else:
-            tc = self._msg_check(channel, hdr, checked)
+        entry = checked.get(topic)
+        if entry is None or queue_id not in entry[0]:
+            # a topic this group has not checked, a queue id to refuse or to pick, a retry topic
+            self._msg_check(channel, hdr, checked)
+            entry = checked[topic]
+            if queue_id not in entry[0]:
+                return self._message_other(channel, request, hdr, entry)
+        _, max_body, cluster, cluster_tail, tc, _ = entry
         body = request.body
         if body.__class__ is not bytes:  # (a request's body is bytes, or None)
             body = b"" if body is None else bytes(body)
         props_text = hdr.properties or ""
         # (an ASCII text's length is its size: the encode measures only the others)
-        if (
-            len(body) > self.config.max_message_size
-            or len(props_text) > MAX_PROPERTIES_LENGTH
-            or not props_text.isascii()
-        ):
+        if len(body) > max_body or len(props_text) > MAX_PROPERTIES_LENGTH or not props_text.isascii():
             self._check_size(len(body), len(props_text.encode("utf-8")))
+        sys_flag = hdr.sys_flag
+        # the Java client's text for a message without tags or keys (`UNIQ_KEY\x01<id>\x02WAIT\x01true\x02`, the
+        # benchmark Producer's), neither a transaction nor IPv6 hosts, to a queue it named on a topic that is not a
+        # retry topic: the properties and the string to store as `sent_properties` makes them (WAIT dropped, CLUSTER
+        # set), no TAGS
+        if (
+            not sys_flag & _NOT_ROW_FLAGS
+            and props_text.endswith(_WAIT_TRUE_TAIL)
+            and props_text.startswith(_UNIQ_HEAD)
+            and (uniq := props_text[_UNIQ_FROM:_UNIQ_TO])
+            and PROPERTY_SEPARATOR not in uniq
+        ):
+            props = {_UNIQ_KEY: uniq, _CLUSTER: cluster}
+            row = (
+                topic,
+                queue_id,
+                body,
+                props,
+                _UNIQ_HEAD + uniq + cluster_tail,
+                0,
+                hdr.flag,
+                sys_flag,
+                hdr.born_timestamp,
+                hdr.reconsume_times or 0,
+            )
+            return row, queue_id, props
+        return self._message_general(channel, request, hdr, tc, queue_id, body, props_text, cluster)
+
+    def _message_other(
+        self, channel, request: RemotingCommand, hdr: SendMessageRequestHeader, entry: tuple
+    ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
+        """`_message` for a send to a queue id the broker picks or to a retry topic (checked): its size checks and
+        `_message_general`."""
+        _, max_body, cluster, _, tc, _ = entry
+        body = request.body
+        if body.__class__ is not bytes:
+            body = b"" if body is None else bytes(body)
+        props_text = hdr.properties or ""
+        if len(body) > max_body or len(props_text) > MAX_PROPERTIES_LENGTH or not props_text.isascii():
+            self._check_size(len(body), len(props_text.encode("utf-8")))
+        return self._message_general(channel, request, hdr, tc, hdr.queue_id, body, props_text, cluster)
+
+    def _message_general(
+        self,
+        channel,
+        request: RemotingCommand,
+        hdr: SendMessageRequestHeader,
+        tc,
+        queue_id: int,
+        body: bytes,
+        props_text: str,
+        cluster: str,
+    ) -> tuple[MessageExtBrokerInner | tuple, int, dict[str, str]]:
+        """`_message` past its checks for any other send: retry and DLQ, a random queue, a half message, a DELAY, a
+        timer park, any properties text."""
+        topic = hdr.topic
         # the properties and the string to store, edited from the sent one (`sent_properties`); a send that may change
         # them below (a retry, a half message, a DELAY, a timer park) splits them again and edits them first
-        cluster = self.config.broker_cluster_name
         props, stored = sent_properties(props_text, cluster)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             props, pieces = split_properties(props_text)
@@ -648,7 +752,7 @@ class SendMessageProcessor:
         tx_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         # (most sends carry none of the properties below: one C pass over the dict's few names, not five lookups;
         # WAIT and CLUSTER, which `sent_properties` edited, are not among them)
-        if tx_type == TRANSACTION_PREPARED_TYPE or not _SPECIAL_PROPERTIES.isdisjoint(props):
+        if tx_type or not _SPECIAL_PROPERTIES.isdisjoint(props):
             if stored is not None:
                 props, pieces = split_properties(props_text)
                 stored = None
@@ -674,26 +778,37 @@ class SendMessageProcessor:
                 pieces = None
         if stored is None:
             stored = stored_properties(props, pieces, cluster)
-        # the message's fields in MessageExtBrokerInner's order (`_inner` unrolled): handed to the store as they are
-        # (a `store.send_rows.SendRow`: no message object), or the message built from them (fault injection)
         tags = props.get(_TAGS)
+        tags_code = tags_hash(tags) if tags else 0
+        if tx_type or _DELAY in props:  # (a row is a plain message: these go as the message, `SendRow`)
+            msg = MessageExtBrokerInner(
+                topic,
+                queue_id,
+                hdr.flag,
+                body,
+                props,
+                stored,
+                tags_code,
+                sys_flag,
+                hdr.born_timestamp,
+                channel.attrs.get("born_host") or born_host(channel),
+                self.store_host,
+                hdr.reconsume_times or 0,
+            )
+            return msg, queue_id, props
         row = (
             topic,
             queue_id,
-            hdr.flag,
             body,
             props,
             stored,
-            tags_hash(tags) if tags else 0,
-            sys_flag,
+            tags_code,
+            hdr.flag,
+            sys_flag & IPV4_HOSTS_MASK,  # (records carry IPv4 hosts: `SendRow`)
             hdr.born_timestamp,
-            channel.attrs.get("born_host") or born_host(channel),
-            self.store_host,
             hdr.reconsume_times or 0,
         )
-        if checked is not None:
-            return row, queue_id, props
-        return MessageExtBrokerInner(*row), queue_id, props
+        return row, queue_id, props
 
     # -- batch ------------------------------------------------------------------------------
     async def send_batch_message(

@@ -31,9 +31,9 @@ def spy_groups(broker) -> list[int]:
     store = broker.store
     real = store.put_sent_group
 
-    def put_sent_group(msgs, **kw):
+    def put_sent_group(msgs, *hosts):
         sizes.append(len(msgs))
-        return real(msgs, **kw)
+        return real(msgs, *hosts)
 
     store.put_sent_group = put_sent_group
     return sizes
@@ -84,9 +84,9 @@ async def test_a_lone_send_is_a_row_of_its_own_and_a_half_message_is_put_as_a_me
     rows: list = []
     real = broker.store.put_sent_group
 
-    def spy(items, **kw):
+    def spy(items, *hosts):
         rows.extend(item.__class__ is tuple for item in items)
-        return real(items, **kw)
+        return real(items, *hosts)
 
     broker.store.put_sent_group = spy
     first = await exchange(broker, [send_request("LoneT", b"one", queue_id=2, props={"UNIQ_KEY": "L1"})])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +161,7 @@ class _ExtLayout:
         "header_unpack",
         "header_unpack_from",
         "header_expected",
+        "run_reader",
     )
 
     def __init__(self, ext: dict[str, str], pos: int) -> None:
@@ -196,6 +198,9 @@ class _ExtLayout:
             self.header_unpack = _no_fields
             self.header_unpack_from = _no_fields_at
             self.header_expected = None
+        # a run of SEND_MESSAGE_V2 frames of this layout read in one call (``remoting.send_run.reader``): False until
+        # it is first asked for, then the compiled reader, or None when this is not a V2 send header's layout
+        self.run_reader: Callable[..., int] | None | bool = False
 
 
 _NO_REMARK_EXT = _BIN_FIXED.size + 8  # where the extFields start in a ROCKETMQ header without a remark

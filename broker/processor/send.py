@@ -248,6 +248,11 @@ class SendMessageProcessor:
             _log_not_stored(channel, hdr, response)
         return response
 
+    #: ``groupable`` takes every single SEND_MESSAGE_V2 alike while nothing is dispatched (its answer depends on the
+    #: request code, the fault-injection switch and the batch question alone): the connection may read a run's
+    #: following sends with their layout's run reader, which keeps the same header on each (``remoting.send_run``)
+    groups_single_sends = True
+
     def groupable(self, request: RemotingCommand) -> bool:
         """Whether the server may hand this request over with others (``process_requests``): a single send
         (not a batch, not a send-back) while fault injection is off. Anything else keeps the one-request path,
@@ -260,6 +265,8 @@ class SendMessageProcessor:
         code = request.code
         if code != _SEND_MESSAGE_V2 and code != _SEND_MESSAGE or self.config.fault_injection_enable:
             return False
+        if request.custom_header is not None:  # a single send's header, decoded already (``remoting.send_run``)
+            return True
         layout = request.ext_layout
         if layout is not None and code == _SEND_MESSAGE_V2:
             hdr = single_send_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]

@@ -294,14 +294,10 @@ class RemotingProtocol(asyncio.Protocol):
             # while the dispatcher's check takes every single send alike; the first frame that reader does not take
             # is read below, in its place
             reader = None
-            if sends and buf.__class__ is bytes:
-                layout = cmd.ext_layout
-                if layout is not None:
-                    reader = layout.run_reader
-                    if reader is False:
-                        reader = _send_reader(layout)
-                    if reader is not None:
-                        first_reader = self._first_reader = reader
+            if sends and buf.__class__ is bytes and cmd.ext_layout is not None:
+                reader = _send_reader(cmd)
+                if reader is not None:
+                    first_reader = self._first_reader = reader
             # The run's next frames, straight from this read: while a run is collected nothing is dispatched, so
             # the read, the flow state, the in-flight count and this code's check stay as they are, and only the
             # decoder's index moves (after a frame decoded: a frame that fails to decode, or that is not whole,

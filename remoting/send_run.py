@@ -23,7 +23,7 @@ import operator
 import struct
 from collections.abc import Callable
 
-from remoting.command import _LANG_NAMES, _ROCKETMQ, LayoutCommand, _ExtLayout, _new_command
+from remoting.command import _LANG_NAMES, _ROCKETMQ, LayoutCommand, RemotingCommand, _ExtLayout, _new_command
 from remoting.layout_decoder import compile_decoder
 from remoting.send_header import (
     _BOOL_TEXTS,
@@ -41,41 +41,63 @@ SEND_MESSAGE_V2 = 310
 
 #: the number and boolean fields' combinations a reader remembers (cleared when full)
 _KNOWN_MAX = 1024
+#: readers kept per layout (one per language and version its requests came with)
+_READERS_PER_LAYOUT = 8
 
 #: the reader's signature: (buf, pos, size, room, run, frame_max) -> the position after the frames it took
 RunReader = Callable[[bytes, int, int, int, list, int], int]
 
 
-def reader(layout: _ExtLayout) -> RunReader | None:
-    """The compiled run reader of ``layout`` (None when its keys are not a V2 send header's, or it lies behind a
-    remark), compiled the first time it is asked for and kept on the layout."""
-    compiled = layout.run_reader
-    if compiled is False:  # (not compiled yet)
-        compiled = layout.run_reader = _compile(layout)
-    return compiled  # type: ignore[return-value]
+def reader(request: RemotingCommand) -> RunReader | None:
+    """The run reader for the frames of ``request``'s layout, language and version (the reader checks both and
+    gives the commands them as class attributes: a client sends the same ones with every request), or None when
+    the request was not read by a layout, its layout's keys are not a V2 send header's or lie behind a remark, or
+    its layout has readers for too many languages and versions already. Compiled the first time it is asked for
+    and kept on the layout."""
+    layout = request.ext_layout
+    if layout is None:
+        return None
+    readers = layout.run_reader
+    if readers is False:  # (not asked yet)
+        readers = layout.run_reader = {} if _is_send_layout(layout) else None
+    if readers is None:
+        return None
+    key = (request.language, request.version)
+    compiled = readers.get(key, False)
+    if compiled is False:
+        compiled = readers[key] = _compile(layout, *key) if len(readers) < _READERS_PER_LAYOUT else None
+    return compiled  # type: ignore[no-any-return]
 
 
-def _compile(layout: _ExtLayout) -> RunReader | None:
+def _is_send_layout(layout: _ExtLayout) -> bool:
     keys = layout.keys
     present = set(keys)
-    if (
-        layout.header_expected is None
-        or not present <= _V2_NAMES.keys()
-        or not _REQUIRED <= present
-        or len(present) != len(keys)
-    ):
-        return None
+    return (
+        layout.header_expected is not None
+        and present <= _V2_NAMES.keys()
+        and _REQUIRED <= present
+        and len(present) == len(keys)
+    )
+
+
+def _compile(layout: _ExtLayout, language: str, version: int) -> RunReader | None:
+    if language not in _LANG_NAMES or not -(2**15) <= version < 2**15:
+        return None  # (not what a frame's header gives: no frame would match)
+    keys = layout.keys
+    present = set(keys)
     whole: struct.Struct = layout.header_unpack_from.__self__  # type: ignore[attr-defined]
     hlen = whole.size  # the whole header: fixed part, remark and extFields lengths, every field
-    # The frame from its length word, in one struct call: the length, then the header word and the code as one
-    # ``6s`` field, language, version, opaque, then the flag and the layout's first ``s`` field (remark length,
-    # extFields length, the first key's skeleton) as one ``s`` field, then the other fields' skeletons: everything
-    # but the length, the language, the version and the opaque (and the values, skipped) compared in two compares.
+    # The frame from its length word, in one struct call: the length, then the header word, the code, the language
+    # and the version as one ``9s`` field, the opaque, then the flag and the layout's first ``s`` field (remark
+    # length, extFields length, the first key's skeleton) as one ``s`` field, then the other fields' skeletons:
+    # everything but the length and the opaque (and the values, skipped) compared in two compares.
     fields = whole.format.lstrip(">")
     assert fields.startswith("hbhii")
     first_size, rest = fields[len("hbhii") :].split("s", 1)
-    frame = struct.Struct(f">I6sbhi{4 + int(first_size)}s{rest}")
-    word_code = struct.pack(">Ih", (_ROCKETMQ << 24) | hlen, SEND_MESSAGE_V2)
+    frame = struct.Struct(f">I9si{4 + int(first_size)}s{rest}")
+    head = struct.pack(
+        ">IhBh", (_ROCKETMQ << 24) | hlen, SEND_MESSAGE_V2, _LANG_NAMES.index(language), version
+    )  # (the first number with that language's name; another number with it is left to the general path)
     expected = (b"\0\0\0\0" + layout.header_expected[0], *layout.header_expected[1:])  # (flag 0: a plain request)
     # The number and boolean fields: a producer sends the same few texts over and over (a queue id among a few, the
     # same flags), so their conversion is looked up whole, by the tuple of their texts (one ``itemgetter`` call
@@ -83,8 +105,11 @@ def _compile(layout: _ExtLayout) -> RunReader | None:
     # ``convert``: each text a small int's canonical text or a boolean's, not a batch, else None (the general
     # path decodes it). The header is then one ``itemgetter`` over the values, the converted fields and the born
     # timestamp, in ``SendMessageRequestHeader``'s order, made a ``SendHeaderValues`` in one C call.
+    # the values' slices in the frame (the layout's are in the header, 8 bytes on)
+    value_slices = layout.values.__reduce__()[1]
     local = {key: f"v_{key}" for key in keys}
     index = {key: i for i, key in enumerate(keys)}
+    born_length = value_slices[index["g"]].stop - value_slices[index["g"]].start
     converted = [k for k in (*_INTS, *_BOOLS)]  # the converted tuple's fields, absent ones as their default
     assert converted == ["d", "e", "f", "h", "j", "l", "k", "m"]
     text_keys = [k for k in converted if k in present]
@@ -129,14 +154,14 @@ def _compile(layout: _ExtLayout) -> RunReader | None:
         "        f = _unpack(buf, pos)",
         # the header word (ROCKETMQ, this header's length) and the code; the flag (a plain request: 0), no remark,
         # the extFields length and every field's skeleton
-        "        if f[1] != _word_code or f[5:] != _expected:",
+        "        if f[1] != _head or f[3:] != _expected:",
         "            break",
         "        length = f[0]",
         "        end = pos + 4 + length",
-        f"        if end > size or length > frame_max or length < {4 + hlen}:",
+        f"        if end > size or length < {4 + hlen} or length > frame_max:",
         "            break",
         f"        hend = pos + {8 + hlen}",
-        "        values = _values(buf[pos + 8 : hend].decode('latin-1'))",
+        "        values = _values(buf[pos:hend].decode('latin-1'))",
         "        if not ''.join(values).isascii():",
         "            break",
         "        conv = _known_get(_texts(values))",
@@ -148,16 +173,14 @@ def _compile(layout: _ExtLayout) -> RunReader | None:
         "        if not born.isdigit():",  # (ASCII: all the values are)
         "            break",
         "        born = int(born)",
-        f"        if born > {_LONG_MAX}:",
-        "            break",
+        # (a Long: the layout's value length says whether a plain number can be out of its range)
+        *([f"        if born > {_LONG_MAX}:", "            break"] if born_length > 18 else []),
         # the command decode_at makes, with the header groupable would keep on it (the fields every command of this
         # reader has alike are its class's: see _command_class)
         "        cmd = _new(_Cmd)",
-        "        cmd.opaque = f[4]",
+        "        cmd.opaque = f[2]",
         "        cmd._ext = None",
         "        cmd.body = buf[hend:end] if end > hend else None",
-        "        cmd.language = _lang[f[2]]",
-        "        cmd.version = f[3]",
         "        cmd.ext_values = values",
         "        cmd.custom_header = _new_header(_Hdr, _order(values + conv + (born,)))",
         "        run.append(cmd)",
@@ -167,15 +190,14 @@ def _compile(layout: _ExtLayout) -> RunReader | None:
     namespace = {
         "_unpack": frame.unpack_from,
         "_expected": expected,
-        "_word_code": word_code,
-        "_values": layout.values,
+        "_head": head,
+        "_values": operator.itemgetter(*(slice(v.start + 8, v.stop + 8) for v in value_slices)),
         "_known_get": known.get,
         "_texts": texts,
         "_convert": convert,
         "_order": operator.itemgetter(*picks),
         "_new": _new_command,
-        "_Cmd": _command_class(layout),
-        "_lang": _LANG_NAMES,
+        "_Cmd": _command_class(layout, language, version),
         "_new_header": _new_header,
         "_Hdr": SendHeaderValues,
         "_range": range,
@@ -185,11 +207,11 @@ def _compile(layout: _ExtLayout) -> RunReader | None:
     return compile_decoder(lines, namespace)  # type: ignore[return-value]
 
 
-def _command_class(layout: _ExtLayout) -> type[LayoutCommand]:
-    """The class of the commands ``layout``'s reader makes: a ``LayoutCommand`` whose code, flag, remark,
-    serialization and layout (the same for every command it makes: a plain SEND_MESSAGE_V2 request without a remark,
-    ROCKETMQ, this layout) are class attributes over the dataclass's slots, so that the reader stores 6 fields a
-    send instead of 11. They read as the dataclass's fields do; nothing writes them on a request a connection read
+def _command_class(layout: _ExtLayout, language: str, version: int) -> type[LayoutCommand]:
+    """The class of the commands a reader makes: a ``LayoutCommand`` whose code, flag, remark, serialization, layout,
+    language and version (the same for every command it makes: a plain SEND_MESSAGE_V2 request without a remark,
+    ROCKETMQ, this layout, the language and version it checks) are class attributes over the dataclass's slots, so
+    that the reader stores 4 fields a send instead of 11. They read as the dataclass's fields do; nothing writes them on a request a connection read
     (the broker reads a request's fields; only ``custom_header`` and ``ext_fields`` are set, and those stay slots)."""
     return type(
         "SendRunCommand",
@@ -202,5 +224,7 @@ def _command_class(layout: _ExtLayout) -> type[LayoutCommand]:
             "remark": None,
             "serialize_type": _ROCKETMQ,
             "ext_layout": layout,
+            "language": language,
+            "version": version,
         },
     )

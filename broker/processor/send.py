@@ -238,7 +238,9 @@ class SendMessageProcessor:
             return await self.consumer_send_msg_back(channel, request)
         hdr = self._header(request)
         try:
-            if self._is_batch(request, hdr):
+            # (a header decoded ahead is a single send's: ``groupable`` and ``remoting.send_run`` keep no other, so
+            # the batch question, which builds the extFields map, is not asked again)
+            if request.custom_header is None and self._is_batch(request, hdr):
                 response = await self.send_batch_message(channel, request, hdr)
             else:
                 response = await self.send_message(channel, request, hdr)
@@ -309,13 +311,16 @@ class SendMessageProcessor:
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
+        message = self._message
+        hold_msg = msgs.append  # (bound once: the loop below runs once a send)
+        hold = held.append
         for i, request in enumerate(requests):
             hdr = request.custom_header
-            if hdr is not None:  # a single send whose header ``groupable`` decoded (the common request)
+            if hdr is not None:  # a single send whose header was decoded ahead (``groupable``, ``remoting.send_run``)
                 try:
-                    msg, queue_id, _ = self._message(channel, request, hdr, checked)
-                    msgs.append(msg)
-                    held.append((i, request, hdr, queue_id))
+                    msg, queue_id, _ = message(channel, request, hdr, checked)
+                    hold_msg(msg)
+                    hold((i, request, hdr, queue_id))
                     continue
                 except SendError as exc:
                     responses[i] = self._refused(channel, request, hdr, exc)
@@ -341,6 +346,8 @@ class SendMessageProcessor:
             if msgs:
                 await self._put_group(channel, msgs, held, responses)
                 msgs, held = [], []
+                hold_msg = msgs.append
+                hold = held.append
             responses[i] = await self._process_guarded(channel, request)
         if msgs:
             await self._put_group(channel, msgs, held, responses)

@@ -311,16 +311,13 @@ class SendMessageProcessor:
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
-        message = self._message
-        hold_msg = msgs.append  # (bound once: the loop below runs once a send)
-        hold = held.append
         for i, request in enumerate(requests):
             hdr = request.custom_header
             if hdr is not None:  # a single send whose header was decoded ahead (``groupable``, ``remoting.send_run``)
                 try:
-                    msg, queue_id, _ = message(channel, request, hdr, checked)
-                    hold_msg(msg)
-                    hold((i, request, hdr, queue_id))
+                    msg, queue_id, _ = self._message(channel, request, hdr, checked)
+                    msgs.append(msg)
+                    held.append((i, request, hdr, queue_id))
                     continue
                 except SendError as exc:
                     responses[i] = self._refused(channel, request, hdr, exc)
@@ -346,8 +343,6 @@ class SendMessageProcessor:
             if msgs:
                 await self._put_group(channel, msgs, held, responses)
                 msgs, held = [], []
-                hold_msg = msgs.append
-                hold = held.append
             responses[i] = await self._process_guarded(channel, request)
         if msgs:
             await self._put_group(channel, msgs, held, responses)

@@ -188,8 +188,9 @@ class RemotingProtocol(asyncio.Protocol):
         # whether that check takes every single SEND_MESSAGE_V2 alike while nothing is dispatched (the dispatcher's
         # ``reads_sends(code)``): then a run's following sends may be read by their layout's run reader
         reads_sends = self._reads_sends
-        sends = False
+        sends: bool | None = None
         first_reader = self._first_reader
+        by_first: RemotingCommand | None = None  # the last request that reader read as a read's first frame
         assert flow is not None and channel is not None
         run: list[RemotingCommand] = []
         # a run never takes the connection past its in-flight bound (reading pauses between runs): its room is
@@ -222,7 +223,7 @@ class RemotingProtocol(asyncio.Protocol):
                 if first_reader is not None and not run and buf.__class__ is bytes:
                     end = first_reader(buf, pos, size, 1, run, frame_max)
                     if end != pos:
-                        cmd = run.pop()
+                        cmd = by_first = run.pop()
                         if end == size:
                             decoder.release()
                         else:
@@ -280,7 +281,7 @@ class RemotingProtocol(asyncio.Protocol):
             if code != last_code:
                 last_code = code
                 groupable = None if grouping is None else grouping(code)
-                sends = groupable is not None and reads_sends is not None and reads_sends(code)
+                sends = None  # (asked when a run of this code first wants a reader)
             if groupable is None or not groupable(cmd):
                 if run:
                     self._dispatch_run(run)
@@ -292,12 +293,16 @@ class RemotingProtocol(asyncio.Protocol):
             run.append(cmd)
             # a run of sends: the following frames of this request's layout read in one call (``remoting.send_run``)
             # while the dispatcher's check takes every single send alike; the first frame that reader does not take
-            # is read below, in its place
+            # is read below, in its place. Not asked for a send the last run's reader read when no frame follows it
+            # in this read (a lone send: nothing to read; that reader stays the connection's).
             reader = None
-            if sends and buf.__class__ is bytes and cmd.ext_layout is not None:
-                reader = _send_reader(cmd)
-                if reader is not None:
-                    first_reader = self._first_reader = reader
+            if cmd.ext_layout is not None and buf.__class__ is bytes and (cmd is not by_first or size - end >= 4):
+                if sends is None:
+                    sends = reads_sends is not None and reads_sends(code)
+                if sends:
+                    reader = first_reader if cmd is by_first else _send_reader(cmd)
+                    if reader is not None:
+                        first_reader = self._first_reader = reader
             # The run's next frames, straight from this read: while a run is collected nothing is dispatched, so
             # the read, the flow state, the in-flight count and this code's check stay as they are, and only the
             # decoder's index moves (after a frame decoded: a frame that fails to decode, or that is not whole,

@@ -329,9 +329,9 @@ class RemotingCommand:
     # What was decoded: whoever changes ``ext_fields`` of a decoded request sets these to None.
     ext_layout: _ExtLayout | None = field(default=None, compare=False, repr=False)
     ext_values: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-    # The request's header as its processor decoded it ahead of processing (the send processor's ``groupable``:
-    # the header of a single send, so that the group does not decode it again); None: not decoded yet. Whoever
-    # changes ``ext_fields`` of a decoded request sets it to None.
+    # The request's header decoded ahead of processing (the send processor's ``groupable``, or the run reader of
+    # ``remoting.send_run``: the header of a single send, so that the group does not decode it again); None: not
+    # decoded yet. Whoever changes ``ext_fields`` of a decoded request sets it to None.
     custom_header: Any = field(default=None, compare=False, repr=False)
 
     # ---- construction -------------------------------------------------------------------

@@ -71,8 +71,9 @@ class SendResultAnswer(RemotingCommand):
         queue_id: int,
         queue_offset: int,
     ) -> None:
-        """``msg_id`` a str (the store's hex offset id), ``queue_id`` and ``queue_offset`` ints."""
-        self.code = int(code)
+        """``code`` an int (a ``ResponseCode`` writes the same), ``msg_id`` a str (the store's hex offset id),
+        ``queue_id`` and ``queue_offset`` ints."""
+        self.code = code
         self.opaque = request.opaque
         self.flag = FLAG_RESPONSE
         self.serialize_type = request.serialize_type

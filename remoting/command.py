@@ -663,7 +663,10 @@ class LayoutCommand(RemotingCommand):
 
     @property  # type: ignore[override]
     def ext_fields(self) -> dict[str, str]:
-        ext = self._ext
+        try:
+            ext = self._ext
+        except AttributeError:  # (never set: ``remoting.send_run``'s commands leave it unset, one store a send fewer)
+            ext = None
         if ext is None:
             ext = self._ext = dict(zip(self.ext_layout.keys, self.ext_values))  # type: ignore[union-attr,arg-type]
         return ext

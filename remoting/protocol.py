@@ -220,8 +220,8 @@ class RemotingProtocol(asyncio.Protocol):
                 # a producer's connection: the read's first frame read by the last run's reader when it takes it
                 # (the common send: no decode_at, no header decode; the dispatcher's check is asked of it below)
                 cmd = None
-                if first_reader is not None and not run and buf.__class__ is bytes:
-                    end = first_reader(buf, pos, size, 1, run, frame_max)
+                if first_reader is not None and not run and buf.__class__ is bytes and size <= frame_max:
+                    end = first_reader(buf, pos, size, 1, run)
                     if end != pos:
                         cmd = by_first = run.pop()
                         if end == size:
@@ -296,7 +296,14 @@ class RemotingProtocol(asyncio.Protocol):
             # is read below, in its place. Not asked for a send the last run's reader read when no frame follows it
             # in this read (a lone send: nothing to read; that reader stays the connection's).
             reader = None
-            if cmd.ext_layout is not None and buf.__class__ is bytes and (cmd is not by_first or size - end >= 4):
+            # (a read no longer than the frame bound: no frame in it can be past that bound, which the reader does
+            # not check)
+            if (
+                cmd.ext_layout is not None
+                and buf.__class__ is bytes
+                and size <= frame_max
+                and (cmd is not by_first or size - end >= 4)
+            ):
                 if sends is None:
                     sends = reads_sends is not None and reads_sends(code)
                 if sends:
@@ -310,7 +317,7 @@ class RemotingProtocol(asyncio.Protocol):
             # handled next, in its place, as ``taken``; a request the check refuses ends the run here.
             while len(run) < room:
                 if reader is not None:
-                    following = reader(buf, end, size, room, run, frame_max)
+                    following = reader(buf, end, size, room, run)
                     if following != end:
                         end = following
                         if end == size:

@@ -44,8 +44,9 @@ _KNOWN_MAX = 1024
 #: readers kept per layout (one per language and version its requests came with)
 _READERS_PER_LAYOUT = 8
 
-#: the reader's signature: (buf, pos, size, room, run, frame_max) -> the position after the frames it took
-RunReader = Callable[[bytes, int, int, int, list, int], int]
+#: the reader's signature: (buf, pos, size, room, run) -> the position after the frames it took; ``buf`` (bytes) no
+#: longer than the connection's frame bound, so that no frame ending in it can be past that bound
+RunReader = Callable[[bytes, int, int, int, list], int]
 
 
 def reader(request: RemotingCommand) -> RunReader | None:
@@ -147,7 +148,7 @@ def _compile(layout: _ExtLayout, language: str, version: int) -> RunReader | Non
         convert_lines, {"_small": _SMALL_INTS, "_bools": _BOOL_TEXTS, "_known": known, "_texts": texts, "len": len}
     )
     lines = [
-        "def decode(buf, pos, size, room, run, frame_max):",
+        "def decode(buf, pos, size, room, run):",
         "    for _ in _range(room - len(run)):",
         f"        if size - pos < {frame.size}:",
         "            break",
@@ -158,7 +159,8 @@ def _compile(layout: _ExtLayout, language: str, version: int) -> RunReader | Non
         "            break",
         "        length = f[0]",
         "        end = pos + 4 + length",
-        f"        if end > size or length < {4 + hlen} or length > frame_max:",
+        # (no frame past the connection's frame bound: the caller reads only a buffer shorter than that bound)
+        f"        if end > size or length < {4 + hlen}:",
         "            break",
         f"        hend = pos + {8 + hlen}",
         "        values = _values(buf[pos:hend].decode('latin-1'))",
@@ -179,7 +181,6 @@ def _compile(layout: _ExtLayout, language: str, version: int) -> RunReader | Non
         # reader has alike are its class's: see _command_class)
         "        cmd = _new(_Cmd)",
         "        cmd.opaque = f[2]",
-        "        cmd._ext = None",
         "        cmd.body = buf[hend:end] if end > hend else None",
         "        cmd.ext_values = values",
         "        cmd.custom_header = _new_header(_Hdr, _order(values + conv + (born,)))",

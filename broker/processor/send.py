@@ -267,10 +267,10 @@ class SendMessageProcessor:
         code = request.code
         if code != _SEND_MESSAGE_V2 and code != _SEND_MESSAGE or self.config.fault_injection_enable:
             return False
-        if request.custom_header is not None:  # a single send's header, decoded already (``remoting.send_run``)
-            return True
         layout = request.ext_layout
         if layout is not None and code == _SEND_MESSAGE_V2:
+            if request.custom_header is not None:  # a single send's header, decoded already (``remoting.send_run``)
+                return True
             hdr = single_send_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
             if hdr is not None:
                 if hdr is False:

@@ -4,17 +4,21 @@ The benchmark Producer's sends arrive several per read, each with the same extFi
 ``_ExtLayout``: the one-letter keys ``a``..``n`` in one order, values of the same lengths). Frame by frame, each cost
 the connection's split, ``RemotingCommand.decode_at`` (the layout's struct, the values, a ``LayoutCommand``), the
 send processor's ``groupable`` and the layout's header decoder (``remoting.send_header``): four calls and ~380
-bytecodes a send. ``reader(layout)`` compiles, once per layout, one function that does all of it in one loop:
-for every following frame of that layout that is a plain SEND_MESSAGE_V2 request (not a response, not oneway, no
-remark) whose values the header decoder's common path takes (every Integer field a small int's canonical text,
-the booleans "true"/"false", not a batch, the born timestamp plain digits), it appends the command
-``decode_at`` would make, with the header the processor's ``groupable`` would keep on it (``custom_header``), and
-moves on; at the first frame it does not take it stops and hands back where, and the connection's general split
-reads that frame (pinned against the frame-at-a-time path by tests/remoting/test_send_run.py).
+bytecodes a send. ``reader(request)`` compiles, once per layout, language and version, one function that does all
+of it in one loop (~150 bytecodes a frame): for every following frame of that layout, language and version that is
+a plain SEND_MESSAGE_V2 request (not a response, not oneway, no remark) whose values the header decoder's common
+path takes (ASCII, every Integer field a small int's canonical text, the booleans "true"/"false", not a batch, the
+born timestamp plain digits), it appends the command ``decode_at`` would make, with the header the processor's
+``groupable`` would keep on it (``custom_header``), and moves on; at the first frame it does not take it stops and
+hands back where, and the connection's general split reads that frame (pinned against the frame-at-a-time path by
+tests/remoting/test_send_run.py).
 
-The connection calls it only inside a run the dispatcher began (its ``groupable`` took the run's first request,
-and ``reads_sends(code)`` says its check takes every single send the same way while nothing is dispatched: the
-send processor's, whose answer depends on the request code, the fault-injection switch and the batch question).
+The connection calls it inside a run the dispatcher began (its ``groupable`` took the run's first request, and
+``reads_sends(code)`` says its check takes every single send the same way while nothing is dispatched: the send
+processor's, whose answer depends on the request code, the fault-injection switch and the batch question), and on a
+read's first frame (the check then asked of that request as of any). The generated code is made from fixed names,
+the layout's checked keys and numbers; the values it compares with (the layout's skeleton) are in its namespace,
+never in its text.
 """
 
 from __future__ import annotations

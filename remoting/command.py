@@ -198,9 +198,10 @@ class _ExtLayout:
             self.header_unpack = _no_fields
             self.header_unpack_from = _no_fields_at
             self.header_expected = None
-        # a run of SEND_MESSAGE_V2 frames of this layout read in one call (``remoting.send_run.reader``): False until
-        # it is first asked for, then the compiled reader, or None when this is not a V2 send header's layout
-        self.run_reader: Callable[..., int] | None | bool = False
+        # the readers of runs of SEND_MESSAGE_V2 frames of this layout (``remoting.send_run.reader``): False until
+        # first asked for, then {(language, version): the compiled reader, or None}, or None when this is not a V2
+        # send header's layout
+        self.run_reader: dict[tuple[str, int], Callable[..., int] | None] | None | bool = False
 
 
 _NO_REMARK_EXT = _BIN_FIXED.size + 8  # where the extFields start in a ROCKETMQ header without a remark

@@ -142,6 +142,7 @@ class InstrumentedProcessor:
         "_reject_many",
         "_std_log",
         "groupable",
+        "groups_single_sends",
         "inner",
         "metrics",
         "process_requests",
@@ -171,6 +172,7 @@ class InstrumentedProcessor:
         self._inner_group = getattr(inner, "process_requests", None)
         self.process_requests = self._process_group if self._inner_group is not None else None
         self.groupable = getattr(inner, "groupable", None) if self._inner_group is not None else None
+        self.groups_single_sends = self.groupable is not None and getattr(inner, "groups_single_sends", False) is True
         self._inner_group_now = getattr(inner, "process_requests_now", None)
         self.process_requests_now = self._process_group_now if self._inner_group is not None else None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +161,7 @@ class _ExtLayout:
         "header_unpack",
         "header_unpack_from",
         "header_expected",
+        "run_reader",
     )
 
     def __init__(self, ext: dict[str, str], pos: int) -> None:
@@ -196,6 +198,10 @@ class _ExtLayout:
             self.header_unpack = _no_fields
             self.header_unpack_from = _no_fields_at
             self.header_expected = None
+        # the readers of runs of SEND_MESSAGE_V2 frames of this layout (``remoting.send_run.reader``): False until
+        # first asked for, then {(language, version): the compiled reader, or None}, or None when this is not a V2
+        # send header's layout
+        self.run_reader: dict[tuple[str, int], Callable[..., int] | None] | None | bool = False
 
 
 _NO_REMARK_EXT = _BIN_FIXED.size + 8  # where the extFields start in a ROCKETMQ header without a remark
@@ -324,9 +330,9 @@ class RemotingCommand:
     # What was decoded: whoever changes ``ext_fields`` of a decoded request sets these to None.
     ext_layout: _ExtLayout | None = field(default=None, compare=False, repr=False)
     ext_values: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-    # The request's header as its processor decoded it ahead of processing (the send processor's ``groupable``:
-    # the header of a single send, so that the group does not decode it again); None: not decoded yet. Whoever
-    # changes ``ext_fields`` of a decoded request sets it to None.
+    # The request's header decoded ahead of processing (the send processor's ``groupable``, or the run reader of
+    # ``remoting.send_run``: the header of a single send, so that the group does not decode it again); None: not
+    # decoded yet. Whoever changes ``ext_fields`` of a decoded request sets it to None.
     custom_header: Any = field(default=None, compare=False, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -658,7 +664,10 @@ class LayoutCommand(RemotingCommand):
 
     @property  # type: ignore[override]
     def ext_fields(self) -> dict[str, str]:
-        ext = self._ext
+        try:
+            ext = self._ext
+        except AttributeError:  # (never set: ``remoting.send_run``'s commands leave it unset, one store a send fewer)
+            ext = None
         if ext is None:
             ext = self._ext = dict(zip(self.ext_layout.keys, self.ext_values))  # type: ignore[union-attr,arg-type]
         return ext

@@ -25,6 +25,7 @@ from remoting.errors import FrameError, RemotingCommandError
 from remoting.flow_control import FlowControl
 from remoting.frame import DEFAULT_FRAME_MAX, FrameDecoder
 from remoting.frame import unpack_length as _unpack_length
+from remoting.send_run import reader as _send_reader
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +43,7 @@ class Dispatcher(Protocol):
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
     # optional, together: def grouping(self, code: int) -> Callable[[RemotingCommand], bool] | None
     #                     def dispatch_many(self, channel: Channel, requests: list[RemotingCommand]) -> None
+    # optional, with them:  def reads_sends(self, code: int) -> bool   (see remoting.send_run)
     def channel_error(self, channel: Channel, exc: BaseException) -> None: ...
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None: ...
 
@@ -74,6 +76,11 @@ class RemotingProtocol(asyncio.Protocol):
         #: requests its per-code check takes (the sends) go to it in one call; every other request one by one
         self._grouping = getattr(dispatcher, "grouping", None)
         self._dispatch_many = getattr(dispatcher, "dispatch_many", None)
+        #: the dispatcher's optional reads_sends(code): True when grouping(code)'s check takes every single
+        #: SEND_MESSAGE_V2 request that ``remoting.send_run`` reads the same way as the run's first (see there)
+        self._reads_sends = getattr(dispatcher, "reads_sends", None)
+        #: the run reader of this connection's last run of sends (None: none yet), tried on a read's first frame
+        self._first_reader: Callable[..., int] | None = None
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -178,6 +185,12 @@ class RemotingProtocol(asyncio.Protocol):
         # a request; nothing registers routes while this loop runs); None: that code never groups
         last_code: int | None = None
         groupable: Callable[[RemotingCommand], bool] | None = None
+        # whether that check takes every single SEND_MESSAGE_V2 alike while nothing is dispatched (the dispatcher's
+        # ``reads_sends(code)``): then a run's following sends may be read by their layout's run reader
+        reads_sends = self._reads_sends
+        sends: bool | None = None
+        first_reader = self._first_reader
+        by_first: RemotingCommand | None = None  # the last request that reader read as a read's first frame
         assert flow is not None and channel is not None
         run: list[RemotingCommand] = []
         # a run never takes the connection past its in-flight bound (reading pauses between runs): its room is
@@ -204,46 +217,58 @@ class RemotingProtocol(asyncio.Protocol):
                         else:
                             self._dispatch_many(channel, run)  # type: ignore[misc]
                     return
-                (length,) = _unpack_length(buf, pos)
-                if length <= 0 or length > frame_max:
-                    try:
-                        decoder.next_frame()  # (raises for this length)
-                    except FrameError as exc:
+                # a producer's connection: the read's first frame read by the last run's reader when it takes it
+                # (the common send: no decode_at, no header decode; the dispatcher's check is asked of it below)
+                cmd = None
+                if first_reader is not None and not run and buf.__class__ is bytes and size <= frame_max:
+                    end = first_reader(buf, pos, size, 1, run)
+                    if end != pos:
+                        cmd = by_first = run.pop()
+                        if end == size:
+                            decoder.release()
+                        else:
+                            decoder.pos = end
+                if cmd is None:
+                    (length,) = _unpack_length(buf, pos)
+                    if length <= 0 or length > frame_max:
+                        try:
+                            decoder.next_frame()  # (raises for this length)
+                        except FrameError as exc:
+                            if run:
+                                self._dispatch_run(run)
+                            self._fail(exc, "bad frame")
+                            return
+                        raise AssertionError("next_frame took a length this split refused")  # pragma: no cover
+                    start = pos + 4
+                    end = start + length
+                    if end > size:
                         if run:
                             self._dispatch_run(run)
-                        self._fail(exc, "bad frame")
                         return
-                    raise AssertionError("next_frame took a length this split refused")  # pragma: no cover
-                start = pos + 4
-                end = start + length
-                if end > size:
-                    if run:
-                        self._dispatch_run(run)
-                    return
-                if end == size:
-                    decoder.release()  # (see next_frame: an idle connection must not keep its last read)
-                else:
-                    decoder.pos = end
-                try:
-                    cmd = decode_at(buf, start, end)
-                except RemotingCommandError as exc:
-                    if run:
-                        self._dispatch_run(run)
-                        run = []
-                    if exc.opaque is None or exc.flag & FLAG_RESPONSE:
-                        self._fail(exc, "undecodable command")
-                        return
-                    log.warning("bad request header", remote=channel.remote_addr, opaque=exc.opaque, error=str(exc))
-                    if not exc.flag & FLAG_ONEWAY:
-                        answer = RemotingCommand(
-                            code=ResponseCode.SYSTEM_ERROR,
-                            opaque=exc.opaque,
-                            flag=FLAG_RESPONSE,
-                            remark=str(exc),
-                            serialize_type=exc.serialize_type,
-                        )
-                        channel.send(answer)
-                    continue
+                    if end == size:
+                        decoder.release()  # (see next_frame: an idle connection must not keep its last read)
+                    else:
+                        decoder.pos = end
+                    try:
+                        cmd = decode_at(buf, start, end)
+                    except RemotingCommandError as exc:
+                        if run:
+                            self._dispatch_run(run)
+                            run = []
+                        if exc.opaque is None or exc.flag & FLAG_RESPONSE:
+                            self._fail(exc, "undecodable command")
+                            return
+                        log.warning("bad request header", remote=channel.remote_addr, opaque=exc.opaque, error=str(exc))
+                        if not exc.flag & FLAG_ONEWAY:
+                            answer = RemotingCommand(
+                                code=ResponseCode.SYSTEM_ERROR,
+                                opaque=exc.opaque,
+                                flag=FLAG_RESPONSE,
+                                remark=str(exc),
+                                serialize_type=exc.serialize_type,
+                            )
+                            channel.send(answer)
+                        continue
             else:
                 cmd, taken = taken, None
             if cmd.flag & FLAG_RESPONSE:
@@ -256,6 +281,7 @@ class RemotingProtocol(asyncio.Protocol):
             if code != last_code:
                 last_code = code
                 groupable = None if grouping is None else grouping(code)
+                sends = None  # (asked when a run of this code first wants a reader)
             if groupable is None or not groupable(cmd):
                 if run:
                     self._dispatch_run(run)
@@ -265,12 +291,41 @@ class RemotingProtocol(asyncio.Protocol):
             if not run:
                 room = min(_RUN_MAX, self._max_inflight - self._inflight)
             run.append(cmd)
+            # a run of sends: the following frames of this request's layout read in one call (``remoting.send_run``)
+            # while the dispatcher's check takes every single send alike; the first frame that reader does not take
+            # is read below, in its place. Not asked for a send the last run's reader read when no frame follows it
+            # in this read (a lone send: nothing to read; that reader stays the connection's).
+            reader = None
+            # (a read no longer than the frame bound: no frame in it can be past that bound, which the reader does
+            # not check)
+            if (
+                cmd.ext_layout is not None
+                and buf.__class__ is bytes
+                and size <= frame_max
+                and (cmd is not by_first or size - end >= 4)
+            ):
+                if sends is None:
+                    sends = reads_sends is not None and reads_sends(code)
+                if sends:
+                    reader = first_reader if cmd is by_first else _send_reader(cmd)
+                    if reader is not None:
+                        first_reader = self._first_reader = reader
             # The run's next frames, straight from this read: while a run is collected nothing is dispatched, so
             # the read, the flow state, the in-flight count and this code's check stay as they are, and only the
             # decoder's index moves (after a frame decoded: a frame that fails to decode, or that is not whole,
             # is left to the split above, which decodes it again for its error). A response or another code is
             # handled next, in its place, as ``taken``; a request the check refuses ends the run here.
             while len(run) < room:
+                if reader is not None:
+                    following = reader(buf, end, size, room, run)
+                    if following != end:
+                        end = following
+                        if end == size:
+                            decoder.release()
+                        else:
+                            decoder.pos = end
+                        if len(run) >= room:
+                            continue
                 if size - end < 4:
                     break
                 (length,) = _unpack_length(buf, end)

@@ -100,6 +100,9 @@ class _Route:
     group_now: Callable[[Channel, list[RemotingCommand]], Any] | None = None
     #: the processor's optional ``reject_requests(count)``: ``reject_request`` for a group's requests at once
     reject_many: Callable[[int], bool] | None = None
+    #: the processor's ``groups_single_sends``: its ``groupable`` takes every single SEND_MESSAGE_V2 request alike
+    #: while nothing is dispatched (``remoting.send_run``)
+    single_sends: bool = False
 
 
 class RemotingServer:
@@ -164,6 +167,7 @@ class RemotingServer:
             _entry(processor),
             group_now,
             getattr(processor, "reject_requests", None) if group is not None else None,
+            group is not None and getattr(processor, "groups_single_sends", False) is True,
         )
 
     @property
@@ -260,6 +264,15 @@ class RemotingServer:
         processor never groups. The connection asks it once per run of one code, then the check per request."""
         route = self._routes.get(code) or self._default
         return None if route is None else route.groupable
+
+    def reads_sends(self, code: int) -> bool:
+        """Whether ``grouping(code)``'s check takes every single SEND_MESSAGE_V2 request (not a batch) the way it
+        took the first of a run, as long as nothing is dispatched: its processor says so (``groups_single_sends``,
+        the send processor's: its answer depends on the code, the fault-injection switch and the batch question
+        alone). Then the connection reads a run's following sends with their layout's run reader
+        (``remoting.send_run``) without asking the check of each."""
+        route = self._routes.get(code) or self._default
+        return route is not None and route.single_sends
 
     def groups(self, request: RemotingCommand) -> bool:
         """Whether ``request`` may be handed over with others: ``grouping(request.code)`` asked of it."""

@@ -256,7 +256,9 @@ class SendMessageProcessor:
             return await self.consumer_send_msg_back(channel, request)
         hdr = self._header(request)
         try:
-            if self._is_batch(request, hdr):
+            # (a header decoded ahead is a single send's: ``groupable`` and ``remoting.send_run`` keep no other, so
+            # the batch question, which builds the extFields map, is not asked again)
+            if request.custom_header is None and self._is_batch(request, hdr):
                 response = await self.send_batch_message(channel, request, hdr)
             else:
                 response = await self.send_message(channel, request, hdr)
@@ -265,6 +267,11 @@ class SendMessageProcessor:
         if response.code != ResponseCode.SUCCESS:
             _log_not_stored(channel, hdr, response)
         return response
+
+    #: ``groupable`` takes every single SEND_MESSAGE_V2 alike while nothing is dispatched (its answer depends on the
+    #: request code, the fault-injection switch and the batch question alone): the connection may read a run's
+    #: following sends with their layout's run reader, which keeps the same header on each (``remoting.send_run``)
+    groups_single_sends = True
 
     def groupable(self, request: RemotingCommand) -> bool:
         """Whether the server may hand this request over with others (``process_requests``): a single send
@@ -280,6 +287,8 @@ class SendMessageProcessor:
             return False
         layout = request.ext_layout
         if layout is not None and code == _SEND_MESSAGE_V2:
+            if request.custom_header is not None:  # a single send's header, decoded already (``remoting.send_run``)
+                return True
             hdr = single_send_v2_values(layout.keys, request.ext_values)  # type: ignore[arg-type]
             if hdr is not None:
                 if hdr is False:
@@ -322,7 +331,7 @@ class SendMessageProcessor:
         checked: dict[str, Any] = {}
         for i, request in enumerate(requests):
             hdr = request.custom_header
-            if hdr is not None:  # a single send whose header ``groupable`` decoded (the common request)
+            if hdr is not None:  # a single send whose header was decoded ahead (``groupable``, ``remoting.send_run``)
                 try:
                     msg, queue_id, _ = self._message(channel, request, hdr, checked)
                     msgs.append(msg)

@@ -99,7 +99,9 @@ class MessageReader:
             if files:
                 last = files[-1]  # (the queue's max offset is its last file's read position: max_offset())
                 start = last.file_from_offset
-                max_offset = (start + last.read_position) // CQ_STORE_UNIT_SIZE
+                # (a consume-queue file never has a pool's write buffer, only commit-log files are given one: its
+                # read position is its wrote position, read without the property's call)
+                max_offset = (start + last.wrote_position) // CQ_STORE_UNIT_SIZE
                 behind = max_offset - offset
                 if 0 <= behind < TAKE_ALL_MIN_ENTRIES and offset * CQ_STORE_UNIT_SIZE >= cq.min_logic_offset:
                     if not behind:

@@ -20,24 +20,25 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 
-@dataclass(eq=False, slots=True)
-class PullRequest:
+class PullRequest(NamedTuple):
+    """A parked pull. A tuple made in one C call (``tuple.__new__``, as the processor builds it): a caught-up
+    consumer parks one per message, and the slotted dataclass's ``__init__`` stored its fields one by one. Compared
+    by identity wherever the hold service looks for one (``is``), never by value."""
+
     request: Any  # RemotingCommand
     channel: Any
     topic: str
     queue_id: int
     pull_from_this_offset: int
     subscription: Any  # SubscriptionData
-    message_filter: Any
-    deadline: float = 0.0  # the loop time it is answered at if nothing arrives (set by suspend)
+    message_filter: Any  # what arrivals are matched with (None: every arrival matches)
     header: Any = None  # the decoded PullMessageRequestHeader, reused when the pull is re-run
     # the outcome of its checks when it parked (the pull processor's: table versions, subscription, filter), reused
     # by its re-run while those versions stay put
@@ -74,7 +75,7 @@ class PullRequestHoldService:
         else:
             queue.append(pr)
         loop = asyncio.get_running_loop()
-        deadline = pr.deadline = loop.time() + (timeout_ms / 1000 if timeout_ms > 0 else 0)
+        deadline = loop.time() + (timeout_ms / 1000 if timeout_ms > 0 else 0)
         heap = self._deadlines
         _heappush(heap, (deadline, next(self._park_numbers), pr))
         if len(heap) > self._rebuild_at:

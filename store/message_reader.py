@@ -33,6 +33,8 @@ TAKE_ALL_MIN_ENTRIES = 8
 # One consume-queue entry (commitLogOffset, size, tagsCode), read with struct by `_get_tail`: for the one to seven
 # entries at a queue's tail a numpy view and its tolist() cost more than the unpack.
 _CQ_ENTRY = struct.Struct(">qiq")
+_new_object = object.__new__
+_FOUND = GetMessageStatus.FOUND
 assert _CQ_ENTRY.size == CQ_STORE_UNIT_SIZE
 
 
@@ -143,9 +145,11 @@ class MessageReader:
         stats = self.stats
         stats.get_found += 1
         stats.get_transferred += 1
-        result = GetMessageResult(
-            GetMessageStatus.FOUND, offset + 1, cq.min_logic_offset // CQ_STORE_UNIT_SIZE, offset + 1
-        )
+        # (the result's fields set once each: its __init__ would make two lists for these two to replace)
+        result = _new_object(GetMessageResult)
+        result.status = _FOUND
+        result.next_begin_offset = result.max_offset = offset + 1
+        result.min_offset = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
         result.buffers = [view]
         result.msg_queue_offsets = [offset]
         result.message_count = 1

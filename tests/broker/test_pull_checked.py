@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
 from broker_helpers import FakeChannel, pull_request, send_request
 
 from broker.client.channel_info import ClientChannelInfo
@@ -114,7 +115,7 @@ async def test_every_table_change_is_seen_by_the_next_pull_as_by_a_processor_tha
     } <= kinds, kinds
 
 
-async def _parked_answer(broker, change) -> object:  # noqa: ANN001
+async def _parked_answer(broker, change, serialize: int = 0) -> object:  # noqa: ANN001
     """A pull parked at the end of TP's queue 0, then ``change(broker)``, then a message to that queue: the woken
     pull's answer."""
     channel = FakeChannel()
@@ -123,12 +124,18 @@ async def _parked_answer(broker, change) -> object:  # noqa: ANN001
     pull = broker.pull_processor
     end = broker.store.get_max_offset_in_queue("TP", 0)
     assert pull._process(channel, pull_request("GP", "TP", 0, end - 1, sys_flag=0x4), True).code == 0  # checked
-    assert pull._process(channel, pull_request("GP", "TP", 0, end, sys_flag=0x4 | SUSPEND), True) is None  # parked
+    request = pull_request("GP", "TP", 0, end, sys_flag=0x4 | SUSPEND)
+    request.serialize_type = serialize  # (answered in the request's serialization)
+    assert pull._process(channel, request, True) is None  # parked
     change(broker)
     assert (await send.process_request(FakeChannel(), send_request("TP"))).code == ResponseCode.SUCCESS
     for _ in range(3):
         await asyncio.sleep(0)
     assert len(channel.sent) == 1
+    # the same pull re-run by a processor that checks every pull and answers through `_answer`: the same bytes
+    reference = PullMessageProcessor.of(broker)
+    want = reference._process(FakeChannel(), request, False)
+    assert b"".join(bytes(p) for p in channel.sent[0].encode()) == b"".join(bytes(p) for p in want.encode())
     return channel.sent[0]
 
 
@@ -146,18 +153,20 @@ def _broker_write_only(broker) -> None:  # noqa: ANN001
     broker.config.broker_permission = PERM_WRITE
 
 
-async def test_a_parked_pull_s_rerun_sees_a_change_made_while_it_was_parked(broker):
-    assert (await _parked_answer(broker, lambda b: None)).code == ResponseCode.SUCCESS
-    response = await _parked_answer(broker, _topic_write_only)
+@pytest.mark.parametrize("serialize", [0, 1], ids=["json", "rocketmq"])
+async def test_a_parked_pull_s_rerun_sees_a_change_made_while_it_was_parked(broker, serialize):
+    for _ in range(3):
+        assert (await _parked_answer(broker, lambda b: None, serialize)).code == ResponseCode.SUCCESS
+    response = await _parked_answer(broker, _topic_write_only, serialize)
     assert (response.code, response.remark) == (
         ResponseCode.NO_PERMISSION,
         "the topic[TP] pulling message is forbidden",
     )
     broker.topic_config_manager.update_topic_config(TopicConfig("TP", 4, 4, PERM_READ | PERM_WRITE))
-    response = await _parked_answer(broker, _group_disabled)
+    response = await _parked_answer(broker, _group_disabled, serialize)
     assert (response.code, response.remark) == (ResponseCode.NO_PERMISSION, "subscription group no permission, GP")
     broker.subscription_group_manager.update_subscription_group_config(SubscriptionGroupConfig("GP"))
-    response = await _parked_answer(broker, _broker_write_only)
+    response = await _parked_answer(broker, _broker_write_only, serialize)
     assert response.code == ResponseCode.NO_PERMISSION and "pulling message is forbidden" in response.remark
 
 

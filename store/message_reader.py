@@ -137,11 +137,11 @@ class MessageReader:
             return None
         log_file = files[-1]
         pos = phy - log_file.file_from_offset
-        if pos < 0:
+        # (`MappedFile.select`, inlined so the read position is read once: it is also the slave suggestion's)
+        end = log_file.read_position
+        if pos < 0 or pos + size > end or log_file._closed:  # (size > 0 above)
             return None
-        view = log_file.select(pos, size)  # (None unless readable and open)
-        if view is None:
-            return None
+        view = log_file.view[pos : pos + size]
         stats = self.stats
         stats.get_found += 1
         stats.get_transferred += 1
@@ -156,7 +156,7 @@ class MessageReader:
         result.buffer_total_size = size
         # (the commit log's max offset less the record's: the last file's read position less its position there)
         memory = self._total_memory * self.config.access_message_in_memory_max_ratio // 100
-        result.suggest_pulling_from_slave = log_file.read_position - pos > memory
+        result.suggest_pulling_from_slave = end - pos > memory
         return result
 
     def _get_tail(

@@ -97,7 +97,7 @@ class PullMessageProcessor:
         # The outcome of a TAG subscription's checks (`_check`) under the header fields it depends on: (group, topic,
         # queue id, the subscription flag, sub version, subscription, expression type) → (the versions of the
         # topic, subscription group and consumer tables then, subscription, filter).
-        self._checked: dict[tuple, tuple[tuple[int, int, int] | None, SubscriptionData, object, object]] = {}
+        self._checked: dict[tuple, tuple[tuple[int, int, int] | None, SubscriptionData, object, object, str]] = {}
 
     @classmethod
     def of(cls, c: BrokerController) -> PullMessageProcessor:
@@ -240,7 +240,7 @@ class PullMessageProcessor:
             checked = self._check(channel, request, hdr)
             if checked.__class__ is not tuple:
                 return checked  # type: ignore[return-value]  (the answer to a failed check)
-        _, subscription, message_filter, wake_filter = checked  # type: ignore[misc]
+        _, subscription, message_filter, wake_filter, offset_key = checked  # type: ignore[misc]
 
         result = self.store.get_message(
             hdr.consumer_group, topic, queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
@@ -261,15 +261,15 @@ class PullMessageProcessor:
             response = self._answer(request, hdr, code, status, result)
 
         if broker_allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and cfg.broker_role != "SLAVE":
-            self.offsets.commit_offset(hdr.consumer_group, topic, queue_id, hdr.commit_offset, channel.remote_addr)
+            self.offsets.commit_offset_by_key(offset_key, queue_id, hdr.commit_offset)
         return response
 
     def _check(
         self, channel, request: RemotingCommand, hdr: PullMessageRequestHeader | PullHeaderValues
-    ) -> tuple[tuple[int, int, int] | None, SubscriptionData, object, object] | RemotingCommand:
+    ) -> tuple[tuple[int, int, int] | None, SubscriptionData, object, object, str] | RemotingCommand:
         """The pull's checks as upstream runs them (the subscription group, the topic and queue, the subscription),
         then its filter: the answer to the first that fails, or (the tables' versions, subscription, filter, the filter
-        the hold service matches arrivals with).
+        the hold service matches arrivals with, the offset table's key of the group and topic).
 
         The outcome is a function of the header's fields other than its offsets, the three tables (topics,
         subscription groups, consumers), whose versions move with every change, and, for a filter other than a
@@ -342,8 +342,9 @@ class PullMessageProcessor:
         wake_filter = (
             None if message_filter.__class__ is TagMessageFilter and message_filter.matches_all else message_filter
         )
+        offset_key = self.offsets.key(hdr.topic, hdr.consumer_group)  # (the offset table's, for the commit)
         if subscription.expression_type != "TAG" or hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return (None, subscription, message_filter, wake_filter)  # (no versions: never reused)
+            return (None, subscription, message_filter, wake_filter, offset_key)  # (no versions: never reused)
         # (read after the checks: finding the group may have created it, which moves its table's version)
         checked = (
             (
@@ -354,6 +355,7 @@ class PullMessageProcessor:
             subscription,
             message_filter,
             wake_filter,
+            offset_key,
         )
         if len(self._checked) >= SUBSCRIPTION_CACHE_SIZE:
             self._checked.clear()

@@ -8,7 +8,7 @@ when they gain a digit (a queue's pulls go 9,999 → 10,000 once), so a caught-u
 read by one layout for millions of messages; queues whose offsets have different lengths take a few layouts. The
 compiled function unpacks the values in the layout's order (keys the header does not read, such as ACL's
 ``AccessKey``/``Signature``, are unpacked and ignored, as the map decoder ignores them), checks the digits of all
-seven number fields with one ``isdigit``, their range with two ``max``, and builds the header as a
+seven number fields with one ``isdigit``, their range with two compares of their bitwise or, and builds the header as a
 ``PullHeaderValues`` tuple in one C call (a caught-up consumer's every message is one pull, decoded once: the slotted
 dataclass's ``__init__`` stored its 11 fields one by one, ~100 bytecodes a pull). Anything else (a required field missing, a sign, an empty or out-of-range number) gives None and the caller decodes
 the map with ``decode_header``, which returns the same header or raises the precise error (pinned by
@@ -91,10 +91,11 @@ def _compile(keys: tuple[str, ...]) -> Callable[[tuple[str, ...]], PullHeaderVal
         "def decode(values):",
         f"    {', '.join(local.values())}, = values",
         *number_lines(numbers),
-        f"    if max({ints}) > {_INT_MAX} or max({longs}) > {_LONG_MAX}: return None",
+        # (non-negative ints: one of them is out of range exactly when their bitwise or is)
+        f"    if {ints.replace(', ', ' | ')} > {_INT_MAX} or {longs.replace(', ', ' | ')} > {_LONG_MAX}: return None",
         f"    return _new(_cls, ({', '.join(local.get(k, 'None') for k in _FIELDS)},))",  # (one C call)
     ]
-    ns: dict[str, object] = {"_cls": PullHeaderValues, "_new": _new_header, "int": int, "max": max}
+    ns: dict[str, object] = {"_cls": PullHeaderValues, "_new": _new_header, "int": int}
     return compile_decoder(lines, ns)
 
 

@@ -97,7 +97,7 @@ class PullMessageProcessor:
         # The outcome of a TAG subscription's checks (`_check`) under the header fields it depends on: (group, topic,
         # queue id, the subscription flag, sub version, subscription, expression type) → (the versions of the
         # topic, subscription group and consumer tables then, subscription, filter).
-        self._checked: dict[tuple, tuple[tuple[int, int, int] | None, SubscriptionData, object, object, str]] = {}
+        self._checked: dict[tuple, tuple[tuple[int, int, int] | None, SubscriptionData, object, str]] = {}
 
     @classmethod
     def of(cls, c: BrokerController) -> PullMessageProcessor:
@@ -173,7 +173,7 @@ class PullMessageProcessor:
             return self._process(pr.channel, pr.request, False, pr.header)
         hdr = pr.header
         result = self.store.get_message(
-            hdr.consumer_group, pr.topic, pr.queue_id, pr.pull_from_this_offset, hdr.max_msg_nums, checked[2]
+            hdr.consumer_group, pr.topic, pr.queue_id, pr.pull_from_this_offset, hdr.max_msg_nums, pr.message_filter
         )
         status = result.status
         if status is _FOUND:  # (`_answer`'s SUCCESS branch, unrolled: a caught-up consumer's every message)
@@ -240,7 +240,7 @@ class PullMessageProcessor:
             checked = self._check(channel, request, hdr)
             if checked.__class__ is not tuple:
                 return checked  # type: ignore[return-value]  (the answer to a failed check)
-        _, subscription, message_filter, wake_filter, offset_key = checked  # type: ignore[misc]
+        _, subscription, message_filter, offset_key = checked  # type: ignore[misc]
 
         result = self.store.get_message(
             hdr.consumer_group, topic, queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
@@ -253,7 +253,7 @@ class PullMessageProcessor:
             timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
             pr = _new_tuple(  # (PullRequest's fields in order: one C call)
                 PullRequest,
-                (request, channel, topic, queue_id, hdr.queue_offset, subscription, wake_filter, hdr, checked),
+                (request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, hdr, checked),
             )
             self.hold_service.suspend(pr, timeout)  # type: ignore[union-attr]  (attached by the controller)
             response = None
@@ -266,10 +266,10 @@ class PullMessageProcessor:
 
     def _check(
         self, channel, request: RemotingCommand, hdr: PullMessageRequestHeader | PullHeaderValues
-    ) -> tuple[tuple[int, int, int] | None, SubscriptionData, object, object, str] | RemotingCommand:
+    ) -> tuple[tuple[int, int, int] | None, SubscriptionData, object, str] | RemotingCommand:
         """The pull's checks as upstream runs them (the subscription group, the topic and queue, the subscription),
-        then its filter: the answer to the first that fails, or (the tables' versions, subscription, filter, the filter
-        the hold service matches arrivals with, the offset table's key of the group and topic).
+        then its filter: the answer to the first that fails, or (the tables' versions, subscription, filter or None
+        for one that matches everything, the offset table's key of the group and topic).
 
         The outcome is a function of the header's fields other than its offsets, the three tables (topics,
         subscription groups, consumers), whose versions move with every change, and, for a filter other than a
@@ -337,14 +337,13 @@ class PullMessageProcessor:
         message_filter = self._build_filter(request, subscription, hdr.topic)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
-        # the filter the hold service matches arrivals with: None for a TAG subscription to everything (it matches
-        # every arrival: no call per arrival to say so)
-        wake_filter = (
-            None if message_filter.__class__ is TagMessageFilter and message_filter.matches_all else message_filter
-        )
+        if message_filter.__class__ is TagMessageFilter and message_filter.matches_all:
+            # a TAG subscription to everything: None, which the store's read and the hold service's arrival match
+            # take as "everything" without asking the filter (a call per read and two per arrival)
+            message_filter = None
         offset_key = self.offsets.key(hdr.topic, hdr.consumer_group)  # (the offset table's, for the commit)
         if subscription.expression_type != "TAG" or hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return (None, subscription, message_filter, wake_filter, offset_key)  # (no versions: never reused)
+            return (None, subscription, message_filter, offset_key)  # (no versions: never reused)
         # (read after the checks: finding the group may have created it, which moves its table's version)
         checked = (
             (
@@ -354,7 +353,6 @@ class PullMessageProcessor:
             ),
             subscription,
             message_filter,
-            wake_filter,
             offset_key,
         )
         if len(self._checked) >= SUBSCRIPTION_CACHE_SIZE:

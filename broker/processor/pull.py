@@ -3,7 +3,9 @@
 Checks follow upstream: group permission, topic and queue, then the subscription — from the request
 when the subscription bit is set (C++, Node, Java), from the group's heartbeat otherwise (Go). The
 store's status maps to a response code and nextBeginOffset (protocol.md §2.3); PULL_NOT_FOUND with
-the suspend bit parks the request in the PullRequestHoldService instead of answering.
+the suspend bit parks the request in the PullRequestHoldService instead of answering. The outcome of a TAG
+subscription's checks is kept while the topic, subscription-group and consumer tables keep their versions, and a
+woken pull reuses the checks it parked with (`_check`, `_rerun`; docs/design.md "Speed: consume path").
 """
 
 from __future__ import annotations
@@ -203,8 +205,8 @@ class PullMessageProcessor:
         broker_allow_suspend: bool,
         hdr: PullMessageRequestHeader | PullHeaderValues | None = None,
     ) -> RemotingCommand | None:
-        """``hdr``: the request's header when it was decoded already (a woken pull re-runs every check,
-        as upstream does, but its extFields have not changed)."""
+        """``hdr``: the request's header when it was decoded already (a woken pull whose kept checks no longer hold
+        is re-run here, as upstream re-runs every woken pull: its extFields have not changed)."""
         if hdr is None:
             layout = request.ext_layout
             if layout is not None:  # a ROCKETMQ header read by a learned layout: straight from its values
@@ -221,23 +223,22 @@ class PullMessageProcessor:
         queue_id = hdr.queue_id
         # The checks of group, topic, queue and subscription passed for these fields while no table they read has
         # changed since: their outcome (the subscription and filter) is reused (see `_check`).
-        checked = self._checked.get(
-            (
-                hdr.consumer_group,
-                topic,
-                queue_id,
-                sys_flag & FLAG_SUBSCRIPTION,
-                hdr.sub_version,
-                hdr.subscription,
-                hdr.expression_type,
-            )
+        key = (
+            hdr.consumer_group,
+            topic,
+            queue_id,
+            sys_flag & FLAG_SUBSCRIPTION,
+            hdr.sub_version,
+            hdr.subscription,
+            hdr.expression_type,
         )
+        checked = self._checked.get(key)
         if checked is None or checked[0] != (
             self.topic_configs.data_version.counter,
             self.subscription_groups.data_version.counter,
             self.consumers.version,
         ):
-            checked = self._check(channel, request, hdr)
+            checked = self._check(channel, request, hdr, key)
             if checked.__class__ is not tuple:
                 return checked  # type: ignore[return-value]  (the answer to a failed check)
         _, subscription, message_filter, offset_key = checked  # type: ignore[misc]
@@ -265,7 +266,7 @@ class PullMessageProcessor:
         return response
 
     def _check(
-        self, channel, request: RemotingCommand, hdr: PullMessageRequestHeader | PullHeaderValues
+        self, channel, request: RemotingCommand, hdr: PullMessageRequestHeader | PullHeaderValues, key: tuple
     ) -> tuple[tuple[int, int, int] | None, SubscriptionData, object, str] | RemotingCommand:
         """The pull's checks as upstream runs them (the subscription group, the topic and queue, the subscription),
         then its filter: the answer to the first that fails, or (the tables' versions, subscription, filter or None
@@ -275,8 +276,9 @@ class PullMessageProcessor:
         subscription groups, consumers), whose versions move with every change, and, for a filter other than a
         TAG subscription's on a topic that is not a retry topic, the filter settings of the broker's config; so a
         TAG subscription's outcome is kept under those fields and reused while the versions stay put (a consumer's
-        pulls, and a parked pull's re-run, check once per change of a table). The broker's own permission is read
-        on every pull."""
+        pulls, and a parked pull's re-run, check once per change of a table), under ``key``, `_process`'s. The
+        broker's own permission is read on every pull. (The two tables with a ``DataVersion`` load theirs once, at
+        start, before the broker takes requests.)"""
         sgc = self.subscription_groups.find_subscription_group_config(hdr.consumer_group)
         if sgc is None:
             return request.response(
@@ -357,17 +359,7 @@ class PullMessageProcessor:
         )
         if len(self._checked) >= SUBSCRIPTION_CACHE_SIZE:
             self._checked.clear()
-        self._checked[
-            (
-                hdr.consumer_group,
-                hdr.topic,
-                queue_id,
-                hdr.sys_flag & FLAG_SUBSCRIPTION,
-                hdr.sub_version,
-                hdr.subscription,
-                hdr.expression_type,
-            )
-        ] = checked
+        self._checked[key] = checked
         return checked
 
     def _answer(

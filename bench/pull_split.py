@@ -1,7 +1,7 @@
 """Where the caught-up consume cycle's bytecodes go, function by function: ``bench.pull_cost``'s cycle (a pull
 parks, one message arrives, the woken pull answers it) less the send alone, split by code object.
 
-    python -m bench.pull_split [--top 40] [--dispatch]
+    python -m bench.pull_split [--top 40] [--dispatch] [--lines]
 
 ``bench.pull_cost --bytecodes`` gives the totals; this gives the split that says which function to cut (the
 functions of the send itself cancel out, those of the consume side remain; a background timer that fired in one
@@ -29,20 +29,24 @@ class SplitCounter(OpcodeCounter):
     """Counts bytecodes by (file, function) into the table of the phase that is running."""
 
     tables: list[collections.Counter[Key]] = []  # one per Meter.start, in order (set per run by `split`)
+    lines = False  # by (file, function:line) instead of (file, function)
 
     def trace(self, frame, event: str, arg):  # noqa: ANN001, ANN201
         frame.f_trace_opcodes = True
         if event == "opcode":
             self.count += 1
             code = frame.f_code
-            self.tables[-1][(code.co_filename, code.co_qualname)] += 1
+            name = f"{code.co_qualname}:{frame.f_lineno}" if self.lines else code.co_qualname
+            self.tables[-1][(code.co_filename, name)] += 1
         return self.trace
 
 
-def split(backlog: int, dispatch: bool) -> collections.Counter[Key]:
-    """The per-function difference (cycle - send alone) in bytecodes over all of pull_cost's rounds."""
+def split(backlog: int, dispatch: bool, lines: bool = False) -> collections.Counter[Key]:
+    """The per-function (``lines``: per-line) difference (cycle - send alone) in bytecodes over all of pull_cost's
+    rounds."""
     tables: list[collections.Counter[Key]] = []
     SplitCounter.tables = tables
+    SplitCounter.lines = lines
     meter_start = pull_cost.Meter.start
 
     def start(meter: pull_cost.Meter) -> None:
@@ -69,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=400, help="the drain phases' backlog (kept small: not split)")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--dispatch", action="store_true", help="the cycle with its pull through dispatch")
+    parser.add_argument("--lines", action="store_true", help="split by source line instead of by function")
     args = parser.parse_args(argv)
     loop_choice.install()
-    diff = split(args.backlog, args.dispatch)
+    diff = split(args.backlog, args.dispatch, args.lines)
     rounds = CYCLE_ROUNDS
     root = os.getcwd() + os.sep
     print(f"consume side: {sum(diff.values()) / rounds:.1f} bytecodes per message (cycle less the send alone)")

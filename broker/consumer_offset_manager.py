@@ -29,8 +29,12 @@ class ConsumerOffsetManager:
         return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, client: str = "") -> None:
-        """(Every pull with the commit flag calls this: ``key`` inlined, no default map made per call.)"""
-        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+        """(A pull with the commit flag calls `commit_offset_by_key` with the key it kept.)"""
+        self.commit_offset_by_key(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", queue_id, offset)
+
+    def commit_offset_by_key(self, key: str, queue_id: int, offset: int) -> None:
+        """`commit_offset` of the group and topic whose ``key(topic, group)`` the caller kept (the pull processor,
+        with the outcome of a pull's checks: a caught-up consumer commits on every pull)."""
         queues = self.offset_table.get(key)
         if queues is None:
             queues = self.offset_table[key] = {}

@@ -18,32 +18,38 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 
-@dataclass(eq=False, slots=True)
-class PullRequest:
+class PullRequest(NamedTuple):
+    """A parked pull. A tuple made in one C call (``tuple.__new__``, as the processor builds it): a caught-up
+    consumer parks one per message, and the slotted dataclass's ``__init__`` stored its fields one by one. Compared
+    by identity wherever the hold service looks for one (``is``), never by value."""
+
     request: Any  # RemotingCommand
     channel: Any
     topic: str
     queue_id: int
     pull_from_this_offset: int
     subscription: Any  # SubscriptionData
-    message_filter: Any
-    deadline: float = 0.0  # the loop time it is answered at if nothing arrives (set by suspend)
+    message_filter: Any  # what arrivals are matched with (None: every arrival matches)
     header: Any = None  # the decoded PullMessageRequestHeader, reused when the pull is re-run
+    # the outcome of its checks when it parked (the pull processor's: table versions, subscription, filter), reused
+    # by its re-run while those versions stay put
+    checked: Any = None
 
 
 # A deadline this close to the loop's time counts as passed when the timer fires (the loop's timers have
 # millisecond resolution: one may fire a little before the exact float it was armed at).
 DEADLINE_RESOLUTION_S = 0.001
 _NEVER = float("inf")
+_heappush = heapq.heappush  # (a global: one load fewer a park)
 # The heap of deadlines is rebuilt when it holds more than this many entries and twice the parked pulls.
 _REBUILD_FLOOR = 1024
 
@@ -57,21 +63,22 @@ class PullRequestHoldService:
         self._timer_at = _NEVER  # the loop time the timer fires at
         # (deadline, park number, pull): the park number orders pulls of one deadline as they parked
         self._deadlines: list[tuple[float, int, PullRequest]] = []
-        self._parks = 0
+        self._park_numbers = itertools.count(1)
         self._rebuild_at = _REBUILD_FLOOR  # the heap size at which entries of woken pulls are dropped
 
     def suspend(self, pr: PullRequest, timeout_ms: int) -> None:
         key = (pr.topic, pr.queue_id)
-        queue = self.table.get(key)
+        table = self.table
+        queue = table.get(key)
         if queue is None:
-            self.table[key] = [pr]
+            table[key] = [pr]
         else:
             queue.append(pr)
         loop = asyncio.get_running_loop()
-        deadline = pr.deadline = loop.time() + (timeout_ms / 1000 if timeout_ms > 0 else 0)
-        self._parks += 1
-        heapq.heappush(self._deadlines, (deadline, self._parks, pr))
-        if len(self._deadlines) > self._rebuild_at:
+        deadline = loop.time() + (timeout_ms / 1000 if timeout_ms > 0 else 0)
+        heap = self._deadlines
+        _heappush(heap, (deadline, next(self._park_numbers), pr))
+        if len(heap) > self._rebuild_at:
             self._rebuild()
         if deadline < self._timer_at:  # the first parked pull, or one due before the armed time
             if self._timer is not None:

@@ -46,8 +46,9 @@ class BrokerStats:
         self.put_size[topic] += size
 
     def on_get(self, group: str, topic: str, msgs: int, size: int) -> None:
-        self.get_nums[(group, topic)] += msgs
-        self.get_size[(group, topic)] += size
+        key = (group, topic)  # (one tuple: every pull that finds messages counts here)
+        self.get_nums[key] += msgs
+        self.get_size[key] += size
 
     def on_send_back(self, group: str, topic: str) -> None:
         self.send_back[group] += 1

@@ -33,6 +33,8 @@ TAKE_ALL_MIN_ENTRIES = 8
 # One consume-queue entry (commitLogOffset, size, tagsCode), read with struct by `_get_tail`: for the one to seven
 # entries at a queue's tail a numpy view and its tolist() cost more than the unpack.
 _CQ_ENTRY = struct.Struct(">qiq")
+_new_object = object.__new__
+_FOUND = GetMessageStatus.FOUND
 assert _CQ_ENTRY.size == CQ_STORE_UNIT_SIZE
 
 
@@ -99,7 +101,9 @@ class MessageReader:
             if files:
                 last = files[-1]  # (the queue's max offset is its last file's read position: max_offset())
                 start = last.file_from_offset
-                max_offset = (start + last.read_position) // CQ_STORE_UNIT_SIZE
+                # (a consume-queue file never has a pool's write buffer, only commit-log files are given one: its
+                # read position is its wrote position, read without the property's call)
+                max_offset = (start + last.wrote_position) // CQ_STORE_UNIT_SIZE
                 behind = max_offset - offset
                 if 0 <= behind < TAKE_ALL_MIN_ENTRIES and offset * CQ_STORE_UNIT_SIZE >= cq.min_logic_offset:
                     if not behind:
@@ -133,24 +137,26 @@ class MessageReader:
             return None
         log_file = files[-1]
         pos = phy - log_file.file_from_offset
-        if pos < 0:
+        # (`MappedFile.select`, inlined so the read position is read once: it is also the slave suggestion's)
+        end = log_file.read_position
+        if pos < 0 or pos + size > end or log_file._closed:  # (size > 0 above)
             return None
-        view = log_file.select(pos, size)  # (None unless readable and open)
-        if view is None:
-            return None
+        view = log_file.view[pos : pos + size]
         stats = self.stats
         stats.get_found += 1
         stats.get_transferred += 1
-        result = GetMessageResult(
-            GetMessageStatus.FOUND, offset + 1, cq.min_logic_offset // CQ_STORE_UNIT_SIZE, offset + 1
-        )
+        # (the result's fields set once each: its __init__ would make two lists for these two to replace)
+        result = _new_object(GetMessageResult)
+        result.status = _FOUND
+        result.next_begin_offset = result.max_offset = offset + 1
+        result.min_offset = cq.min_logic_offset // CQ_STORE_UNIT_SIZE
         result.buffers = [view]
         result.msg_queue_offsets = [offset]
         result.message_count = 1
         result.buffer_total_size = size
         # (the commit log's max offset less the record's: the last file's read position less its position there)
         memory = self._total_memory * self.config.access_message_in_memory_max_ratio // 100
-        result.suggest_pulling_from_slave = log_file.read_position - pos > memory
+        result.suggest_pulling_from_slave = end - pos > memory
         return result
 
     def _get_tail(

@@ -69,6 +69,9 @@ class ConsumerManager:
         self._channel_expired_ms = channel_expired_ms
         self.on_ids_changed = on_ids_changed
         self.on_subscriptions_changed = on_subscriptions_changed
+        # bumped by every call that may change a group, its model or its subscriptions: the pull processor reuses
+        # the outcome of a pull's checks while this (and the topic and group tables' versions) stay put
+        self.version = 0
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self.table.get(group)
@@ -79,6 +82,7 @@ class ConsumerManager:
 
     def register_consumer(self, data: ConsumerData, channel_info: ClientChannelInfo, notify: bool = True) -> bool:
         """Add or refresh a consumer; returns True when the group's membership changed."""
+        self.version += 1
         now = self._now_ms()
         info = self.table.get(data.group_name)
         if info is None:
@@ -109,6 +113,7 @@ class ConsumerManager:
         return membership_changed
 
     def unregister_consumer(self, group: str, channel: Any, notify: bool = True) -> None:
+        self.version += 1
         info = self.table.get(group)
         if info is None:
             return
@@ -120,6 +125,7 @@ class ConsumerManager:
                 self._notify(info)
 
     def do_channel_close_event(self, channel: Any) -> None:
+        self.version += 1
         for group, info in list(self.table.items()):
             if info.channels.pop(channel, None) is not None:
                 log.info("consumer channel closed", group=group, remote=channel.remote_addr)
@@ -130,6 +136,7 @@ class ConsumerManager:
 
     def scan_not_active_channel(self) -> list[Any]:
         """Drop channels silent for longer than channelExpiredTimeout; returns the channels dropped."""
+        self.version += 1
         now = self._now_ms()
         expired: list[Any] = []
         for group, info in list(self.table.items()):

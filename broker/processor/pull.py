@@ -3,7 +3,9 @@
 Checks follow upstream: group permission, topic and queue, then the subscription — from the request
 when the subscription bit is set (C++, Node, Java), from the group's heartbeat otherwise (Go). The
 store's status maps to a response code and nextBeginOffset (protocol.md §2.3); PULL_NOT_FOUND with
-the suspend bit parks the request in the PullRequestHoldService instead of answering.
+the suspend bit parks the request in the PullRequestHoldService instead of answering. The outcome of a TAG
+subscription's checks is kept while the topic, subscription-group and consumer tables keep their versions, and a
+woken pull reuses the checks it parked with (`_check`, `_rerun`; docs/design.md "Speed: consume path").
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from broker.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, decode_header
-from remoting.pull_header import decode_pull_message_values
+from remoting.pull_header import PullHeaderValues, decode_pull_message_values
 from store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
+_new_tuple = tuple.__new__
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -57,6 +60,8 @@ _STATUS_CODE = {
     GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
     GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
 }
+_FOUND = GetMessageStatus.FOUND
+_SUCCESS = ResponseCode.SUCCESS
 _REMARK = {status: status.name for status in GetMessageStatus}  # Enum.name is a Python-level property
 
 
@@ -91,6 +96,10 @@ class PullMessageProcessor:
         # subscription (its heartbeat's object, or the same string in every request) thousands of times.
         self._tag_filters: dict[int, tuple[SubscriptionData, TagMessageFilter]] = {}
         self._parsed: dict[tuple[str, str | None, str | None, int], SubscriptionData] = {}
+        # The outcome of a TAG subscription's checks (`_check`) under the header fields it depends on: (group, topic,
+        # queue id, the subscription flag, sub version, subscription, expression type) → (the versions of the
+        # topic, subscription group and consumer tables then, subscription, filter).
+        self._checked: dict[tuple, tuple[tuple[int, int, int] | None, SubscriptionData, object, str]] = {}
 
     @classmethod
     def of(cls, c: BrokerController) -> PullMessageProcessor:
@@ -121,7 +130,7 @@ class PullMessageProcessor:
         if not pr.channel.is_active:
             return
         try:
-            response = self._process(pr.channel, pr.request, False, pr.header)
+            response = self._rerun(pr)
         except Exception as exc:  # a woken pull must still get an answer
             log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
             response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
@@ -132,13 +141,13 @@ class PullMessageProcessor:
         """`execute_request_when_wakeup` for the pulls woken in one loop iteration, in order (one call for all: a
         caught-up consumer's every message is one woken pull). A pull whose answer cannot be written is logged and
         the others are still answered."""
-        process = self._process
+        rerun = self._rerun
         for pr in prs:
             channel = pr.channel
             if not channel.is_active:
                 continue
             try:
-                response = process(channel, pr.request, False, pr.header)
+                response = rerun(pr)
             except Exception as exc:  # a woken pull must still get an answer
                 log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
                 response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
@@ -148,15 +157,56 @@ class PullMessageProcessor:
                 except Exception:  # one pull's failed write must not cost the others their answers
                     log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)
 
+    def _rerun(self, pr: PullRequest) -> RemotingCommand | None:
+        """A parked pull's re-run: `_process` without suspend and commit (as upstream's wake-up runs it), whose
+        checks are those the pull passed when it parked while no table they read has changed since and the broker
+        is still readable (see `_check`): then straight to the store read and the answer."""
+        checked = pr.checked
+        if (
+            checked is None
+            or not self.config.broker_permission & PERM_READ
+            or checked[0]
+            != (
+                self.topic_configs.data_version.counter,
+                self.subscription_groups.data_version.counter,
+                self.consumers.version,
+            )
+        ):
+            return self._process(pr.channel, pr.request, False, pr.header)
+        hdr = pr.header
+        result = self.store.get_message(
+            hdr.consumer_group, pr.topic, pr.queue_id, pr.pull_from_this_offset, hdr.max_msg_nums, pr.message_filter
+        )
+        status = result.status
+        if status is _FOUND:  # (`_answer`'s SUCCESS branch, unrolled: a caught-up consumer's every message)
+            body = result.span
+            if body is None:
+                buffers = result.buffers
+                body = b"".join(buffers) if len(buffers) != 1 else buffers[0]
+            self.stats.on_get(hdr.consumer_group, pr.topic, result.message_count, len(body))
+            return PullAnswer(
+                pr.request,
+                _SUCCESS,
+                "FOUND",
+                result.next_begin_offset,
+                result.min_offset,
+                result.max_offset,
+                body,
+            )
+        code = _STATUS_CODE.get(status)
+        if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
+            code = ResponseCode.PULL_OFFSET_MOVED if pr.pull_from_this_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        return self._answer(pr.request, hdr, code, status, result)
+
     def _process(
         self,
         channel,
         request: RemotingCommand,
         broker_allow_suspend: bool,
-        hdr: PullMessageRequestHeader | None = None,
+        hdr: PullMessageRequestHeader | PullHeaderValues | None = None,
     ) -> RemotingCommand | None:
-        """``hdr``: the request's header when it was decoded already (a woken pull re-runs every check,
-        as upstream does, but its extFields have not changed)."""
+        """``hdr``: the request's header when it was decoded already (a woken pull whose kept checks no longer hold
+        is re-run here, as upstream re-runs every woken pull: its extFields have not changed)."""
         if hdr is None:
             layout = request.ext_layout
             if layout is not None:  # a ROCKETMQ header read by a learned layout: straight from its values
@@ -168,6 +218,67 @@ class PullMessageProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden"
             )
+        sys_flag = hdr.sys_flag
+        topic = hdr.topic
+        queue_id = hdr.queue_id
+        # The checks of group, topic, queue and subscription passed for these fields while no table they read has
+        # changed since: their outcome (the subscription and filter) is reused (see `_check`).
+        key = (
+            hdr.consumer_group,
+            topic,
+            queue_id,
+            sys_flag & FLAG_SUBSCRIPTION,
+            hdr.sub_version,
+            hdr.subscription,
+            hdr.expression_type,
+        )
+        checked = self._checked.get(key)
+        if checked is None or checked[0] != (
+            self.topic_configs.data_version.counter,
+            self.subscription_groups.data_version.counter,
+            self.consumers.version,
+        ):
+            checked = self._check(channel, request, hdr, key)
+            if checked.__class__ is not tuple:
+                return checked  # type: ignore[return-value]  (the answer to a failed check)
+        _, subscription, message_filter, offset_key = checked  # type: ignore[misc]
+
+        result = self.store.get_message(
+            hdr.consumer_group, topic, queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
+        )
+        status = result.status
+        code = _STATUS_CODE.get(status)
+        if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
+            code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and sys_flag & FLAG_SUSPEND:
+            timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+            pr = _new_tuple(  # (PullRequest's fields in order: one C call)
+                PullRequest,
+                (request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, hdr, checked),
+            )
+            self.hold_service.suspend(pr, timeout)  # type: ignore[union-attr]  (attached by the controller)
+            response = None
+        else:
+            response = self._answer(request, hdr, code, status, result)
+
+        if broker_allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and cfg.broker_role != "SLAVE":
+            self.offsets.commit_offset_by_key(offset_key, queue_id, hdr.commit_offset)
+        return response
+
+    def _check(
+        self, channel, request: RemotingCommand, hdr: PullMessageRequestHeader | PullHeaderValues, key: tuple
+    ) -> tuple[tuple[int, int, int] | None, SubscriptionData, object, str] | RemotingCommand:
+        """The pull's checks as upstream runs them (the subscription group, the topic and queue, the subscription),
+        then its filter: the answer to the first that fails, or (the tables' versions, subscription, filter or None
+        for one that matches everything, the offset table's key of the group and topic).
+
+        The outcome is a function of the header's fields other than its offsets, the three tables (topics,
+        subscription groups, consumers), whose versions move with every change, and, for a filter other than a
+        TAG subscription's on a topic that is not a retry topic, the filter settings of the broker's config; so a
+        TAG subscription's outcome is kept under those fields and reused while the versions stay put (a consumer's
+        pulls, and a parked pull's re-run, check once per change of a table), under ``key``, `_process`'s. The
+        broker's own permission is read on every pull. (The two tables with a ``DataVersion`` load theirs once, at
+        start, before the broker takes requests.)"""
         sgc = self.subscription_groups.find_subscription_group_config(hdr.consumer_group)
         if sgc is None:
             return request.response(
@@ -179,11 +290,8 @@ class PullMessageProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {hdr.consumer_group}"
             )
-        sys_flag = hdr.sys_flag
-        topic = hdr.topic
         queue_id = hdr.queue_id
-
-        tc = self.topic_configs.select_topic_config(topic)
+        tc = self.topic_configs.select_topic_config(hdr.topic)
         if tc is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -199,7 +307,7 @@ class PullMessageProcessor:
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.remote_addr}]",
             )
 
-        if sys_flag & FLAG_SUBSCRIPTION:
+        if hdr.sys_flag & FLAG_SUBSCRIPTION:
             try:
                 subscription = self._parse_subscription(
                     hdr.topic, hdr.subscription, hdr.expression_type, hdr.sub_version
@@ -231,28 +339,28 @@ class PullMessageProcessor:
         message_filter = self._build_filter(request, subscription, hdr.topic)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
-
-        result = self.store.get_message(
-            hdr.consumer_group, topic, queue_id, hdr.queue_offset, hdr.max_msg_nums, message_filter
+        if message_filter.__class__ is TagMessageFilter and message_filter.matches_all:
+            # a TAG subscription to everything: None, which the store's read and the hold service's arrival match
+            # take as "everything" without asking the filter (a call per read and two per arrival)
+            message_filter = None
+        offset_key = self.offsets.key(hdr.topic, hdr.consumer_group)  # (the offset table's, for the commit)
+        if subscription.expression_type != "TAG" or hdr.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return (None, subscription, message_filter, offset_key)  # (no versions: never reused)
+        # (read after the checks: finding the group may have created it, which moves its table's version)
+        checked = (
+            (
+                self.topic_configs.data_version.counter,
+                self.subscription_groups.data_version.counter,
+                self.consumers.version,
+            ),
+            subscription,
+            message_filter,
+            offset_key,
         )
-        status = result.status
-        code = _STATUS_CODE.get(status)
-        if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
-            code = ResponseCode.PULL_OFFSET_MOVED if hdr.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and sys_flag & FLAG_SUSPEND:
-            timeout = hdr.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
-            # positional: a slotted dataclass builds about twice as fast that way (deadline handle None, header)
-            pr = PullRequest(
-                request, channel, topic, queue_id, hdr.queue_offset, subscription, message_filter, 0.0, hdr
-            )
-            self.hold_service.suspend(pr, timeout)  # type: ignore[union-attr]  (attached by the controller)
-            response = None
-        else:
-            response = self._answer(request, hdr, code, status, result)
-
-        if broker_allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and cfg.broker_role != "SLAVE":
-            self.offsets.commit_offset(hdr.consumer_group, topic, queue_id, hdr.commit_offset, channel.remote_addr)
-        return response
+        if len(self._checked) >= SUBSCRIPTION_CACHE_SIZE:
+            self._checked.clear()
+        self._checked[key] = checked
+        return checked
 
     def _answer(
         self,

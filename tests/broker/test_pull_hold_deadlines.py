@@ -13,7 +13,12 @@ class Channel:
 
 
 def parked(queue_id: int, offset: int = 5, channel: object = None, flt: object = None) -> PullRequest:
-    return PullRequest(None, channel or Channel(), "T", queue_id, offset, None, flt, 0.0, None)
+    return PullRequest(None, channel or Channel(), "T", queue_id, offset, None, flt, None)
+
+
+def deadlines(hold: PullRequestHoldService) -> dict[int, float]:
+    """id(parked pull) → its deadline, from the hold service's heap."""
+    return {id(pr): deadline for deadline, _, pr in hold._deadlines}
 
 
 def service() -> tuple[PullRequestHoldService, list[tuple[PullRequest, float]]]:
@@ -32,10 +37,11 @@ async def test_each_parked_pull_is_answered_at_its_own_deadline():
     start = loop.time()
     for ms, pr in prs.items():
         hold.suspend(pr, ms)
+    due = deadlines(hold)
     await asyncio.sleep(0.6)
     assert [pr for pr, _ in woken] == [prs[100], prs[200], prs[300], prs[301]]
     for (pr, at), ms in zip(woken, (100, 200, 300, 301), strict=True):
-        assert pr.deadline - DEADLINE_RESOLUTION_S <= at < start + ms / 1000 + 0.25, ms
+        assert due[id(pr)] - DEADLINE_RESOLUTION_S <= at < start + ms / 1000 + 0.25, ms
     assert hold.table == {} and hold.parked_count == 0
 
 
@@ -69,6 +75,7 @@ async def test_the_timer_of_a_woken_pull_arms_itself_for_the_next_deadline():
     early, late = parked(0), parked(1)
     hold.suspend(early, 50)
     hold.suspend(late, 250)
+    late_deadline = deadlines(hold)[id(late)]
     hold.notify_message_arriving("T", 0, 6, 0, {})
     assert [pr for pr, _ in woken] == [early]
     start = loop.time()
@@ -76,7 +83,7 @@ async def test_the_timer_of_a_woken_pull_arms_itself_for_the_next_deadline():
     assert len(woken) == 1  # the 50 ms timer fired: nothing else was due
     await asyncio.sleep(0.3)
     assert [pr for pr, _ in woken] == [early, late]
-    assert woken[1][1] >= late.deadline - DEADLINE_RESOLUTION_S and woken[1][1] - start < 0.4
+    assert woken[1][1] >= late_deadline - DEADLINE_RESOLUTION_S and woken[1][1] - start < 0.4
 
 
 async def test_a_shorter_timeout_parked_later_rearms_the_timer():

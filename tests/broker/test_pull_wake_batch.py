@@ -82,7 +82,7 @@ async def test_a_failing_pull_does_not_cost_the_others_their_answers(capsys):
     processor._process = process  # type: ignore[method-assign]
     channels = [Channel(), Channel(fail=True), Channel(), Channel(active=False), Channel()]
     headers = ["a", "b", "raise", "closed", "e"]
-    prs = [PullRequest(Request(), ch, "T", 0, 0, None, None, 0.0, h) for ch, h in zip(channels, headers, strict=True)]
+    prs = [PullRequest(Request(), ch, "T", 0, 0, None, None, h) for ch, h in zip(channels, headers, strict=True)]
     wake = wake_in_loop(processor)
     for pr in prs:
         wake(pr)

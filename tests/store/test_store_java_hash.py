@@ -9,6 +9,30 @@ from hypothesis import strategies as st
 from store.java_hash import JavaHasher, abs_hashes, combine, index_key_hash, java_string_hash
 
 
+def _hash_code_loop(s: str) -> int:
+    """Java's String.hashCode as its loop reads it: h = 31h + c over the UTF-16 code units, int arithmetic."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=500, max_size=1600),  # past the power table
+        st.text(min_size=500, max_size=1200),  # non-ASCII pieces of the table's length, surrogate pairs
+        st.lists(st.integers(0xD800, 0xDFFF) | st.integers(0x20, 0x7E), max_size=8).map(lambda u: "".join(map(chr, u))),
+    )
+)
+def test_scalar_hash_is_the_per_unit_loop(text):
+    """java_string_hash (a table of powers summed in C) equals the per-unit loop for ASCII, non-ASCII,
+    astral (two units) and lone-surrogate text, and for text longer than the table (folded in pieces)."""
+    assert java_string_hash(text) == _hash_code_loop(text)
+
+
 def test_known_values():
     assert java_string_hash("TagA") == 2598919
     assert java_string_hash("ä") == 228

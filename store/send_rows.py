@@ -80,6 +80,9 @@ _KEYS = MessageConst.KEYS
 _UNIQ_KEY = MessageConst.UNIQ_KEY
 _KEY_SEPARATOR = MessageConst.KEY_SEPARATOR
 _YIELD_EVERY_INLINE = 64  # as MessagePutter: appends on the caller's stack in a row before a put yields
+# what the one pass hands `AfterPut` (ASYNC_FLUSH only, where it wakes the flush or commit service and reads nothing
+# of the result): one placeholder rather than a result a group
+_NO_RESULT = AppendMessageResult(0, 0, "", 0, 0)
 
 
 def row_message(row: SendRow, born_host: tuple[str, int], store_host: tuple[str, int]) -> MessageExtBrokerInner:
@@ -386,7 +389,6 @@ class SendRowPut:
         if hosts[0] is not born_host or hosts[1] is not store_host:
             hosts = self._host_parts(born_host, store_host)
         _, _, born_ip, born_port, store_ip, store_port, id_base = hosts
-        index_keys = d._index_keys
         try:
             queue_offset = table[key]
             (
@@ -421,20 +423,20 @@ class SendRowPut:
                 keys = props.get(_KEYS)
                 if keys is not None and _KEY_SEPARATOR in keys:
                     d._queue_index_keys(topic, uniq, keys, phy, store_ts)
-                else:
-                    index_phys = d._index_phys
+                else:  # (each key with its offset and store time, as `_queue_index_keys` queues them)
                     if uniq:
-                        index_keys.append(f"{topic}#{uniq}")
-                        index_phys.append(phy)
+                        d._index_keys.append(f"{topic}#{uniq}")
+                        d._index_phys.append(phy)
+                        d._index_times.append(store_ts)
                     if keys:
-                        index_keys.append(f"{topic}#{keys}")
-                        index_phys.append(phy)
+                        d._index_keys.append(f"{topic}#{keys}")
+                        d._index_phys.append(phy)
+                        d._index_times.append(store_ts)
             results = [("%032X" % (id_base | phy), queue_offset, size)]
-        finally:
-            index_times = d._index_times
-            if len(index_times) < len(index_keys):  # (one store time a key queued above)
-                index_times.extend(repeat(store_ts, len(index_keys) - len(index_times)))
+        except BaseException:  # (a bug's path: nothing of the row counts as stored, the section closes)
             cl.begin_time_in_lock = 0
+            raise
+        cl.begin_time_in_lock = 0
         # (readable before its arrival is announced, below)
         mf.wrote_position = end
         mf.store_timestamp = store_ts
@@ -489,5 +491,5 @@ class SendRowPut:
             putter._inline_appends = 0
             await asyncio.sleep(0)
         # (ASYNC_FLUSH only: wakes the flush or commit service, reads nothing of the result)
-        putter._after_put(AppendMessageResult(end, 0, "", 0, 0), None, "")
+        putter._after_put(_NO_RESULT, None, "")
         putter.stats.put_done_many(stored, putter.now_ms() - begin)

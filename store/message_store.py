@@ -554,7 +554,10 @@ class MessageStore:
         stored by `store_host`; messages may be mixed in): the common record planned, written and dispatched in one
         pass, a stored row's result a `(msg_id, queue_offset, size)` tuple; anything else goes through
         `put_message_group`, its row replaced in `items` by the message put (SendRowPut.put)."""
-        return self.putter.send_rows.put(items, born_host, store_host)
+        rows = self.putter.send_rows
+        if len(items) == 1 and items[0].__class__ is tuple:  # a lone send's row: put's one pass, straight-line
+            return rows.put_one(items, born_host, store_host)
+        return rows.put(items, born_host, store_host)
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

@@ -80,6 +80,9 @@ _KEYS = MessageConst.KEYS
 _UNIQ_KEY = MessageConst.UNIQ_KEY
 _KEY_SEPARATOR = MessageConst.KEY_SEPARATOR
 _YIELD_EVERY_INLINE = 64  # as MessagePutter: appends on the caller's stack in a row before a put yields
+# what the one pass hands `AfterPut` (ASYNC_FLUSH only, where it wakes the flush or commit service and reads nothing
+# of the result): one placeholder rather than a result a group
+_NO_RESULT = AppendMessageResult(0, 0, "", 0, 0)
 
 
 def row_message(row: SendRow, born_host: tuple[str, int], store_host: tuple[str, int]) -> MessageExtBrokerInner:
@@ -101,6 +104,51 @@ class SendRowPut:
         self.reput = putter.reput
         self._async_flush = putter.config.flush_disk_type != FlushDiskType.SYNC_FLUSH
         self._records: dict[tuple[int, int, int], struct.Struct] = {}
+        # the last group's hosts as the record and the offset id take them (`_host_parts`): a connection's groups
+        # come with the same two tuples, so a group asks by identity
+        self._hosts: tuple = (None, None)
+
+    def _open(self, cl: Any, mf: Any) -> bool:
+        """Whether the one pass may append to `mf` now: the general path would append inline here (writer idle, no
+        stall, ASYNC_FLUSH without a pool, the reput caught up, the index file present, the store writable)."""
+        reput = self.reput
+        d = self.dispatcher
+        return not (
+            cl._pending
+            or cl._in_section
+            or cl._closed
+            or cl._writer_task is None
+            or cl.fault.stall_append_until_ms
+            or not self._async_flush
+            or self.putter._pooled
+            or mf is None
+            or mf.is_full()
+            or mf.write_buffer is not None
+            or reput.reput_from_offset != mf.file_from_offset + mf.wrote_position
+            or reput.running
+            or cl.dispatch_queue
+            or (d._index_enabled and d.index_service.needs_file())
+            or self.putter._store_status()[0] is not _PUT_OK
+        )
+
+    def _host_parts(self, born_host: tuple[str, int], store_host: tuple[str, int]) -> tuple:
+        """(born_host, store_host, born ip bytes, born port, store ip bytes, store port, the offset id's high bits),
+        kept for the next group."""
+        cl = self.commit_log
+        encoder = cl.encoder
+        prefix = cl._id_prefix.get(store_host)
+        if prefix is None:
+            prefix = cl._id_prefix[store_host] = offset_msg_id_prefix(*store_host)
+        hosts = self._hosts = (
+            born_host,
+            store_host,
+            encoder.host_bytes.get(born_host[0]) or encoder.host(born_host[0]),
+            born_host[1],
+            encoder.host_bytes.get(store_host[0]) or encoder.host(store_host[0]),
+            store_host[1],
+            int(prefix, 16) << 64,
+        )
+        return hosts
 
     def _record(self, body_length: int, head_length: int, props_length: int) -> struct.Struct:
         """The `Struct` of a whole record with a body, a topic head and properties of these lengths (bounded)."""
@@ -122,23 +170,7 @@ class SendRowPut:
         d = self.dispatcher
         reput = self.reput
         mf = cl.mapped_file_queue.last_mapped_file()
-        if (
-            cl._pending
-            or cl._in_section
-            or cl._closed
-            or cl._writer_task is None
-            or cl.fault.stall_append_until_ms
-            or not self._async_flush
-            or putter._pooled
-            or mf is None
-            or mf.is_full()
-            or mf.write_buffer is not None
-            or reput.reput_from_offset != mf.file_from_offset + mf.wrote_position
-            or reput.running
-            or cl.dispatch_queue
-            or (d._index_enabled and d.index_service.needs_file())
-            or putter._store_status()[0] is not _PUT_OK
-        ):
+        if not self._open(cl, mf):
             return await self._general(items, 0, [], born_host, store_host)
         begin = store_ts = putter.now_ms()
         cl.begin_time_in_lock = begin
@@ -160,18 +192,11 @@ class SendRowPut:
         index_keys, index_phys = d._index_keys, d._index_phys
         records = self._records
         # the record's born host, store time and store host: one field, the same for every row here
-        hosts = encoder.host_bytes
-        mid = _MID.pack(
-            hosts.get(born_host[0]) or encoder.host(born_host[0]),
-            born_host[1],
-            store_ts,
-            hosts.get(store_host[0]) or encoder.host(store_host[0]),
-            store_host[1],
-        )
-        prefix = cl._id_prefix.get(store_host)
-        if prefix is None:
-            prefix = cl._id_prefix[store_host] = offset_msg_id_prefix(*store_host)
-        id_base = int(prefix, 16) << 64
+        hosts = self._hosts
+        if hosts[0] is not born_host or hosts[1] is not store_host:
+            hosts = self._host_parts(born_host, store_host)
+        _, _, born_ip, born_port, store_ip, store_port, id_base = hosts
+        mid = _MID.pack(born_ip, born_port, store_ts, store_ip, store_port)
         last_topic = None
         topics_seen: dict[str, tuple] = {}  # topic → (its head, fixed size, key prefix, queues written: id → state)
         # the current topic's queues written: queue id → (its last file, the file's view, its last entry's position,
@@ -313,6 +338,125 @@ class SendRowPut:
         await self._after(stored, begin, end)
         return results
 
+    async def put_one(self, items: list[Any], born_host: tuple[str, int], store_host: tuple[str, int]) -> list[Any]:
+        """`put` of a group of one `SendRow` (a lone send: one a read, the common case when few sends are in flight):
+        the same record, entry, index keys, notice and result, straight-line (no loop, no per-topic or per-queue
+        tables, no Struct run); where `put`'s loop would stop at its first row, the row goes the general way
+        (`tests/store/test_store_send_rows.py` pins both against `put`)."""
+        cl = self.commit_log
+        mf = cl.mapped_file_queue.last_mapped_file()
+        if not self._open(cl, mf):
+            return await self._general(items, 0, [], born_host, store_host)
+        topic, queue_id, body, props, text, tags_code, flag, sys_flag, born_ts, reconsume = items[0]
+        putter = self.putter
+        d = self.dispatcher
+        props_bytes = text.encode()
+        head = cl.encoder.topic_heads.get(topic)
+        queues = d.consume_queue_table.get(topic)
+        cq = None if queues is None else queues.get(queue_id)
+        # (put's checks of its first row, in one test: the sizes, the topic checked before, the queue's next entry
+        # after its last in its current file, room for the record without a BLANK or a staged pwrite)
+        if (
+            cq is None
+            or head is None
+            or (body_length := len(body)) > putter.config.max_message_size
+            or (props_length := len(props_bytes)) > MAX_PROPERTIES_LENGTH
+            or topic not in putter._topics_ok
+            or not (cq_files := cq.mapped_file_queue.mapped_files)
+        ):
+            return await self._general(items, 0, [], born_host, store_host)
+        cq_mf = cq_files[-1]
+        cq_pos = cq_mf.wrote_position
+        key = (topic, queue_id)
+        table = cl.topic_queue_table
+        pos = mf.wrote_position
+        base = mf.file_from_offset
+        phy = base + pos
+        size = FIXED_PART_LENGTH + len(head) + 2 + body_length + props_length
+        end = pos + size
+        if (
+            cq_pos == 0
+            or cq_pos > cq_mf.file_size - _CQ_UNIT
+            or cq_mf.file_from_offset + cq_pos != table.get(key, 0) * _CQ_UNIT
+            or phy < cq.max_physic_offset
+            or end > mf.file_size - END_FILE_MIN_BLANK_LENGTH
+            or (end > mf.prefaulted_position and size >= OS_PAGE_SIZE)
+        ):
+            return await self._general(items, 0, [], born_host, store_host)
+        begin = store_ts = putter.now_ms()
+        cl.begin_time_in_lock = begin
+        hosts = self._hosts
+        if hosts[0] is not born_host or hosts[1] is not store_host:
+            hosts = self._host_parts(born_host, store_host)
+        _, _, born_ip, born_port, store_ip, store_port, id_base = hosts
+        try:
+            queue_offset = table[key]
+            (
+                self._records.get((body_length, len(head), props_length))
+                or self._record(body_length, len(head), props_length)
+            ).pack_into(
+                mf.write_view,
+                pos,
+                size,
+                MESSAGE_MAGIC_CODE,
+                crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                flag,
+                queue_offset,
+                phy,
+                sys_flag,
+                born_ts,
+                _MID.pack(born_ip, born_port, store_ts, store_ip, store_port),
+                reconsume,
+                body_length,
+                body,
+                head,
+                props_length,
+                props_bytes,
+            )
+            table[key] = queue_offset + 1
+            _ENTRY.pack_into(cq_mf.write_view, cq_pos, phy, size, tags_code)
+            cq_mf.wrote_position = cq_mf.committed_position = cq_pos + _CQ_UNIT
+            cq.max_physic_offset = base + end
+            if d._index_enabled:  # (as put's loop)
+                uniq = props.get(_UNIQ_KEY)
+                keys = props.get(_KEYS)
+                if keys is not None and _KEY_SEPARATOR in keys:
+                    d._queue_index_keys(topic, uniq, keys, phy, store_ts)
+                else:  # (each key with its offset and store time, as `_queue_index_keys` queues them)
+                    if uniq:
+                        d._index_keys.append(f"{topic}#{uniq}")
+                        d._index_phys.append(phy)
+                        d._index_times.append(store_ts)
+                    if keys:
+                        d._index_keys.append(f"{topic}#{keys}")
+                        d._index_phys.append(phy)
+                        d._index_times.append(store_ts)
+            results = [("%032X" % (id_base | phy), queue_offset, size)]
+        except BaseException:  # (a bug's path: nothing of the row counts as stored, the section closes)
+            cl.begin_time_in_lock = 0
+            raise
+        cl.begin_time_in_lock = 0
+        # (readable before its arrival is announced, below)
+        mf.wrote_position = end
+        mf.store_timestamp = store_ts
+        end += base
+        pf = cl.prefault
+        if pf is not None and end >= pf.wake_offset:
+            pf.wakeup()
+        cl.put_message_times_total += 1
+        cl.put_message_size_total += size
+        if d.checkpoint is not None:
+            d.checkpoint.logics_msg_timestamp = store_ts
+        reput = self.reput
+        reput.reput_from_offset = end
+        reput.dispatched_total += 1
+        if d._listening:
+            d.announce_rows(items, results, store_ts, (topic,))
+        cl._account(begin)
+        await self._after(1, begin, end)
+        return results
+
     async def _general(
         self,
         items: list[Any],
@@ -347,5 +491,5 @@ class SendRowPut:
             putter._inline_appends = 0
             await asyncio.sleep(0)
         # (ASYNC_FLUSH only: wakes the flush or commit service, reads nothing of the result)
-        putter._after_put(AppendMessageResult(end, 0, "", 0, 0), None, "")
+        putter._after_put(_NO_RESULT, None, "")
         putter.stats.put_done_many(stored, putter.now_ms() - begin)

@@ -272,16 +272,14 @@ class BrokerController:
     def _on_rows_arriving(self, rows: list, results: list, store_timestamp: int, topics: Collection[str]) -> None:
         """The arrivals of a group of sends the store put in its one pass (`store.dispatcher.RowsArrivingListener`):
         nothing to do while no pull or POP receive waits and none is a delay or timer message (the SEND load's
-        common case: one test a group, not a call a message); else each as `_on_message_arriving`."""
-        if (
-            self.pull_hold_service.table
-            or self.pop_service.has_waiters()
-            or SCHEDULE_TOPIC in topics
-            or TIMER_TOPIC in topics
-        ):
+        common case: one test a group, not a call a message); only parked pulls: the hold service's one pass over
+        the group (a caught-up consumer's every message); else each as `_on_message_arriving`."""
+        if self.pop_service.has_waiters() or SCHEDULE_TOPIC in topics or TIMER_TOPIC in topics:
             notify = self._on_message_arriving
             for row, result in zip(rows, results):  # (SendRow: topic, queue id, _, properties, _, tags code, ...)
                 notify(row[0], row[1], result[1] + 1, row[5], store_timestamp, row[3])
+        elif self.pull_hold_service.table:
+            self.pull_hold_service.notify_rows_arriving(rows, results)
 
     async def _pop_forward_to_dlq(self, group: str, msg) -> bool:
         """The POP revive's last step: the send processor's send-back with delay level -1 (to %DLQ%<group>)."""

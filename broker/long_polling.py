@@ -161,6 +161,31 @@ class PullRequestHoldService:
         else:
             del self.table[key]
 
+    def notify_rows_arriving(self, rows: list, results: list) -> None:
+        """`notify_message_arriving` for each row of a group of sends the store put in one pass (``rows``: its
+        ``SendRow`` tuples, topic, queue id, _, properties, _, tags code, ...; ``results``: (msg id, queue offset,
+        ...) each), in one pass over the group: a row whose queue has nothing parked costs one lookup, and the
+        queue's single parked pull (a caught-up consumer's) is matched here, without a call a row."""
+        table = self.table
+        for row, result in zip(rows, results):
+            key = (row[0], row[1])
+            queue = table.get(key)
+            if not queue:
+                continue
+            if len(queue) != 1:
+                self.notify_message_arriving(row[0], row[1], result[1] + 1, row[5], row[3])
+                continue
+            pr = queue[0]  # (notify_message_arriving's single parked pull, unrolled)
+            flt = pr.message_filter
+            if result[1] >= pr.pull_from_this_offset and (
+                flt is None
+                or (
+                    flt.is_matched_by_consume_queue(row[5]) and (row[3] is None or flt.is_matched_by_properties(row[3]))
+                )
+            ):
+                del table[key]
+                self._wake(pr)
+
     @staticmethod
     def _matches(pr: PullRequest, tags_code: int | None, properties: dict[str, str] | None) -> bool:
         flt = pr.message_filter

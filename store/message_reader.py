@@ -125,6 +125,45 @@ class MessageReader:
                             return result
         return self._get_message(cq, max_offset, offset, max_msg_nums, message_filter)
 
+    def get_woken_one(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int
+    ) -> tuple[memoryview, int] | GetMessageResult:
+        """A match-everything pull's read when, as for a caught-up consumer's woken pull, the queue's last entry is
+        ``offset`` (one message arrived): the record's view and the queue's min offset, with no result object (what
+        `get_message` would answer, FOUND by `_get_last`: nextBeginOffset and maxOffset ``offset + 1``, one record,
+        counted the same). Anything else is `get_message`'s result (a tuple or not: the caller tells by the class).
+
+        (`get_message`'s prelude and `_get_last` in one frame, for the condition they reach `_get_last` on: a
+        caught-up consumer's every message is one such read; tests/store/test_store_read_tail.py pins it against
+        `get_message`.)"""
+        if not self._loaded():  # (_ensure_readable, inlined)
+            raise StoreNotReadableError("message store is not loaded or has shut down, so getMessage is forbidden")
+        queues = self.dispatcher.consume_queue_table.get(topic)
+        cq = None if queues is None else queues.get(queue_id)
+        if cq is not None:
+            files = cq.mapped_file_queue.mapped_files
+            if files:
+                last = files[-1]
+                start = last.file_from_offset
+                byte_offset = offset * CQ_STORE_UNIT_SIZE
+                # (get_message's conditions for _get_last: one behind, in the last file, from the queue's minimum)
+                if (
+                    (start + last.wrote_position) // CQ_STORE_UNIT_SIZE == offset + 1
+                    and byte_offset >= start
+                    and byte_offset >= cq.min_logic_offset
+                ):
+                    phy, size, _tags = _CQ_ENTRY.unpack_from(last.view, byte_offset - start)
+                    log_files = self.commit_log.mapped_file_queue.mapped_files
+                    if size > 0 and log_files:
+                        log_file = log_files[-1]
+                        pos = phy - log_file.file_from_offset
+                        if pos >= 0 and pos + size <= log_file.read_position and not log_file._closed:
+                            stats = self.stats
+                            stats.get_found += 1
+                            stats.get_transferred += 1
+                            return log_file.view[pos : pos + size], cq.min_logic_offset // CQ_STORE_UNIT_SIZE
+        return self.get_message(group, topic, queue_id, offset, max_msg_nums, None)
+
     def _get_last(self, cq: ConsumeQueue, last: Any, offset: int) -> GetMessageResult | None:
         """A match-everything pull of the queue's last entry, in ``last``, its last file (a caught-up consumer's
         woken pull): the walk would take its record, whatever the transfer limits (`_take_one`), so this reads the

@@ -134,6 +134,7 @@ class MessageStore:
         )
         # every pull's read, twice per caught-up consumer's message: the reader's own method, no wrapper's frame
         self.get_message = self.reader.get_message
+        self.get_woken_one = self.reader.get_woken_one  # (a caught-up consumer's woken pull: the same, no frame)
         self.reput = ReputMessageService(self.commit_log, self.dispatcher, self._run_blocking)
         self.reput.with_keys = config.message_index_enable
         self.dispatcher.bind_reput(self.reput)
@@ -580,6 +581,12 @@ class MessageStore:
     ) -> GetMessageResult:
         """Up to `max_msg_nums` raw records from `offset` (MessageReader.get_message)."""
         return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter)
+
+    def get_woken_one(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int
+    ) -> tuple[memoryview, int] | GetMessageResult:
+        """A match-everything read of one arrived message, or `get_message`'s result (MessageReader.get_woken_one)."""
+        return self.reader.get_woken_one(group, topic, queue_id, offset, max_msg_nums)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reader.get_max_offset_in_queue(topic, queue_id)

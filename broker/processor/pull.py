@@ -174,10 +174,18 @@ class PullMessageProcessor:
         ):
             return self._process(pr.channel, pr.request, False, pr.header)
         hdr = pr.header
-        result = self.store.get_message(
-            hdr.consumer_group, pr.topic, pr.queue_id, pr.pull_from_this_offset, hdr.max_msg_nums, pr.message_filter
-        )
-        status = result.status
+        if pr.message_filter is None:  # (match-all: one arrived message is read and answered without a result object)
+            offset = pr.pull_from_this_offset
+            result = self.store.get_woken_one(hdr.consumer_group, pr.topic, pr.queue_id, offset, hdr.max_msg_nums)
+            if result.__class__ is tuple:  # (the record's view, the queue's min offset: `_get_last`'s FOUND)
+                body, min_offset = result  # type: ignore[misc]
+                self.stats.on_get(hdr.consumer_group, pr.topic, 1, len(body))
+                return PullAnswer(pr.request, _SUCCESS, "FOUND", offset + 1, min_offset, offset + 1, body)
+        else:
+            result = self.store.get_message(
+                hdr.consumer_group, pr.topic, pr.queue_id, pr.pull_from_this_offset, hdr.max_msg_nums, pr.message_filter
+            )
+        status = result.status  # type: ignore[union-attr]
         if status is _FOUND:  # (`_answer`'s SUCCESS branch, unrolled: a caught-up consumer's every message)
             body = result.span
             if body is None:

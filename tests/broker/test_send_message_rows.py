@@ -134,14 +134,21 @@ def test_the_common_path_builds_what_the_general_one_builds(rig, send) -> None:
 async def test_the_broker_takes_a_group_s_arrivals_in_one_call(broker, client) -> None:
     """The store's one pass announces a group in one call (`rows_arriving_listener`): with nothing waiting the broker
     does nothing more; a parked pull, a waiting POP receive or a timer topic among them gets each arrival as
-    `_on_message_arriving` gets it alone (without the one-call listener the notices go past `_on_rows_arriving` to
-    the message listener and the assertions on what it saw fail)."""
+    `_on_message_arriving` gets it alone, parked pulls alone in the hold service's one pass over the group (without
+    the one-call listener the notices go past `_on_rows_arriving` to the message listener and the assertions on what
+    it saw fail)."""
     from broker_helpers import pull_request
 
     addr = broker.config.broker_addr
     seen: list[tuple] = []
     real = broker._on_message_arriving
     broker._on_message_arriving = lambda *a: (seen.append(a[:4]), real(*a))
+    hold = broker.pull_hold_service
+    real_rows = hold.notify_rows_arriving
+    hold.notify_rows_arriving = lambda rows, results: (
+        seen.extend((row[0], row[1], result[1] + 1, row[5]) for row, result in zip(rows, results)),
+        real_rows(rows, results),
+    )
     await client.invoke(addr, send_request("ArriveT", b"a", queue_id=0), 5)
     assert seen == []  # nobody waits: not one notice
     parked = asyncio.ensure_future(client.invoke(addr, pull_request("G", "ArriveT", 0, 1, suspend_ms=10_000), 15))

@@ -153,3 +153,58 @@ async def test_an_empty_queue_goes_to_the_general_read(store_factory):
     assert (await s.put_message(make_msg(body=b"x", queue_id=1))).status == PutMessageStatus.PUT_OK
     r = s.get_message("g", "T", 0, 0, 32)
     assert r.status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+
+
+async def test_woken_one_reads_as_get_message(store_factory, config_factory):
+    """`MessageReader.get_woken_one` (a caught-up consumer's woken pull, match-everything) against `get_message` on
+    the same store: its (view, min offset) is get_message's FOUND of that one record (next and max offset + 1, the
+    same statistics), anything else is get_message's own result; every offset from 9 short of the end to 2 past it,
+    pulls of -1 to 32, single, interleaved and back-to-back records, a consume-queue file that just rolled, a removed
+    commit-log head, the transfer limits."""
+    cfg = config_factory(max_transfer_bytes_on_message_in_memory=3 * 1600, max_transfer_count_on_message_in_memory=5)
+    s = await store_factory(cfg)
+    reader = s.reader
+    kinds = {"one": 0, "result": 0}
+
+    def check(queue_id: int) -> None:
+        end = s.get_max_offset_in_queue("T", queue_id)
+        for offset, max_nums in itertools.product(range(end - 9, end + 3), (-1, 0, 1, 2, 7, 32)):
+            before = _counters(s)
+            woken = s.get_woken_one("g", "T", queue_id, offset, max_nums)
+            mid = _counters(s)
+            want = reader.get_message("g", "T", queue_id, offset, max_nums, None)
+            after = _counters(s)
+            moved = [tuple(b - a for a, b in zip(x, y, strict=True)) for x, y in ((before, mid), (mid, after))]
+            assert moved[0] == moved[1], (queue_id, offset, max_nums)
+            if woken.__class__ is tuple:
+                kinds["one"] += 1
+                view, min_offset = woken
+                assert want.status == GetMessageStatus.FOUND and want.message_count == 1, (queue_id, offset)
+                assert (want.next_begin_offset, want.max_offset, want.min_offset) == (
+                    offset + 1,
+                    offset + 1,
+                    min_offset,
+                )
+                assert list(want.msg_queue_offsets) == [offset]
+                assert bytes(view) == bytes(want.body) and len(view) == want.buffer_total_size
+            else:
+                kinds["result"] += 1
+                assert _answer(woken) == _answer(want), (queue_id, offset, max_nums)
+
+    for n in range(97):  # queue 0: single records, queue 1's between them; queue 2: back to back
+        body = bytes([65 + n % 26]) * (1400 + 13 * (n % 7))
+        assert (await s.put_message(make_msg(body=body, queue_id=n % 2, tags="a"))).status == PutMessageStatus.PUT_OK
+    for _ in range(6):
+        assert (await s.put_message(make_msg(body=b"b" * 500, queue_id=2))).status == PutMessageStatus.PUT_OK
+    for q in (0, 1, 2):
+        check(q)
+    for _ in range(97):  # queue 2 crosses its consume-queue file's end (100 entries a file)
+        assert (await s.put_message(make_msg(body=b"c" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
+    check(2)
+    assert (await s.put_message(make_msg(body=b"d" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
+    check(2)  # the last entry alone in a new consume-queue file
+    mfq = s.commit_log.mapped_file_queue  # the commit log's head goes: queue 0's and 1's first records with it
+    mfq._delete_head(mfq.mapped_files[:1])
+    for q in (0, 1, 2):
+        check(q)
+    assert kinds["one"] >= 6 and kinds["result"] > 100

@@ -26,6 +26,7 @@ import asyncio
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -85,7 +86,12 @@ class Recorder:
         share = (cpu_seconds(self.pid) - self.cpu0) / (time.monotonic() - self.started)
         self.target.cpu.setdefault(self.phase, []).append(share)
         if self.spy is not None:
-            self.spy.wait(30)
+            try:
+                self.spy.wait(30)
+            except subprocess.TimeoutExpired:  # (a loaded machine: py-spy behind its -d; its profile may be cut)
+                self.spy.kill()
+                self.spy.wait()
+                print(f"py-spy over {self.target.label} {self.phase} did not finish in time: killed", file=sys.stderr)
 
 
 async def consumed(namesrv: str, group: str) -> int:
@@ -100,15 +106,18 @@ async def consumed(namesrv: str, group: str) -> int:
 def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
     group = f"drain_{target.label}_{n}_{int(time.time())}"
     tool = JavaTool(rmqjava, "Consumer", ["-n", target.broker.namesrv, "-t", BACKLOG_TOPIC, "-g", group])
-    time.sleep(2)
-    rec = Recorder(target, "drain", profile, seconds - 4)
-    first = asyncio.run(consumed(target.broker.namesrv, group))
-    cpu_first = cpu_seconds(target.pid)
-    time.sleep(seconds - 2)
-    cpu_last = cpu_seconds(target.pid)
-    last = asyncio.run(consumed(target.broker.namesrv, group))
-    rec.stop()
-    tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, tool.stop()) if m]
+    try:  # (the tool stopped whatever fails here: a Java consumer left running would load the next rounds)
+        time.sleep(2)
+        rec = Recorder(target, "drain", profile, seconds - 4)
+        first = asyncio.run(consumed(target.broker.namesrv, group))
+        cpu_first = cpu_seconds(target.pid)
+        time.sleep(seconds - 2)
+        cpu_last = cpu_seconds(target.pid)
+        last = asyncio.run(consumed(target.broker.namesrv, group))
+        rec.stop()
+    finally:
+        lines = tool.stop()
+    tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, lines) if m]
     target.drain.append(max(tps, default=0.0))
     if last > first:  # the broker's CPU between the two offset reads, per message drained between them
         target.drain_cpu_us.append((cpu_last - cpu_first) / (last - first) * 1e6)
@@ -122,13 +131,16 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
     asyncio.run(create_topic(ns, topic))
     consumer = JavaTool(rmqjava, "Consumer", ["-n", ns, "-t", topic, "-g", f"mixed_{target.label}_{n}"])
     producer = JavaTool(rmqjava, "Producer", ["-n", ns, "-t", topic, "-w", "16", "-s", "1024"])
-    time.sleep(5)
-    rec = Recorder(target, "mixed", profile, seconds - 7)
-    time.sleep(seconds - 5)
-    rec.stop()
-    sent = [float(m.group(1)) for m in map(SEND_LINE.search, producer.stop()) if m]
+    try:  # (both tools stopped whatever fails here)
+        time.sleep(5)
+        rec = Recorder(target, "mixed", profile, seconds - 7)
+        time.sleep(seconds - 5)
+        rec.stop()
+    finally:
+        sent_lines, consumed_lines = producer.stop(), consumer.stop()
+    sent = [float(m.group(1)) for m in map(SEND_LINE.search, sent_lines) if m]
     target.mixed_send.append(statistics.median(sent[1:] or sent) if sent else 0.0)
-    rows = [m for m in map(CONSUME_LINE.search, consumer.stop()) if m]
+    rows = [m for m in map(CONSUME_LINE.search, consumed_lines) if m]
     steady = rows[1:] or rows
     target.mixed.append(statistics.median(float(m.group(1)) for m in steady) if steady else 0.0)
     target.mixed_s2c.append(statistics.median(float(m.group(4)) for m in steady) if steady else 0.0)

@@ -54,6 +54,31 @@ def _both(s, queue_id: int, offset: int, max_nums: int, flt):
 FILTERS = (None, TagsMessageFilter(None), TagsMessageFilter(frozenset({1})), EveryEntryFilter(), MatchesAllFilter())
 
 
+async def _fill_and_check(s, check, last_alone: bool = False) -> None:  # noqa: ANN001
+    """The layouts both differential tests read, each read by ``check(queue_id)`` as it is made: queue 0 single
+    records with queue 1's between them, queue 2 back to back, then queue 2 across its consume-queue file's end
+    (100 entries a file; with ``last_alone`` one more: the last entry alone in a new file), then the commit log's
+    head removed (queue 0's and 1's first records with it)."""
+    for n in range(97):
+        body = bytes([65 + n % 26]) * (1400 + 13 * (n % 7))
+        assert (await s.put_message(make_msg(body=body, queue_id=n % 2, tags="a"))).status == PutMessageStatus.PUT_OK
+    for _ in range(6):
+        assert (await s.put_message(make_msg(body=b"b" * 500, queue_id=2))).status == PutMessageStatus.PUT_OK
+    for q in (0, 1, 2):
+        check(q)
+    for _ in range(97):
+        assert (await s.put_message(make_msg(body=b"c" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
+    assert s.get_max_offset_in_queue("T", 2) == 103
+    check(2)
+    if last_alone:
+        assert (await s.put_message(make_msg(body=b"d" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
+        check(2)
+    mfq = s.commit_log.mapped_file_queue
+    mfq._delete_head(mfq.mapped_files[:1])
+    for q in (0, 1, 2):
+        check(q)
+
+
 async def test_tail_answers_as_the_general_read(store_factory, config_factory, monkeypatch):
     """Every offset from 9 short of the end to 2 past it, pulls of -1 to 32 messages, each filter kind, on: a queue
     of batches (records back to back), two interleaved queues, one whose consume-queue file just rolled (100
@@ -93,21 +118,7 @@ async def test_tail_answers_as_the_general_read(store_factory, config_factory, m
             fast, general = _both(s, queue_id, offset, max_nums, flt)
             assert fast == general, (queue_id, offset, max_nums, flt)
 
-    for n in range(97):  # queue 0: single records, queue 1's between them; queue 2: back to back
-        body = bytes([65 + n % 26]) * (1400 + 13 * (n % 7))
-        assert (await s.put_message(make_msg(body=body, queue_id=n % 2, tags="a"))).status == PutMessageStatus.PUT_OK
-    for _ in range(6):
-        assert (await s.put_message(make_msg(body=b"b" * 500, queue_id=2))).status == PutMessageStatus.PUT_OK
-    for q in (0, 1, 2):
-        check(q)
-    for _ in range(97):  # queue 2 crosses its consume-queue file's end (100 entries a file)
-        assert (await s.put_message(make_msg(body=b"c" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
-    assert s.get_max_offset_in_queue("T", 2) == 103
-    check(2)
-    mfq = s.commit_log.mapped_file_queue  # the commit log's head goes: queue 0's and 1's first records with it
-    mfq._delete_head(mfq.mapped_files[:1])
-    for q in (0, 1, 2):
-        check(q)
+    await _fill_and_check(s, check)
     # the tail paths answered the one-to-few reads they can (and the parks, inline: fewer general reads than
     # pulls asked), and declined the rest
     assert any(kind == "last" for kind, _, _ in taken)
@@ -191,20 +202,5 @@ async def test_woken_one_reads_as_get_message(store_factory, config_factory):
                 kinds["result"] += 1
                 assert _answer(woken) == _answer(want), (queue_id, offset, max_nums)
 
-    for n in range(97):  # queue 0: single records, queue 1's between them; queue 2: back to back
-        body = bytes([65 + n % 26]) * (1400 + 13 * (n % 7))
-        assert (await s.put_message(make_msg(body=body, queue_id=n % 2, tags="a"))).status == PutMessageStatus.PUT_OK
-    for _ in range(6):
-        assert (await s.put_message(make_msg(body=b"b" * 500, queue_id=2))).status == PutMessageStatus.PUT_OK
-    for q in (0, 1, 2):
-        check(q)
-    for _ in range(97):  # queue 2 crosses its consume-queue file's end (100 entries a file)
-        assert (await s.put_message(make_msg(body=b"c" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
-    check(2)
-    assert (await s.put_message(make_msg(body=b"d" * 300, queue_id=2))).status == PutMessageStatus.PUT_OK
-    check(2)  # the last entry alone in a new consume-queue file
-    mfq = s.commit_log.mapped_file_queue  # the commit log's head goes: queue 0's and 1's first records with it
-    mfq._delete_head(mfq.mapped_files[:1])
-    for q in (0, 1, 2):
-        check(q)
+    await _fill_and_check(s, check, last_alone=True)
     assert kinds["one"] >= 6 and kinds["result"] > 100

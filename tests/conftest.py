@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 
 import pytest
 import structlog
@@ -28,6 +29,24 @@ def _restore_logging_config():
     structlog.configure(**config)
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The temp folder's disk use, and a warning when it is past the store's disk-full mark: every broker a test
+    starts there then refuses puts ("service not available now ... disk is full", as RocketMQ's does above
+    ``diskSpaceWarningLevelRatio``), and the send tests fail for the machine's disk, not for the code."""
+    from store.clean import disk_used_ratio
+    from store.config import MessageStoreConfig
+
+    folder = tempfile.gettempdir()
+    used = disk_used_ratio(folder)
+    mark = MessageStoreConfig().disk_space_warning_level_ratio
+    lines = [f"disk: {folder} {used:.0%} used (the store refuses puts above {mark:.0%})"]
+    if used > mark:
+        lines.append(
+            f"WARNING: {folder} is past the store's disk-full mark: free space there before trusting a failure"
+        )
+    return lines
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -35,6 +35,7 @@ class LifecycleProbe:
         self.release_shutdown = threading.Event()
         self._lock = threading.Lock()
         self._shut_down: set[Any] = set()
+        self._started: set[Any] = set()  # the handles started while installed: only their shutdowns are counted
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> LifecycleProbe:
         from rocketmq.ffi import dll
@@ -46,10 +47,14 @@ class LifecycleProbe:
     def _wrap(self, name: str, native: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
             handle = args[0] if args else None
-            if name.startswith("Shutdown") and handle in self._shut_down:
-                return native(*args)  # the wheel's __del__ shuts down again: a no-op in librocketmq
+            if name.startswith("Shutdown") and (handle in self._shut_down or handle not in self._started):
+                # the wheel's __del__ shuts down again (a no-op in librocketmq), or a client that an earlier test of
+                # this process started is collected now (its __del__ shuts it down): not the test's calls
+                return native(*args)
             if name.startswith("Shutdown"):
                 self._shut_down.add(handle)
+            else:
+                self._started.add(handle)
             with self._lock:
                 self.active += 1
                 self.max_active = max(self.max_active, self.active)

@@ -560,6 +560,16 @@ class MessageStore:
             return rows.put_one(items, born_host, store_host)
         return rows.put(items, born_host, store_host)
 
+    def put_sent_group_now(
+        self, items: list, born_host: tuple[str, int], store_host: tuple[str, int]
+    ) -> list | Awaitable[list]:
+        """`put_sent_group` on the caller's stack as far as it goes: the results when a lone row was stored without a
+        wait (SendRowPut.put_one_now), else an awaitable of them (the send processor's synchronous entry)."""
+        rows = self.putter.send_rows
+        if len(items) == 1 and items[0].__class__ is tuple:
+            return rows.put_one_now(items, born_host, store_host)
+        return rows.put(items, born_host, store_host)
+
     def _on_committed(self) -> None:
         self.reput.wakeup()
         if self._flush_service is not None:

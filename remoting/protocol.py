@@ -102,9 +102,9 @@ class RemotingProtocol(asyncio.Protocol):
         # grouping, and a request alone in its read is dispatched alone either way), without its set-up and loop.
         if (
             reader is not None
-            and data.__class__ is bytes
             and (size := len(data)) > 4
-            and _unpack_length(data, 0)[0] == size - 4
+            and _unpack_length(data)[0] == size - 4  # (a read of several frames stops here)
+            and data.__class__ is bytes
             and size <= decoder.max_frame
             and decoder.pos >= len(decoder.buf)
             and not self._flow.read_paused  # type: ignore[union-attr]

@@ -153,3 +153,29 @@ async def test_every_answer_kind_is_met_by_the_stream(tmp_path) -> None:
         assert any(r.startswith("request queueId[") for r in remarks), remarks
     finally:
         await broker.shutdown()
+
+
+async def test_lone_sends_answered_on_the_stack_never_yield_to_the_loop(tmp_path) -> None:
+    """A lone send's caller (a read's callback) returns to the loop after it, so its put is not one of the puts "in a
+    row" that yield every 64th (``SendRowPut.put_one_now``): 300 of the Producer's sends all answered at once, none
+    a ``Pending`` rest, the store's count of puts in a row untouched. Before, every 64th became a task."""
+    broker = await start_broker(tmp_path / "b")
+    try:
+        putter = broker.store.putter
+        for queue_id in range(4):  # (the topic and its queues made: a new queue's first put goes the general way)
+            first = await _answer(broker, FakeChannel(), send_request("LoneY", b"x", queue_id=queue_id), now=True)
+            assert first.code == ResponseCode.SUCCESS
+        before = putter._inline_appends
+        processor = broker.send_processor
+        for n in range(300):
+            props = {"UNIQ_KEY": f"7F0000014E2A18B4AAC27D2F6B9E{n:04X}", "WAIT": "true"}
+            request = send_request("LoneY", b"y" * 100, queue_id=n % 4, props=props)
+            assert processor.groupable(request)
+            answer = processor.process_request_now(FakeChannel(), request)
+            if answer.__class__ is Pending:  # (driven to its end: a rest left undriven would hold the store)
+                await finish(answer)
+                raise AssertionError(f"send {n} had to wait")
+            assert (answer.code, answer.ext_fields["queueOffset"]) == (ResponseCode.SUCCESS, str(n // 4 + 1))
+        assert putter._inline_appends == before
+    finally:
+        await broker.shutdown()

@@ -100,10 +100,20 @@ class RequestMetrics:
         if cell is None:
             cell = self._latency[key] = LatencyCell()
         buckets = cell.buckets
-        for elapsed_ms in times:
-            buckets[bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, elapsed_ms)] += 1
         cell.count += len(times)
-        cell.total_ms += sum(times)
+        cell.total_ms += sum(times)  # (summed in arrival order, before the sort)
+        # each time's bucket is bisect_left(bounds, time): the one whose bound is the first >= the time. Sorted, the
+        # times up to a bound are bisect_right(times, bound) of them, so a bucket's share is the difference of two
+        # such counts: one C sort and a bisect per bound, not a bisect per time (a fold was ~19 bytecodes a request)
+        times.sort()
+        below = 0
+        i = 0
+        for bound in RPC_LATENCY_BUCKETS_MS:
+            upto = bisect.bisect_right(times, bound)
+            buckets[i] += upto - below
+            below = upto
+            i += 1
+        buckets[i] += len(times) - below
         times.clear()
 
     def observe_many(self, code: int, response_code: int, elapsed_ms: float, count: int) -> None:

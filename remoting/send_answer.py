@@ -18,6 +18,7 @@ import struct
 
 import orjson
 
+from remoting.codes import ResponseCode
 from remoting.command import _ROCKETMQ, DEFAULT_VERSION, FLAG_RESPONSE, RemotingCommand
 
 # length, headerLenAndType, then RocketMQSerializable's code, language (JAVA = 0), version, opaque, flag, remark
@@ -38,13 +39,15 @@ class SendResultTemplate:
     """The fixed parts of a SEND answer for one (MSG_REGION, TRACE_ON): made once, used for every answer while
     the broker's config keeps those two values."""
 
-    __slots__ = ("region", "trace_on", "rocketmq_tail", "json_fields")
+    __slots__ = ("region", "trace_on", "rocketmq_tail", "rocketmq_tail_text", "json_fields")
 
     def __init__(self, region: str, trace_on: str) -> None:
         self.region = region
         self.trace_on = trace_on
-        # ROCKETMQ: after msgId, queueId and queueOffset come the two fixed fields
+        # ROCKETMQ: after msgId, queueId and queueOffset come the two fixed fields (as bytes, and as the latin-1 text
+        # an answer's one encode folds in)
         self.rocketmq_tail = _rocketmq_field("MSG_REGION", region) + _rocketmq_field("TRACE_ON", trace_on)
+        self.rocketmq_tail_text = self.rocketmq_tail.decode("latin-1")
         # JSON: the two fixed fields as orjson writes them in the generic answer's map (no spaces)
         self.json_fields = orjson.dumps({"MSG_REGION": region, "TRACE_ON": trace_on}).decode()[1:-1]
 
@@ -152,6 +155,28 @@ class SendResultAnswer(RemotingCommand):
         ):  # (any field changed, or read: the generic encode; a hex id: no JSON escape, one length byte)
             return RemotingCommand.encode(self)
         template = self.template
+        if self.serialize_type == _ROCKETMQ:
+            # the common answer (a queue id below 256, a response code of the table, the response bit alone): the
+            # head packed as ``encode_answers`` packs it, the queueId field from its table, the fixed tail folded
+            # into the one encode
+            queue_field = _QUEUE_ID_FIELDS.get(self.queue_id)
+            code_field = _CODE_FIELDS.get(self.code)
+            if queue_field is not None and code_field is not None and self.flag == FLAG_RESPONSE:
+                offset = str(self.queue_offset)
+                ext = (
+                    f"\0\5msgId\0\0\0{chr(len(msg_id))}{msg_id}{queue_field}"
+                    f"\0\13queueOffset\0\0\0{chr(len(offset))}{offset}{template.rocketmq_tail_text}"
+                ).encode("latin-1")
+                elen = len(ext)
+                try:
+                    return [
+                        _ROCKETMQ_ANSWER_HEAD.pack(
+                            25 + elen, _WORD_ROCKETMQ + elen, code_field, self.opaque, _FLAG_REMARK, elen
+                        )
+                        + ext
+                    ]
+                except struct.error:
+                    return RemotingCommand.encode(self)  # (which raises the error it raises for any answer)
         queue_id = str(self.queue_id)
         offset = str(self.queue_offset)
         if self.serialize_type == _ROCKETMQ:
@@ -225,7 +250,7 @@ def encode_answers(requests: list[RemotingCommand], answers: list[SendResultAnsw
         codes = set(map(_CODE, answers))
         if len(templates) != 1 or len(codes) != 1:
             return None
-        tail = templates.pop().rocketmq_tail.decode("latin-1")  # (folded into each answer's one encode)
+        tail = templates.pop().rocketmq_tail_text  # (folded into each answer's one encode)
         # the header's fields alike in every answer: code, language (JAVA) and version; flag and remark length
         code_language_version = _CODE_LANGUAGE_VERSION.pack(codes.pop(), 0, DEFAULT_VERSION)
         flag_remark = _FLAG_REMARK
@@ -279,3 +304,5 @@ _FLAG_REMARK = struct.pack(">ii", FLAG_RESPONSE, 0)
 # queueId field (key and value) of a queue id below 256 from a table (a KeyError for any other: the general way)
 _QUEUE_ID_FIELDS = {i: f"\0\7queueId\0\0\0{chr(len(str(i)))}{i}" for i in range(256)}
 _JSON_ONLY = {_JSON}
+# the head's code, language (JAVA) and version of an answer with each response code (``SendResultAnswer.encode``)
+_CODE_FIELDS = {int(code): _CODE_LANGUAGE_VERSION.pack(int(code), 0, DEFAULT_VERSION) for code in ResponseCode}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Awaitable
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -342,11 +343,27 @@ class SendRowPut:
         """`put` of a group of one `SendRow` (a lone send: one a read, the common case when few sends are in flight):
         the same record, entry, index keys, notice and result, straight-line (no loop, no per-topic or per-queue
         tables, no Struct run); where `put`'s loop would stop at its first row, the row goes the general way
-        (`tests/store/test_store_send_rows.py` pins both against `put`)."""
+        (`tests/store/test_store_send_rows.py` pins both against `put`). See `put_one_now`."""
+        results = self.put_one_now(items, born_host, store_host)
+        if results.__class__ is not list:
+            results = await results
+        return results  # type: ignore[no-any-return]
+
+    def put_one_now(
+        self, items: list[Any], born_host: tuple[str, int], store_host: tuple[str, int], in_a_row: bool = True
+    ) -> list[Any] | Awaitable[list[Any]]:
+        """`put_one` on the caller's stack: its results when the row was stored and its put's last steps needed no
+        wait (the common case under ASYNC_FLUSH), else an awaitable of them (the general way, a wait for the reput,
+        the every-64th yield), which has done what `put_one` had done by then. Why: the send processor's synchronous
+        entry answers a lone send without a coroutine when the store needed none.
+
+        `in_a_row` False: the caller returns to the event loop after this put (a read's callback), so the put is not
+        one of "appends on the caller's stack in a row" and neither counts towards nor takes the every-64th yield
+        (which made every 64th lone send a task answered a loop turn later)."""
         cl = self.commit_log
         mf = cl.mapped_file_queue.last_mapped_file()
         if not self._open(cl, mf):
-            return await self._general(items, 0, [], born_host, store_host)
+            return self._general(items, 0, [], born_host, store_host)
         topic, queue_id, body, props, text, tags_code, flag, sys_flag, born_ts, reconsume = items[0]
         putter = self.putter
         d = self.dispatcher
@@ -364,7 +381,7 @@ class SendRowPut:
             or topic not in putter._topics_ok
             or not (cq_files := cq.mapped_file_queue.mapped_files)
         ):
-            return await self._general(items, 0, [], born_host, store_host)
+            return self._general(items, 0, [], born_host, store_host)
         cq_mf = cq_files[-1]
         cq_pos = cq_mf.wrote_position
         key = (topic, queue_id)
@@ -382,7 +399,7 @@ class SendRowPut:
             or end > mf.file_size - END_FILE_MIN_BLANK_LENGTH
             or (end > mf.prefaulted_position and size >= OS_PAGE_SIZE)
         ):
-            return await self._general(items, 0, [], born_host, store_host)
+            return self._general(items, 0, [], born_host, store_host)
         begin = store_ts = putter.now_ms()
         cl.begin_time_in_lock = begin
         hosts = self._hosts
@@ -454,7 +471,24 @@ class SendRowPut:
         if d._listening:
             d.announce_rows(items, results, store_ts, (topic,))
         cl._account(begin)
-        await self._after(1, begin, end)
+        # (`_after` of the one record, on this stack unless it waits or yields)
+        wait = d.after_inline_put()
+        putter = self.putter
+        if in_a_row:
+            if wait or putter._inline_appends >= _YIELD_EVERY_INLINE - 1:
+                return self._after_one(results, begin, end, wait)
+            putter._inline_appends += 1
+        elif wait:
+            return self._after_one(results, begin, end, wait, False)
+        putter._after_put(_NO_RESULT, None, "")
+        putter.stats.put_done_many(1, putter.now_ms() - begin)
+        return results
+
+    async def _after_one(
+        self, results: list[Any], begin: int, end: int, wait: bool, in_a_row: bool = True
+    ) -> list[Any]:
+        """The rest of `put_one_now`'s record: `_after` (the dispatcher asked already: `wait`), then its results."""
+        await self._after(1, begin, end, wait, in_a_row)
         return results
 
     async def _general(
@@ -479,17 +513,20 @@ class SendRowPut:
             await self._after(start, begin, end)
         return results
 
-    async def _after(self, stored: int, begin: int, end: int) -> None:
-        """`put_message_group`'s last steps for the `stored` records of the one pass, ending at CommitLog `end`."""
+    async def _after(self, stored: int, begin: int, end: int, wait: bool | None = None, in_a_row: bool = True) -> None:
+        """`put_message_group`'s last steps for the `stored` records of the one pass, ending at CommitLog `end`.
+        `wait`: the dispatcher's `after_inline_put` answer when the caller asked it already; `in_a_row`: see
+        `put_one_now`."""
         if not stored:
             return
         putter = self.putter
-        if self.dispatcher.after_inline_put():
+        if self.dispatcher.after_inline_put() if wait is None else wait:
             await self.reput.wait_dispatched(end)
-        putter._inline_appends += stored
-        if putter._inline_appends >= _YIELD_EVERY_INLINE:
-            putter._inline_appends = 0
-            await asyncio.sleep(0)
+        if in_a_row:
+            putter._inline_appends += stored
+            if putter._inline_appends >= _YIELD_EVERY_INLINE:
+                putter._inline_appends = 0
+                await asyncio.sleep(0)
         # (ASYNC_FLUSH only: wakes the flush or commit service, reads nothing of the result)
         putter._after_put(_NO_RESULT, None, "")
         putter.stats.put_done_many(stored, putter.now_ms() - begin)

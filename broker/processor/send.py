@@ -41,6 +41,7 @@ from remoting.headers import (
     decode_header,
     decode_send_message_v2,
 )
+from remoting.pending import start
 from remoting.send_answer import SendResultAnswer, SendResultTemplate
 from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
@@ -111,6 +112,7 @@ _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 _CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
+_LONE_TOPICS_MAX = 1024  # topics whose checks the lone sends keep (`SendMessageProcessor._lone_checked`)
 _VALID_TOPICS_MAX = 4096  # names that passed check_topic_name, remembered so each is checked once
 
 
@@ -221,6 +223,11 @@ class SendMessageProcessor:
         self.store_host = store_host
         self.now_ms = now_ms
         self._valid_topics: set[str] = set()
+        # the lone sends' checked topics (`_msg_check`'s entries) kept from one send to the next, each with what it was
+        # made from (`_lone_stamp`): the topic's config object and queue counts, the broker's permission, role,
+        # maxMessageSize and cluster name; an entry whose stamp differs is made again (`process_request_now`)
+        self._lone_checked: dict[str, tuple] = {}
+        self._lone_stamps: dict[str, tuple] = {}
         self._template = SendResultTemplate(config.region_id, "true" if config.trace_on else "false")
 
     def _answer_template(self) -> SendResultTemplate:
@@ -264,6 +271,93 @@ class SendMessageProcessor:
                 response = await self.send_message(channel, request, hdr)
         except SendError as exc:
             return self._refused(channel, request, hdr, exc)
+        if response.code != ResponseCode.SUCCESS:
+            _log_not_stored(channel, hdr, response)
+        return response
+
+    def process_request_now(self, channel, request: RemotingCommand) -> Any:
+        """The synchronous entry (the server's ``answer_now``, through the metrics wrapper): a single send whose header
+        was decoded ahead (``groupable``, ``remoting.send_run``: a lone send, one a read) is checked, built, stored and
+        answered on the caller's stack when the store needs no wait (``MessageStore.put_sent_group_now``): what
+        ``process_request`` and ``send_message`` do with it, without their coroutines. Anything else (a batch, a
+        send-back, a header not decoded ahead, fault injection) is ``process_request`` run up to its first wait; a put
+        that has to wait is the ``Pending`` rest (``remoting.pending``)."""
+        hdr = request.custom_header
+        code = request.code
+        if hdr is None or (code != _SEND_MESSAGE_V2 and code != _SEND_MESSAGE) or self.config.fault_injection_enable:
+            return start(self.process_request(channel, request))
+        # the topic's checks as the last lone send to it left them, while nothing they depend on changed (a group
+        # checks each topic once, `_msg_check`; one send alone a read would check it every time)
+        topic = hdr.topic
+        checked = self._lone_checked
+        entry = checked.get(topic)
+        if entry is not None:
+            tc = entry[4]
+            cfg = self.config
+            if self.topic_config_manager.table.get(topic) is not tc or self._lone_stamps.get(topic) != (
+                tc.write_queue_nums,
+                tc.read_queue_nums,
+                cfg.broker_permission,
+                cfg.broker_role,
+                cfg.max_message_size,
+                cfg.broker_cluster_name,
+            ):
+                del checked[topic]
+                entry = None
+        try:
+            item, queue_id, _ = self._message(channel, request, hdr, checked)
+        except SendError as exc:
+            return self._refused(channel, request, hdr, exc)
+        finally:
+            if entry is None:
+                self._lone_stamp(topic)
+        items = [item]
+        results = self.store.put_sent_group_now(
+            items, channel.attrs.get("born_host") or born_host(channel), self.store_host
+        )
+        if results.__class__ is not list:
+            return start(self._answer_later(channel, request, hdr, results, items, queue_id))
+        result = results[0]
+        if result.__class__ is tuple:  # (msg_id, queue offset, size): `send_message`'s common answer
+            self.stats.on_put(item[0], 1, result[2])
+            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], queue_id, result[1])
+        return self._answer_put(channel, request, hdr, result, items[0], queue_id)
+
+    def _lone_stamp(self, topic: str) -> None:
+        """What the lone sends' entry of `topic` (if `_msg_check` made one) was made from; the kept entries are
+        forgotten when there are too many (a producer's topics are few)."""
+        checked = self._lone_checked
+        entry = checked.get(topic)
+        if entry is None:
+            self._lone_stamps.pop(topic, None)
+            return
+        stamps = self._lone_stamps
+        if len(stamps) >= _LONE_TOPICS_MAX:
+            stamps.clear()
+            checked.clear()
+            checked[topic] = entry
+        tc = entry[4]
+        cfg = self.config
+        stamps[topic] = (
+            tc.write_queue_nums,
+            tc.read_queue_nums,
+            cfg.broker_permission,
+            cfg.broker_role,
+            cfg.max_message_size,
+            cfg.broker_cluster_name,
+        )
+
+    async def _answer_later(self, channel, request: RemotingCommand, hdr, results, items: list, queue_id: int) -> Any:
+        """``process_request_now``'s send whose put had to wait: its answer once stored."""
+        results = await results
+        return self._answer_put(channel, request, hdr, results[0], items[0], queue_id)
+
+    def _answer_put(self, channel, request: RemotingCommand, hdr, result, item, queue_id: int) -> RemotingCommand:
+        """A lone send's answer to its put's result, as ``send_message`` answers it and ``process_request`` logs it."""
+        if result.__class__ is tuple:
+            self.stats.on_put(item[0], 1, result[2])
+            return SendResultAnswer(self._answer_template(), request, _SUCCESS, result[0], queue_id, result[1])
+        response = self._put_result_to_response(request, result, item, queue_id)
         if response.code != ResponseCode.SUCCESS:
             _log_not_stored(channel, hdr, response)
         return response

@@ -184,6 +184,32 @@ def test_answered_times_folded_in_batches_give_the_cells_observe_gives_one_by_on
         assert got[key].total_ms == pytest.approx(cell.total_ms)
 
 
+def test_a_fold_puts_each_time_in_the_bucket_observe_puts_it_in_bounds_included():
+    """The fold counts a sorted batch by one bisect per bound: against ``observe`` one by one over seeded random
+    batches of times on, just below and just above every bound, zero, negative and huge times, in random order
+    (fails if a time equal to a bound went to the next bucket, as a bisect_left over the times would put it)."""
+    import math
+    import random
+
+    from broker.request_metrics import RPC_LATENCY_BUCKETS_MS
+
+    rng = random.Random(15)
+    near = [0.0, -1.0, 1e9]
+    for bound in RPC_LATENCY_BUCKETS_MS:
+        near += [bound, math.nextafter(bound, 0.0), math.nextafter(bound, math.inf)]
+    for _ in range(60):
+        batched, one_by_one = RequestMetrics(), RequestMetrics()
+        times = [rng.choice(near) if rng.random() < 0.5 else rng.uniform(0, 4000) for _ in range(rng.randrange(1, 600))]
+        for elapsed in times:
+            batched.observe_answer(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, elapsed)
+            one_by_one.observe(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, elapsed)
+        got, expected = batched.latency, one_by_one.latency
+        assert got.keys() == expected.keys()
+        for key, cell in expected.items():
+            assert (got[key].buckets, got[key].count) == (cell.buckets, cell.count)
+            assert got[key].total_ms == pytest.approx(cell.total_ms)
+
+
 def test_the_synchronous_entry_counts_answers_as_observe_does_across_folds():
     """``process_request_now`` appends an answer's time to its list itself (``observe_answer`` inlined) until the
     list is due for folding: over several folds, reads in between and two kinds of answer, the cells are those

@@ -53,9 +53,9 @@ def _request(serialize_type: int, opaque: int) -> RemotingCommand:
     serialize_type=st.sampled_from([0, 1]),
     opaque=_INT32,
     flag=st.sampled_from([FLAG_RESPONSE, FLAG_RESPONSE | FLAG_ONEWAY, 0, 7]),
-    code=st.sampled_from([0, 10, 11, 12, 1, 2**15 - 1]),
+    code=st.sampled_from([0, 10, 11, 12, 1, 2**15 - 1, 999]),  # (2**15 - 1, 999: not response codes, not in the table)
     msg_id=_MSG_IDS,
-    queue_id=st.integers(-(2**31), 2**31 - 1),
+    queue_id=st.one_of(st.integers(0, 300), st.integers(-(2**31), 2**31 - 1)),  # (the queueId table: below 256)
     queue_offset=st.integers(-(2**63), 2**63 - 1),
     region=st.one_of(st.just("DefaultRegion"), st.text(max_size=20)),
     trace_on=st.sampled_from(["true", "false"]),

@@ -221,7 +221,16 @@ class _ReadingSends(_Sends):
         return code == 310
 
 
-def _trial(dispatcher: _Sends, trial: int, stream: bytes, reads: list[int], max_inflight: int, frame_max: int) -> tuple:
+def _trial(
+    dispatcher: _Sends,
+    trial: int,
+    stream: bytes,
+    reads: list[int],
+    max_inflight: int,
+    frame_max: int,
+    held: frozenset[int] = frozenset(),
+) -> tuple:
+    """``held``: the reads after which the requests in flight are not finished yet (reading may stay paused)."""
     transport = NullTransport(keep=True)
     protocol = RemotingProtocol(dispatcher, trial, frame_max=frame_max, max_inflight=max_inflight)
     dispatcher.protocol = protocol
@@ -231,6 +240,8 @@ def _trial(dispatcher: _Sends, trial: int, stream: bytes, reads: list[int], max_
         chunk = stream[pos:cut]
         protocol.data_received(chunk if i % 4 else bytearray(chunk))
         pos = cut
+        if i in held and i + 1 < len(reads):
+            continue
         while protocol.inflight and not transport.closed:
             protocol.requests_finished(protocol.inflight)
             protocol._deferred_process()
@@ -281,6 +292,72 @@ async def test_a_connection_hands_over_the_same_runs_with_the_reader_as_asking_e
             if one[0] == 310 and type(one[10]) is cmdmod._ExtLayout
         )
     assert read_by_reader > 2000, read_by_reader
+
+
+async def test_lone_sends_read_one_frame_a_read_hand_over_what_the_split_hands_over(monkeypatch) -> None:
+    """A read of exactly one frame that the connection's reader takes goes from ``data_received`` straight to
+    ``dispatch`` (no ``_process``): over random streams read mostly one frame at a time (sometimes two, half a
+    frame, a frame and a half, or a damaged frame, so that a lone frame also follows a partial one, a response, a
+    paused read or a refused frame), the same requests are handed over, alone or in runs, and the same bytes
+    written, as by the connection that asks every request (no reader). Fails if that path took a frame behind a
+    partial one, a frame while reading is paused, or a frame its reader refuses."""
+    cmdmod._LAYOUTS.clear()
+    cmdmod._LAYOUT_MISSES.clear()
+    _learn()
+    rng = random.Random(15131)
+    straight = 0
+    processed = RemotingProtocol._process
+
+    def counting(self, *args):  # noqa: ANN001, ANN002
+        counting.calls += 1
+        return processed(self, *args)
+
+    counting.calls = 0
+    monkeypatch.setattr(RemotingProtocol, "_process", counting)
+    for trial in range(300):
+        frames = []
+        for n in range(rng.randrange(1, 40)):
+            opaque = trial * 1000 + n
+            if rng.random() < 0.9:
+                frame, _ = _send(rng, opaque, rng.choice((0.0, 0.0, 0.05, 0.3)))
+            else:
+                frame = _request(rng, opaque)
+            frames.append(_damage(rng, frame) if rng.random() < 0.02 else frame)
+        stream = b"".join(frames)
+        ends = [sum(map(len, frames[: i + 1])) for i in range(len(frames))]
+        reads, k = [], 0
+        while k < len(ends):
+            roll = rng.random()
+            if roll < 0.7:  # one frame
+                k += 1
+                reads.append(ends[k - 1])
+            elif roll < 0.8 and k + 2 <= len(ends):  # two frames
+                k += 2
+                reads.append(ends[k - 1])
+            else:  # up to the middle of the next frame, then the rest with the following frame, if any
+                start = ends[k - 1] if k else 0
+                reads.append(start + max(1, (ends[k] - start) // 2))
+                k += 1
+                if k < len(ends) and rng.random() < 0.5:
+                    k += 1
+                reads.append(ends[k - 1])
+        max_inflight = rng.choice((1, 2, 4, 1 << 16))
+        frame_max = rng.choice((_FRAME_MAX, _FRAME_MAX, 262))
+        held = frozenset(i for i in range(len(reads)) if rng.random() < 0.3)
+        for _ in range(2):
+            _trial(_Sends(), trial, stream, reads, max_inflight, frame_max, held)
+        learned = dict(cmdmod._LAYOUTS), set(cmdmod._LAYOUT_MISSES)
+        expected = _trial(_Sends(), trial, stream, reads, max_inflight, frame_max, held)
+        cmdmod._LAYOUTS.clear()
+        cmdmod._LAYOUTS.update(learned[0])
+        cmdmod._LAYOUT_MISSES.clear()
+        cmdmod._LAYOUT_MISSES.update(learned[1])
+        before = counting.calls
+        got = _trial(_ReadingSends(), trial, stream, reads, max_inflight, frame_max, held)
+        assert got == expected, trial
+        # (each read went to _process but for those the straight path took; _deferred_process calls it too)
+        straight += max(0, len(reads) - (counting.calls - before))
+    assert straight > 800, straight
 
 
 def test_the_reader_s_header_is_a_send_header_values_equal_to_the_processor_s() -> None:

@@ -82,10 +82,8 @@ def pull_counts(port: int | None) -> tuple[float, float, float] | None:
     pulls = parked = messages = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "rocketmq_rpc_latency_count" and sample.labels.get("request_code") in (
-                "PULL_MESSAGE",
-                "11",
-            ):
+            code = sample.labels.get("request_code", "").upper()  # (the exporter writes "pull_message")
+            if sample.name == "rocketmq_rpc_latency_count" and code in ("PULL_MESSAGE", "11"):
                 pulls += sample.value
                 if sample.labels.get("is_long_polling") == "true":
                     parked += sample.value

@@ -40,7 +40,7 @@ class FakeChannel(OfflineChannel):
 
 async def woken_answers(channel: FakeChannel, count: int = 1, timeout_s: float = 10.0) -> list:
     """Wait for ``count`` answers on ``channel``: a pull woken by an arrival is answered at the end of its wake round
-    (`broker.pull_wake`, ~1 ms later), a few loop turns do not reach it."""
+    (`broker.pull_wake`, ~2 ms later), a few loop turns do not reach it."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while len(channel.sent) < count and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.001)

@@ -55,6 +55,7 @@ class Target:
     mixed: list[float] = field(default_factory=list)
     mixed_s2c: list[float] = field(default_factory=list)
     mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
+    mixed_send_rt: list[float] = field(default_factory=list)  # the producer's average send RT (ms), median of its lines
     cpu: dict[str, list[float]] = field(default_factory=dict)
     drain_cpu_us: list[float] = field(default_factory=list)  # broker CPU per message drained in the recorded window
     metrics_port: int | None = None  # our broker's Prometheus exporter (None: Java's)
@@ -177,8 +178,10 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
         rec.stop()
     finally:
         sent_lines, consumed_lines = producer.stop(), consumer.stop()
-    sent = [float(m.group(1)) for m in map(SEND_LINE.search, sent_lines) if m]
-    target.mixed_send.append(statistics.median(sent[1:] or sent) if sent else 0.0)
+    sent_rows = [m for m in map(SEND_LINE.search, sent_lines) if m]
+    sent_rows = sent_rows[1:] or sent_rows
+    target.mixed_send.append(statistics.median(float(m.group(1)) for m in sent_rows) if sent_rows else 0.0)
+    target.mixed_send_rt.append(statistics.median(float(m.group(3)) for m in sent_rows) if sent_rows else 0.0)
     rows = [m for m in map(CONSUME_LINE.search, consumed_lines) if m]
     steady = rows[1:] or rows
     target.mixed.append(statistics.median(float(m.group(1)) for m in steady) if steady else 0.0)
@@ -284,6 +287,8 @@ def report(targets: list[Target], backlog: int) -> str:
         out.append(f"{t.label:10} {drain:>34} {mixed:>34} {s2c:>8}")
         if t.mixed_send:
             out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
+            rts = ", ".join(f"{v:.2f}" for v in t.mixed_send_rt)
+            out.append(f"{'':10} producer average send RT, ms (median of its lines, each round): {rts}")
         cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
         out.append(f"{'':10} broker CPU (median): {cpu}")
         for phase, rows in t.pulls.items():

@@ -5,8 +5,8 @@ at once (one ``call_soon`` later, as this broker did until the thirteenth sessio
 that loop turn, often ONE message: such a message costs the broker a request, a ``writev`` and a loop turn of its own,
 and the consumer a whole pull round (the Java consumer's per-pull cost is large). (Under RocketMQ's benchmark
 Producer and Consumer a third of the pulls park; the rest find messages at once.) Upstream 4.9.7 never wakes per
-message: ``ReputMessageService.run`` (store/DefaultMessageStore.java) is ``Thread.sleep(1); doReput();`` in a loop, so the
-messages put in one millisecond are dispatched, and their parked pulls notified, in one round, and
+message: ``ReputMessageService.run`` (store/DefaultMessageStore.java) is ``Thread.sleep(1); doReput();`` in a loop,
+so the messages put in one millisecond are dispatched, and their parked pulls notified, in one round, and
 ``PullMessageProcessor.executeRequestWhenWakeup`` hands the woken pull to the pull thread pool, so it reads whatever
 arrived in its round and while it waited for a thread. Here the first wake-up of a round arms one loop timer
 ``WAKE_ROUND_S`` (2 ms) later; every pull woken until it fires joins the round, and the round's pulls are re-run in one

@@ -10,6 +10,10 @@ the brokers, round by round, so a noisy machine hurts both alike:
 - **mixed**: ``benchmark.Producer`` (16 threads, 1 KiB, sync) and ``benchmark.Consumer`` together on a fresh
   topic (created beforehand); the consumer's median TPS after the first line, and its send-to-consume latency.
 
+Each of our brokers runs with its Prometheus exporter on (``metricsExporterType=PROM``, a free port), read at the
+start and end of each phase's recorded window: the PULL_MESSAGE requests it got (those parked among them) and the
+messages pulled, so each phase also reports pulls per second and messages per pull (the effect of the wake-up rounds,
+docs/design.md "Speed: consume path", seen rather than inferred; Java's broker has no such exporter: "-").
 ``--profile DIR`` also records each phase with py-spy (raw collapsed stacks). The broker's CPU share is printed for
 each phase, and for the drain its CPU per drained message (between two reads of the group's offsets on the broker):
 the figure a busy machine moves least, since the drain itself is bound by the consumer's round trip.
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +41,7 @@ from bench.backlog import create_topic, drain_ran_dry, fill_backlog
 from bench.broker_proc import BrokerProcess
 from bench.java_broker import JavaBroker
 from bench.vs_java import CONSUME_LINE, SEND_LINE, JavaTool, find_reference_bin
+from broker.testing.ports import free_port
 from mqclient.admin import AdminClient
 
 BACKLOG_TOPIC = "ConsumeBacklog"
@@ -49,8 +55,13 @@ class Target:
     mixed: list[float] = field(default_factory=list)
     mixed_s2c: list[float] = field(default_factory=list)
     mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
+    mixed_send_rt: list[float] = field(default_factory=list)  # the producer's average send RT (ms), median of its lines
     cpu: dict[str, list[float]] = field(default_factory=dict)
     drain_cpu_us: list[float] = field(default_factory=list)  # broker CPU per message drained in the recorded window
+    metrics_port: int | None = None  # our broker's Prometheus exporter (None: Java's)
+    # per phase, per round: (pull requests, of which parked, messages pulled, seconds, broker CPU seconds) over the
+    # recorded window
+    pulls: dict[str, list[tuple[float, float, float, float, float]]] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -58,6 +69,28 @@ class Target:
             return self.broker.pid
         assert self.broker.proc is not None
         return self.broker.proc.pid
+
+
+def pull_counts(port: int | None) -> tuple[float, float, float] | None:
+    """(PULL_MESSAGE requests answered or parked, of which parked, messages pulled) since the broker started, from its
+    Prometheus exporter; None without one."""
+    if port is None:
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:  # noqa: S310 (loopback)
+        text = reply.read().decode()
+    pulls = parked = messages = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            code = sample.labels.get("request_code", "").upper()  # (the exporter writes "pull_message")
+            if sample.name == "rocketmq_rpc_latency_count" and code in ("PULL_MESSAGE", "11"):
+                pulls += sample.value
+                if sample.labels.get("is_long_polling") == "true":
+                    parked += sample.value
+            elif sample.name == "rocketmq_messages_out_total" and sample.labels.get("is_system") != "true":
+                messages += sample.value
+    return pulls, parked, messages
 
 
 def cpu_seconds(pid: int) -> float:
@@ -74,6 +107,7 @@ class Recorder:
         self.target, self.phase = target, phase
         self.started = time.monotonic()
         self.cpu0 = cpu_seconds(self.pid)
+        self.pulls0 = pull_counts(target.metrics_port)
         self.spy = None
         if profile is not None and not isinstance(target.broker, JavaBroker):
             out = profile / f"{target.label}-{phase}-{int(time.time())}.txt"
@@ -83,8 +117,14 @@ class Recorder:
             )
 
     def stop(self) -> None:
-        share = (cpu_seconds(self.pid) - self.cpu0) / (time.monotonic() - self.started)
+        seconds = time.monotonic() - self.started
+        cpu = cpu_seconds(self.pid) - self.cpu0
+        share = cpu / seconds
         self.target.cpu.setdefault(self.phase, []).append(share)
+        pulls1 = pull_counts(self.target.metrics_port)
+        if self.pulls0 is not None and pulls1 is not None:
+            delta = tuple(b - a for a, b in zip(self.pulls0, pulls1, strict=True))
+            self.target.pulls.setdefault(self.phase, []).append((*delta, seconds, cpu))  # type: ignore[arg-type]
         if self.spy is not None:
             try:
                 self.spy.wait(30)
@@ -138,8 +178,10 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
         rec.stop()
     finally:
         sent_lines, consumed_lines = producer.stop(), consumer.stop()
-    sent = [float(m.group(1)) for m in map(SEND_LINE.search, sent_lines) if m]
-    target.mixed_send.append(statistics.median(sent[1:] or sent) if sent else 0.0)
+    sent_rows = [m for m in map(SEND_LINE.search, sent_lines) if m]
+    sent_rows = sent_rows[1:] or sent_rows
+    target.mixed_send.append(statistics.median(float(m.group(1)) for m in sent_rows) if sent_rows else 0.0)
+    target.mixed_send_rt.append(statistics.median(float(m.group(3)) for m in sent_rows) if sent_rows else 0.0)
     rows = [m for m in map(CONSUME_LINE.search, consumed_lines) if m]
     steady = rows[1:] or rows
     target.mixed.append(statistics.median(float(m.group(1)) for m in steady) if steady else 0.0)
@@ -188,10 +230,16 @@ def main(argv: list[str] | None = None) -> int:
                     label, broker = _label("java", used), JavaBroker(bin_dir).start()
                 else:
                     label = _label(root, used)
+                    port = free_port()
+                    prom = {
+                        "metricsExporterType": "PROM",
+                        "metricsPromExporterHost": "127.0.0.1",
+                        "metricsPromExporterPort": str(port),
+                    }
                     broker = BrokerProcess(
-                        store_dir=Path(tmp) / f"store{i}", fault_injection=False, root=Path(root).resolve()
+                        store_dir=Path(tmp) / f"store{i}", fault_injection=False, root=Path(root).resolve(), config=prom
                     ).start()
-                targets.append(Target(label, broker))
+                targets.append(Target(label, broker, metrics_port=None if root == "java" else port))
                 started = time.monotonic()
                 if "drain" in phases:
                     asyncio.run(fill_backlog(broker.namesrv, BACKLOG_TOPIC, args.backlog, 1024))
@@ -204,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"round {n} drain {target.label}: {target.drain[-1]:,.0f}", flush=True)
                         else:
                             run_mixed(rmqjava, target, args.mixed_s, args.profile, n)
+                            rows = target.pulls.get("mixed")
                             print(
                                 f"round {n} mixed {target.label}: {target.mixed[-1]:,.0f} "
-                                f"(producer {target.mixed_send[-1]:,.0f})",
+                                f"(producer {target.mixed_send[-1]:,.0f})"
+                                + (f"; {pull_line(rows[-1])}" if rows else ""),
                                 flush=True,
                             )
         finally:
@@ -214,6 +264,17 @@ def main(argv: list[str] | None = None) -> int:
                 target.broker.stop()
     print(report(targets, args.backlog))
     return 0
+
+
+def pull_line(row: tuple[float, float, float, float, float]) -> str:
+    """One round's pulls: requests a second, messages per request, the share parked, broker CPU per message pulled."""
+    pulls, parked, messages, seconds, cpu = row
+    if not pulls or not messages:
+        return f"{pulls / seconds:,.0f} pulls/s, no messages"
+    return (
+        f"{pulls / seconds:,.0f} pulls/s, {messages / pulls:.2f} msg/pull, {parked / pulls:.0%} parked,"
+        f" {cpu / messages * 1e6:.0f} us CPU/msg"
+    )
 
 
 def report(targets: list[Target], backlog: int) -> str:
@@ -226,8 +287,12 @@ def report(targets: list[Target], backlog: int) -> str:
         out.append(f"{t.label:10} {drain:>34} {mixed:>34} {s2c:>8}")
         if t.mixed_send:
             out.append(f"{'':10} producer TPS in the mixed rounds: {', '.join(f'{v:,.0f}' for v in t.mixed_send)}")
+            rts = ", ".join(f"{v:.2f}" for v in t.mixed_send_rt)
+            out.append(f"{'':10} producer average send RT, ms (median of its lines, each round): {rts}")
         cpu = ", ".join(f"{k} {statistics.median(v):.0%}" for k, v in t.cpu.items())
         out.append(f"{'':10} broker CPU (median): {cpu}")
+        for phase, rows in t.pulls.items():
+            out.append(f"{'':10} {phase} pulls (each round): {'; '.join(map(pull_line, rows))}")
         if t.drain_cpu_us:
             per = ", ".join(f"{v:.2f}" for v in t.drain_cpu_us)
             out.append(f"{'':10} broker CPU per drained message, us (each round): {per}")

@@ -59,8 +59,9 @@ def split(backlog: int, dispatch: bool, lines: bool = False) -> collections.Coun
         asyncio.run(pull_cost.measure(backlog, 1, True, pull_cost.ROCKETMQ, 1))
     finally:
         pull_cost.Meter.start = meter_start  # type: ignore[method-assign]
-    # the phases in pull_cost.run's order: drain, drain through dispatch, cycle, cycle through dispatch, send alone
-    cycle, cycle_dispatched, alone = tables[2], tables[3], tables[4]
+    # the phases in pull_cost.run's order: drain, drain through dispatch, cycle, cycle through dispatch, a round's
+    # arrivals, send alone
+    cycle, cycle_dispatched, alone = tables[2], tables[3], tables[5]
     chosen = cycle_dispatched if dispatch else cycle
     diff: collections.Counter[Key] = collections.Counter()
     for key in set(chosen) | set(alone):

@@ -33,8 +33,9 @@ from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info_manager import RouteInfoManager
 from broker.pop import PopService
 from broker.pop_checkpoint import PopCheckpointFile
-from broker.processor.pull import PullMessageProcessor, wake_in_loop
+from broker.processor.pull import PullMessageProcessor
 from broker.processor.send import SendMessageProcessor
+from broker.pull_wake import PullWakeRounds
 from broker.request_table import ADMIN, FAULT_INJECT, NotSupportedProcessor, broker_routes, namesrv_routes
 from broker.runtime_info import BrokerRuntimeInfo
 from broker.schedule import ScheduleMessageService
@@ -137,8 +138,10 @@ class BrokerController:
             now_ms=now_ms,
         )
         self.pull_processor = PullMessageProcessor.of(self)
+        # pulls woken by arrivals are re-run in rounds, as upstream's reput thread wakes them (broker/pull_wake.py)
+        self.pull_wake = PullWakeRounds(self.pull_processor.execute_requests_when_wakeup)
         self.pull_hold_service = PullRequestHoldService(
-            wake_in_loop(self.pull_processor), self.store.get_max_offset_in_queue
+            self.pull_wake.wake, self.store.get_max_offset_in_queue, expire=self.pull_wake.wake_now
         )
         self.pull_processor.hold_service = self.pull_hold_service
         self.store.message_arriving_listener = self._on_message_arriving
@@ -506,6 +509,7 @@ class BrokerController:
         await self.metrics.stop()
         for pr in self.pull_hold_service.shutdown():
             self.pull_processor.execute_request_when_wakeup(pr)
+        self.pull_wake.run_now()  # (woken pulls waiting for their round: answered now, before the server stops)
         await self.server.stop(grace)
         for executor in (*self.executors.values(), self.fault_executor):
             await executor.stop(grace)

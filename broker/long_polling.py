@@ -55,8 +55,16 @@ _REBUILD_FLOOR = 1024
 
 
 class PullRequestHoldService:
-    def __init__(self, wake: Callable[[PullRequest], None], max_offset: Callable[[str, int], int]) -> None:
+    def __init__(
+        self,
+        wake: Callable[[PullRequest], None],
+        max_offset: Callable[[str, int], int],
+        expire: Callable[[PullRequest], None] | None = None,
+    ) -> None:
+        """``wake``: re-runs a pull an arrival woke (the broker's, in rounds: `broker.pull_wake`); ``expire``: one
+        whose deadline passed, answered on time (``wake`` when not given)."""
         self._wake = wake
+        self._expire = wake if expire is None else expire
         self._max_offset = max_offset
         self.table: dict[tuple[str, int], list[PullRequest]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -112,9 +120,9 @@ class PullRequestHoldService:
         if heap:
             self._timer = loop.call_at(heap[0][0], self._on_deadlines)
             self._timer_at = heap[0][0]
-        wake = self._wake
+        expire = self._expire
         for pr in expired:
-            wake(pr)
+            expire(pr)
 
     def _rebuild(self) -> None:
         """Drop the heap entries of pulls no longer parked: the heap again holds just the table's pulls."""

@@ -10,7 +10,6 @@ woken pull reuses the checks it parked with (`_check`, `_rerun`; docs/design.md 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -459,28 +458,3 @@ class PullMessageProcessor:
                 return None  # refused when the consumer registered it; upstream then matches everything
 
         return lookup
-
-
-def wake_in_loop(processor: PullMessageProcessor) -> Callable[[PullRequest], None]:
-    """The wake callback for the hold service: defer to the loop so arrival paths never re-enter pulls."""
-    return _WakeBatch(processor).wake
-
-
-class _WakeBatch:
-    """Pulls woken in one loop iteration, re-run together in one callback of the next (in the order they woke):
-    one ``call_soon`` handle per iteration instead of one per woken pull (the arrivals of one read's group of
-    sends wake the pulls of every queue they touch, and each deadline timer wakes its own)."""
-
-    def __init__(self, processor: PullMessageProcessor) -> None:
-        self._processor = processor
-        self._pending: list[PullRequest] = []
-
-    def wake(self, pr: PullRequest) -> None:
-        pending = self._pending
-        if not pending:
-            asyncio.get_running_loop().call_soon(self._run)
-        pending.append(pr)
-
-    def _run(self) -> None:
-        pending, self._pending = self._pending, []
-        self._processor.execute_requests_when_wakeup(pending)

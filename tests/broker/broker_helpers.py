@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from broker.controller import BrokerController
@@ -35,6 +36,16 @@ class FakeChannel(OfflineChannel):
 
     def send(self, cmd):
         self.sent.append(cmd)
+
+
+async def woken_answers(channel: FakeChannel, count: int = 1, timeout_s: float = 10.0) -> list:
+    """Wait for ``count`` answers on ``channel``: a pull woken by an arrival is answered at the end of its wake round
+    (`broker.pull_wake`, ~2 ms later), a few loop turns do not reach it."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while len(channel.sent) < count and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0)  # (one more turn: a further answer would be seen by the caller's count)
+    return channel.sent
 
 
 class Clock:

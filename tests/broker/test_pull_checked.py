@@ -5,11 +5,10 @@ pull and by a pull already parked, exactly as a processor that re-checks every p
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
-from broker_helpers import FakeChannel, pull_request, send_request
+from broker_helpers import FakeChannel, pull_request, send_request, woken_answers
 
 from broker.client.channel_info import ClientChannelInfo
 from broker.heartbeat import ConsumerData, build_subscription
@@ -129,8 +128,7 @@ async def _parked_answer(broker, change, serialize: int = 0) -> object:  # noqa:
     assert pull._process(channel, request, True) is None  # parked
     change(broker)
     assert (await send.process_request(FakeChannel(), send_request("TP"))).code == ResponseCode.SUCCESS
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await woken_answers(channel)
     assert len(channel.sent) == 1
     # the same pull re-run by a processor that checks every pull and answers through `_answer`: the same bytes
     reference = PullMessageProcessor.of(broker)
@@ -185,8 +183,7 @@ async def test_a_heartbeat_while_parked_is_seen_by_the_rerun(broker):
     assert pull._process(channel, pull_request("GH", "TC1", 0, 1, sys_flag=SUSPEND), True) is None  # parked
     _register(broker, channels, "GH", "BROADCASTING", "*", 0)
     assert (await send.process_request(FakeChannel(), send_request("TC1"))).code == ResponseCode.SUCCESS
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await woken_answers(channel)
     assert [r.code for r in channel.sent] == [ResponseCode.NO_PERMISSION]
 
 

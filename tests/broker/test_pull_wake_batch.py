@@ -1,12 +1,17 @@
-"""Pulls woken in one loop iteration (arrivals, deadlines) are re-run together in one callback of the next, in
-the order they woke; a pull whose answer fails is logged and the others are still answered."""
+"""Pulls woken by arrivals are re-run in rounds (`broker.pull_wake.PullWakeRounds`, upstream's reput rounds): the pulls
+woken in one round run together in one callback at its end, in the order they woke; a deadline's pull runs in the next
+loop turn, taking the waiting round with it; the shutdown runs what waits; a pull whose answer fails is logged and the
+others are still answered. The loop's timer is captured here, so the round ends when the test says."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from broker.long_polling import PullRequest
-from broker.processor.pull import PullMessageProcessor, wake_in_loop
+from broker.processor.pull import PullMessageProcessor
+from broker.pull_wake import WAKE_ROUND_S, PullWakeRounds
 from remoting.codes import ResponseCode
 
 
@@ -24,30 +29,91 @@ class Pr:
     topic, queue_id = "T", 0
 
 
-async def test_pulls_woken_in_one_iteration_run_in_one_callback(monkeypatch):
-    loop = asyncio.get_running_loop()
-    scheduled: list[object] = []
-    call_soon = loop.call_soon
+class Timers:
+    """The loop's ``call_later`` for the wake rounds' ``_run``, captured: the test fires or inspects it."""
 
-    def counting_call_soon(callback, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if getattr(callback, "__name__", "") == "_run":  # (the loop schedules its own callbacks too)
-            scheduled.append(callback)
-        return call_soon(callback, *args, **kwargs)
+    def __init__(self, loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed: list[tuple[float, asyncio.TimerHandle]] = []
+        self._callbacks: list[object] = []
+        call_later = loop.call_later
 
-    monkeypatch.setattr(loop, "call_soon", counting_call_soon)
+        def capture(delay, callback, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            handle = call_later(3600, callback, *args, **kwargs)  # (never fires by itself within a test)
+            if getattr(callback, "__name__", "") == "_run":
+                self.armed.append((delay, handle))
+                self._callbacks.append(callback)
+            return handle
+
+        monkeypatch.setattr(loop, "call_later", capture)
+
+    def fire(self) -> None:
+        """End the round: run the last armed timer's callback now (it must not have been cancelled)."""
+        _, handle = self.armed[-1]
+        assert not handle.cancelled()
+        handle.cancel()
+        self._callbacks[-1]()  # type: ignore[operator]
+
+
+async def turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_pulls_woken_in_one_round_run_together_at_its_end(monkeypatch):
+    timers = Timers(asyncio.get_running_loop(), monkeypatch)
     processor = Recorder()
-    wake = wake_in_loop(processor)
+    wakes = PullWakeRounds(processor.execute_requests_when_wakeup)
     prs = [Pr(), Pr(), Pr()]
     for pr in prs:
-        wake(pr)
+        wakes.wake(pr)
+        await turns()  # (loop turns inside the round: nothing runs before its end)
+    assert processor.ran == [] and wakes.waiting == 3
+    assert [delay for delay, _ in timers.armed] == [WAKE_ROUND_S]  # one timer for the round, at the round's length
+    timers.fire()
+    assert processor.ran == prs and processor.calls == 1 and wakes.rounds == 1
+    wakes.wake(prs[0])  # a pull woken after the round starts the next one
+    assert len(timers.armed) == 2 and processor.calls == 1
+    timers.fire()
+    assert processor.ran == [*prs, prs[0]] and processor.calls == 2
+
+
+async def test_a_deadline_runs_in_the_next_turn_with_the_waiting_round(monkeypatch):
+    timers = Timers(asyncio.get_running_loop(), monkeypatch)
+    processor = Recorder()
+    wakes = PullWakeRounds(processor.execute_requests_when_wakeup)
+    woken, expired, later = Pr(), Pr(), Pr()
+    wakes.wake(woken)
+    wakes.wake_now(expired)
+    assert timers.armed[0][1].cancelled()  # the round's timer gives way to the deadline's turn
+    wakes.wake(later)  # (woken in the same turn: joins the run at once)
+    await turns(1)
+    assert processor.ran == [woken, expired, later] and processor.calls == 1
+    wakes.wake_now(expired)  # a deadline alone: the next turn, no timer
+    await turns(1)
+    assert processor.calls == 2 and len(timers.armed) == 1
+
+
+async def test_the_shutdown_runs_what_waits_for_its_round(monkeypatch):
+    timers = Timers(asyncio.get_running_loop(), monkeypatch)
+    processor = Recorder()
+    wakes = PullWakeRounds(processor.execute_requests_when_wakeup)
+    pr = Pr()
+    wakes.wake(pr)
+    wakes.run_now()
+    assert processor.ran == [pr] and timers.armed[0][1].cancelled()
+    wakes.run_now()  # nothing waits: no run
+    assert processor.calls == 1
+
+
+async def test_a_round_of_zero_runs_in_the_next_turn():
+    processor = Recorder()
+    wakes = PullWakeRounds(processor.execute_requests_when_wakeup, round_s=0.0)
+    prs = [Pr(), Pr()]
+    for pr in prs:
+        wakes.wake(pr)
     assert processor.ran == []  # deferred: an arrival path never re-enters a pull
-    assert len(scheduled) == 1
-    await asyncio.sleep(0)
+    await turns(1)
     assert processor.ran == prs and processor.calls == 1
-    wake(prs[0])  # the next iteration's wake-ups get their own callback
-    assert len(scheduled) == 2
-    await asyncio.sleep(0)
-    assert processor.ran == [*prs, prs[0]]
 
 
 class Channel:
@@ -83,10 +149,10 @@ async def test_a_failing_pull_does_not_cost_the_others_their_answers(capsys):
     channels = [Channel(), Channel(fail=True), Channel(), Channel(active=False), Channel()]
     headers = ["a", "b", "raise", "closed", "e"]
     prs = [PullRequest(Request(), ch, "T", 0, 0, None, None, h) for ch, h in zip(channels, headers, strict=True)]
-    wake = wake_in_loop(processor)
+    wakes = PullWakeRounds(processor.execute_requests_when_wakeup)
     for pr in prs:
-        wake(pr)
-    await asyncio.sleep(0)
+        wakes.wake(pr)
+    wakes.run_now()
     assert ran == ["a", "b", "raise", "e"]
     assert channels[0].sent == [("answer", "a")] and channels[4].sent == [("answer", "e")]
     assert channels[2].sent == [("error", ResponseCode.SYSTEM_ERROR, "boom")]

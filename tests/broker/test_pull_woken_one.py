@@ -5,10 +5,8 @@ fallback to `get_message`), and a tag subscription (the filter's read)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from broker_helpers import FakeChannel, pull_request, send_request, start_broker
+from broker_helpers import FakeChannel, pull_request, send_request, start_broker, woken_answers
 
 from remoting.codes import ResponseCode
 
@@ -35,8 +33,7 @@ async def test_woken_answer_is_the_general_answer(tmp_path, serialize: int, arri
             for i in range(arrivals):
                 body = b"y" * (200 + offset + i)
                 await send.process_request(sink, send_request("WokenT", body, props={"TAGS": "a"}))
-            for _ in range(5):
-                await asyncio.sleep(0)
+            await woken_answers(channel)
             assert len(channel.sent) == 1
             woken = channel.sent[0]
             assert woken.code == ResponseCode.SUCCESS
@@ -63,8 +60,7 @@ async def test_one_arrival_takes_the_woken_read(tmp_path, monkeypatch) -> None:
         assert await broker.pull_processor.process_request(channel, pull_request("WokenG", "WokenT", 0, 1)) is None
         calls.clear()
         await broker.send_processor.process_request(sink, send_request("WokenT", b"y"))
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await woken_answers(channel)
         assert calls == ["woken"] and channel.sent[0].code == ResponseCode.SUCCESS
         assert channel.sent[0].next_begin_offset == 2  # (one message: the arrived one)
     finally:

@@ -27,8 +27,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _OPAQUE_MAX = 0x7FFFFFFF  # opaques are int32 in the binary header
-#: answers buffered in one loop iteration past this many bytes are written at once (see Channel.send)
-FLUSH_EARLY_BYTES = 256 * 1024
+#: answers buffered in one loop iteration past this many bytes are written at once (see Channel.send). A drain's
+#: pull answer (32 x 1 KiB, ~38 KB) is past it: it leaves as soon as it is made, so the consumer decodes it while the
+#: loop answers the read's other pulls, as the Java broker's Netty writes each answer when its pull thread is done.
+#: Held to the turn's end with the read's other answers (the bound was 256 KiB), a read of four such pulls answered
+#: all four at once, and the consumer and the broker took turns instead of overlapping (`bench/pull_trace.py`: the
+#: broker's share of a drain round trip, p10, 0.34-0.52 ms against 0.18-0.22 ms). Small answers (a send's ~100
+#: bytes, a caught-up pull's one message) still share one write per turn; one more syscall per ~38 KB is noise.
+FLUSH_EARLY_BYTES = 16 * 1024
 _flatten = chain.from_iterable
 
 

@@ -42,7 +42,7 @@ from remoting.headers import (
     decode_send_message_v2,
 )
 from remoting.pending import start
-from remoting.send_answer import SendResultAnswer, SendResultTemplate
+from remoting.send_answer import SendResultAnswer, SendResultTemplate, SentAnswers
 from remoting.send_header import decode_send_message_v2_values, single_send_v2_values
 from store.message import (
     COMPRESSED_FLAG,
@@ -108,6 +108,8 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 _NOT_ROW_FLAGS = TRANSACTION_ROLLBACK_TYPE | ~IPV4_HOSTS_MASK
 _ROW_TOPIC = itemgetter(0)  # a row's topic (`store.send_rows.SendRow`)
 _ROW_SIZE = itemgetter(2)  # a row's stored size in its result (msg_id, queue offset, size)
+_ROW_QUEUE = itemgetter(1)  # a row's queue id
+_TUPLES_ONLY = {tuple}  # the types of a group's results when every row was stored in the store's one pass
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
@@ -457,7 +459,12 @@ class SendMessageProcessor:
                 msgs, held = [], []
             responses[i] = await self._process_guarded(channel, request)
         if msgs:
-            await self._put_group(channel, msgs, held, responses)
+            # (every request of the group a single send held for this put: its answers may be the store's results)
+            whole = await self._put_group(
+                channel, msgs, held, responses, requests if len(held) == len(requests) else None
+            )
+            if whole is not None:
+                return whole  # type: ignore[return-value]
         return responses
 
     async def _put_group(
@@ -466,7 +473,11 @@ class SendMessageProcessor:
         msgs: list[MessageExtBrokerInner | tuple],
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
         responses: list[RemotingCommand | Exception | None],
-    ) -> None:
+        whole: list[RemotingCommand] | None = None,
+    ) -> SentAnswers | None:
+        """Store the held sends and put their answers in `responses`; or, when `whole` (the group's requests, each
+        one of the held sends, in order) is given and every row was stored in the store's one pass to one topic, the
+        answers as the store's results (`SentAnswers`: no answer object a send, `responses` left as it is)."""
         try:
             # (rows and messages: the store replaces in `msgs` each row it did not store in its one pass by the
             # message it put, so that the answers below read what the store made of it)
@@ -476,8 +487,13 @@ class SendMessageProcessor:
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
-            return
+            return None
         template = self._answer_template()
+        if whole is not None and set(map(type, results)) == _TUPLES_ONLY:
+            topics = set(map(_ROW_TOPIC, msgs))
+            if len(topics) == 1:  # (rows all: a row's queue id is its answer's)
+                self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
+                return SentAnswers(template, whole, results, list(map(_ROW_QUEUE, msgs)))
         # the rows stored in the store's one pass: answered from their (msg_id, queue offset, size)
         others = False
         for (i, request, _hdr, queue_id), result in zip(held, results):
@@ -491,7 +507,7 @@ class SendMessageProcessor:
             topics = set(map(_ROW_TOPIC, msgs))
             if len(topics) == 1:
                 self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
-                return
+                return None
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
@@ -529,6 +545,7 @@ class SendMessageProcessor:
             responses[i] = response
         if run_msgs:
             on_put(run_topic, run_msgs, run_bytes)
+        return None
 
     async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | Exception | None:
         """``process_request`` for one request of a group: an exception is that request's outcome (answered by

@@ -374,8 +374,8 @@ class SentAnswers:
 
     def encode(self) -> bytes | None:
         """The group's frames in one buffer: the bytes ``encode_answers(requests, answers())`` gives (and so those
-        ``RequestGroup`` writes one by one), or None where it gives None (then the general way). Raises
-        ``struct.error`` where it raises it. Once the answers were read (``answers``: they may have been changed),
+        ``RequestGroup`` writes one by one), or, where that gives None or raises ``struct.error``, either of them
+        (both send the group the general way, which writes or refuses each answer itself). Once the answers were read (``answers``: they may have been changed),
         it is ``encode_answers`` over them."""
         requests = self.requests
         if self._answers is not None:

@@ -15,7 +15,9 @@ import re
 import struct
 import zlib
 from collections.abc import Callable
-from operator import itemgetter
+from functools import partial
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -108,7 +110,10 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 _NOT_ROW_FLAGS = TRANSACTION_ROLLBACK_TYPE | ~IPV4_HOSTS_MASK
 _ROW_TOPIC = itemgetter(0)  # a row's topic (`store.send_rows.SendRow`)
 _ROW_SIZE = itemgetter(2)  # a row's stored size in its result (msg_id, queue offset, size)
-_ROW_QUEUE = itemgetter(1)  # a row's queue id
+_CUSTOM_HEADER = attrgetter("custom_header")  # a request's header decoded ahead
+_IS_NONE = partial(is_, None)
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
 _TUPLES_ONLY = {tuple}  # the types of a group's results when every row was stored in the store's one pass
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
@@ -422,9 +427,28 @@ class SendMessageProcessor:
                 responses[i] = await self._process_guarded(channel, request)
             return responses
         msgs: list[MessageExtBrokerInner | tuple] = []  # rows, or messages (`_message`)
-        held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
+        # the common group: every request a single send whose header was decoded ahead (``groupable``,
+        # ``remoting.send_run``), each checked and built in turn by one `map` over the group (no bytecode a send but
+        # `_message`'s own); when one is not such a send, or `_message` raised for one (a refused send), the loop below
+        # takes the whole group one by one, with the topics checked so far (building a send again has no other effect)
+        built = None
+        if not any(map(_IS_NONE, map(_CUSTOM_HEADER, requests))):
+            try:
+                built = list(
+                    map(self._message, repeat(channel), requests, map(_CUSTOM_HEADER, requests), repeat(checked))
+                )
+            except Exception:  # noqa: BLE001 - answered by the loop below, as it answers it
+                built = None
+        if built is not None:
+            msgs = list(map(_FIRST, built))
+            queue_ids = list(map(_SECOND, built))
+            # (index, request, header, queue id) of each send held for the put (in C)
+            held = list(zip(range(len(requests)), requests, map(_CUSTOM_HEADER, requests), queue_ids))
+            whole = await self._put_group(channel, msgs, held, responses, requests, queue_ids)
+            return responses if whole is None else whole  # type: ignore[return-value]
+        held = []
         for i, request in enumerate(requests):
             hdr = request.custom_header
             if hdr is not None:  # a single send whose header was decoded ahead (``groupable``, ``remoting.send_run``)
@@ -459,12 +483,7 @@ class SendMessageProcessor:
                 msgs, held = [], []
             responses[i] = await self._process_guarded(channel, request)
         if msgs:
-            # (every request of the group a single send held for this put: its answers may be the store's results)
-            whole = await self._put_group(
-                channel, msgs, held, responses, requests if len(held) == len(requests) else None
-            )
-            if whole is not None:
-                return whole  # type: ignore[return-value]
+            await self._put_group(channel, msgs, held, responses)
         return responses
 
     async def _put_group(
@@ -474,10 +493,12 @@ class SendMessageProcessor:
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
         responses: list[RemotingCommand | Exception | None],
         whole: list[RemotingCommand] | None = None,
+        queue_ids: list[int] | None = None,
     ) -> SentAnswers | None:
         """Store the held sends and put their answers in `responses`; or, when `whole` (the group's requests, each
-        one of the held sends, in order) is given and every row was stored in the store's one pass to one topic, the
-        answers as the store's results (`SentAnswers`: no answer object a send, `responses` left as it is)."""
+        one of the held sends, in order, and `queue_ids` their answers' queue ids) is given and every row was stored
+        in the store's one pass to one topic, the answers as the store's results (`SentAnswers`: no answer object a
+        send, `responses` left as it is)."""
         try:
             # (rows and messages: the store replaces in `msgs` each row it did not store in its one pass by the
             # message it put, so that the answers below read what the store made of it)
@@ -488,12 +509,16 @@ class SendMessageProcessor:
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
             return None
-        template = self._answer_template()
+        # (`_answer_template`, its common case inline: the template made for the broker's MSG_REGION and TRACE_ON)
+        cfg = self.config
+        template = self._template
+        if template.region != cfg.region_id or template.trace_on != ("true" if cfg.trace_on else "false"):
+            template = self._answer_template()
         if whole is not None and set(map(type, results)) == _TUPLES_ONLY:
             topics = set(map(_ROW_TOPIC, msgs))
-            if len(topics) == 1:  # (rows all: a row's queue id is its answer's)
+            if len(topics) == 1:  # (rows all)
                 self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
-                return SentAnswers(template, whole, results, list(map(_ROW_QUEUE, msgs)))
+                return SentAnswers(template, whole, results, queue_ids)  # type: ignore[arg-type]
         # the rows stored in the store's one pass: answered from their (msg_id, queue offset, size)
         others = False
         for (i, request, _hdr, queue_id), result in zip(held, results):

@@ -346,6 +346,21 @@ async def _raw_frames(broker, requests: list[RemotingCommand]) -> list[bytes]:
     return frames
 
 
+async def _frames_one_by_one(broker, requests: list[RemotingCommand]) -> list[bytes]:
+    """``_raw_frames``, each request in a write of its own after the answer to the one before (a lone send each)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.server.port)
+    try:
+        frames = []
+        for request in requests:
+            writer.write(request.to_bytes())
+            if not request.flag & FLAG_ONEWAY:
+                (length,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+                frames.append(await asyncio.wait_for(reader.readexactly(length), 5))
+    finally:
+        writer.close()
+    return frames
+
+
 def _without_port(frame: bytes, port: int) -> bytes:
     """An answer frame with its msgId's port (8 hex digits after the 8 of the IP) made neutral: two brokers differ
     in it alone; a refusal's remark names the client's address (and its header's length follows it)."""
@@ -358,8 +373,9 @@ async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer
     """Differential: groups answered as the store's results (``SentAnswers``, every request a single send stored in
     the store's one pass to one topic) against the same groups answered with one ``SendResultAnswer`` a send (the
     processor's ``_put_group`` without the group's requests), over seeded random groups of one read: plain sends to
-    one or two topics, refused queue ids, a half message, oneway sends, JSON requests. The same answer bytes (but the
-    broker's port in the msgId), records and put statistics; the results' answers taken where expected."""
+    one or two topics, refused queue ids, a half message, oneway sends, JSON requests; and against each send alone
+    (the lone path). The same answer bytes (but the broker's port in the msgId and the client's address in a
+    refusal), records and put statistics; the results' answers taken where expected."""
     rng = random.Random(15)
     groups = []
     for g in range(60):
@@ -381,26 +397,29 @@ async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer
             )
             if rng.random() < 0.05:
                 request.serialize_type = 0
-            if rng.random() < 0.03:
+            if rng.random() < 0.03 and i:  # (not a group's first: its lone copy has an answer after it)
                 request.flag |= FLAG_ONEWAY
             group.append(request)
         groups.append(group)
+    for group in groups:
+        group.reverse()  # (a oneway send never last: the next group's answers come after it is stored)
     fast = await start_broker(tmp_path / "fast")
     objects = await start_broker(tmp_path / "objects")
+    alone = await start_broker(tmp_path / "alone")
     taken: list[bool] = []
     try:
         processor = fast.send_processor
         real_fast = processor._put_group
 
-        async def spy(channel, msgs, held, responses, whole=None):
-            result = await real_fast(channel, msgs, held, responses, whole)
+        async def spy(channel, msgs, held, responses, whole=None, queue_ids=None):
+            result = await real_fast(channel, msgs, held, responses, whole, queue_ids)
             taken.append(result is not None)
             return result
 
         processor._put_group = spy
         real_objects = objects.send_processor._put_group
 
-        async def without_whole(channel, msgs, held, responses, whole=None):
+        async def without_whole(channel, msgs, held, responses, whole=None, queue_ids=None):
             return await real_objects(channel, msgs, held, responses)
 
         objects.send_processor._put_group = without_whole
@@ -409,11 +428,12 @@ async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer
                 request.opaque = opaque_base * 100 + i
             a = await _raw_frames(fast, group)
             b = await _raw_frames(objects, group)
-            assert [_without_port(f, fast.server.port) for f in a] == [
-                _without_port(f, objects.server.port) for f in b
-            ], opaque_base
-        assert _stored(fast) == _stored(objects)
-        assert dict(fast.stats.put_nums) == dict(objects.stats.put_nums)
+            c = await _frames_one_by_one(alone, group)
+            neutral = [_without_port(f, fast.server.port) for f in a]
+            assert neutral == [_without_port(f, objects.server.port) for f in b], opaque_base
+            assert neutral == [_without_port(f, alone.server.port) for f in c], opaque_base
+        assert _stored(fast) == _stored(objects) == _stored(alone)
+        assert dict(fast.stats.put_nums) == dict(objects.stats.put_nums) == dict(alone.stats.put_nums)
         counts = [
             {key: cell.count for key, cell in broker.metrics.requests.latency.items()} for broker in (fast, objects)
         ]
@@ -422,3 +442,4 @@ async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer
     finally:
         await fast.shutdown()
         await objects.shutdown()
+        await alone.shutdown()

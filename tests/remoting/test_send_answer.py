@@ -254,8 +254,8 @@ _TEMPLATES = st.sampled_from(
 @given(st.lists(_SENT, min_size=1, max_size=20), _TEMPLATES, st.booleans(), st.sampled_from([None, "read", "remark"]))
 def test_a_stored_group_s_answers_from_the_results_are_the_bytes_of_its_answers(specs, key, common, changed) -> None:
     """``SentAnswers`` (a group of stored sends answered as the store's results): its ``encode`` gives what
-    ``encode_answers`` gives for the same ``SendResultAnswer``s (the bytes the general loop writes, None, or the
-    same error), its answers read one by one are those answers, and once read (and perhaps changed) it writes them.
+    ``encode_answers`` gives for the same ``SendResultAnswer``s (the bytes the general loop writes, or, as it does,
+    None or an error: the general way), its answers read one by one are those answers, and once read (and perhaps changed) it writes them.
     ``common``: the benchmark Producer's group (ROCKETMQ, hex ids, queue ids of the table), which it must write."""
     template = SendResultTemplate(*key)
     requests, results, queue_ids = [], [], []
@@ -285,7 +285,11 @@ def test_a_stored_group_s_answers_from_the_results_are_the_bytes_of_its_answers(
         expected = encode_answers(requests, expected_answers)
     except struct.error:
         expected = "error"
-    assert got == expected
+    # (None and the error both send the group the general way, which writes or refuses each answer itself)
+    if got is None or got == "error":
+        assert expected is None or expected == "error"
+    else:
+        assert got == expected
     if common and changed != "remark":
         assert got is not None and got == _written_one_by_one(requests, expected_answers)
     assert len(sent) == len(requests)

@@ -421,11 +421,8 @@ class SendMessageProcessor:
         held before it are stored, so the store sees the requests in their order. Responses in request order; a
         request whose processing raised gets its exception in its place (``RequestGroup`` answers it SYSTEM_ERROR
         and the metrics count it "process_request_failed", as for a lone request whose processor raised)."""
-        responses: list[RemotingCommand | Exception | None] = [None] * len(requests)
         if self.config.fault_injection_enable:  # per-message stalls and sleeps: the one-at-a-time path
-            for i, request in enumerate(requests):
-                responses[i] = await self._process_guarded(channel, request)
-            return responses
+            return [await self._process_guarded(channel, request) for request in requests]
         msgs: list[MessageExtBrokerInner | tuple] = []  # rows, or messages (`_message`)
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
@@ -442,13 +439,9 @@ class SendMessageProcessor:
             except Exception:  # noqa: BLE001 - answered by the loop below, as it answers it
                 built = None
         if built is not None:
-            msgs = list(map(_FIRST, built))
-            queue_ids = list(map(_SECOND, built))
-            # (index, request, header, queue id) of each send held for the put (in C)
-            held = list(zip(range(len(requests)), requests, map(_CUSTOM_HEADER, requests), queue_ids))
-            whole = await self._put_group(channel, msgs, held, responses, requests, queue_ids)
-            return responses if whole is None else whole  # type: ignore[return-value]
-        held = []
+            return await self._put_whole(channel, list(map(_FIRST, built)), requests, list(map(_SECOND, built)))  # type: ignore[return-value]
+        responses: list[RemotingCommand | Exception | None] = [None] * len(requests)
+        held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
         for i, request in enumerate(requests):
             hdr = request.custom_header
             if hdr is not None:  # a single send whose header was decoded ahead (``groupable``, ``remoting.send_run``)
@@ -486,19 +479,41 @@ class SendMessageProcessor:
             await self._put_group(channel, msgs, held, responses)
         return responses
 
+    async def _put_whole(
+        self, channel, msgs: list[tuple], requests: list[RemotingCommand], queue_ids: list[int]
+    ) -> SentAnswers | list[RemotingCommand | Exception | None]:
+        """`_put_group` for a group whose every request is a single send, `msgs[i]` built for `requests[i]` with the
+        answer's queue id `queue_ids[i]`: when every row was stored in the store's one pass to one topic, the answers
+        as the store's results (`SentAnswers`: no answer object a send, nothing a send here), else `_put_group`'s."""
+        try:
+            results = await self.store.put_sent_group(
+                msgs, channel.attrs.get("born_host") or born_host(channel), self.store_host
+            )
+        except Exception as exc:  # noqa: BLE001 - a store bug costs these sends
+            return [exc] * len(requests)
+        # (`_answer_template`, its common case inline: the template made for the broker's MSG_REGION and TRACE_ON)
+        cfg = self.config
+        template = self._template
+        if template.region != cfg.region_id or template.trace_on != ("true" if cfg.trace_on else "false"):
+            template = self._answer_template()
+        if set(map(type, results)) == _TUPLES_ONLY:
+            topics = set(map(_ROW_TOPIC, msgs))
+            if len(topics) == 1:  # (rows all)
+                self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
+                return SentAnswers(template, requests, results, queue_ids)
+        responses: list[RemotingCommand | Exception | None] = [None] * len(requests)
+        held = list(zip(range(len(requests)), requests, map(_CUSTOM_HEADER, requests), queue_ids))
+        self._answer_results(channel, msgs, held, results, responses, template)
+        return responses
+
     async def _put_group(
         self,
         channel,
         msgs: list[MessageExtBrokerInner | tuple],
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
         responses: list[RemotingCommand | Exception | None],
-        whole: list[RemotingCommand] | None = None,
-        queue_ids: list[int] | None = None,
-    ) -> SentAnswers | None:
-        """Store the held sends and put their answers in `responses`; or, when `whole` (the group's requests, each
-        one of the held sends, in order, and `queue_ids` their answers' queue ids) is given and every row was stored
-        in the store's one pass to one topic, the answers as the store's results (`SentAnswers`: no answer object a
-        send, `responses` left as it is)."""
+    ) -> None:
+        """Store the held sends and put their answers in `responses`."""
         try:
             # (rows and messages: the store replaces in `msgs` each row it did not store in its one pass by the
             # message it put, so that the answers below read what the store made of it)
@@ -508,17 +523,19 @@ class SendMessageProcessor:
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends, not the others of the group
             for i, _request, _hdr, _queue_id in held:
                 responses[i] = exc
-            return None
-        # (`_answer_template`, its common case inline: the template made for the broker's MSG_REGION and TRACE_ON)
-        cfg = self.config
-        template = self._template
-        if template.region != cfg.region_id or template.trace_on != ("true" if cfg.trace_on else "false"):
-            template = self._answer_template()
-        if whole is not None and set(map(type, results)) == _TUPLES_ONLY:
-            topics = set(map(_ROW_TOPIC, msgs))
-            if len(topics) == 1:  # (rows all)
-                self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
-                return SentAnswers(template, whole, results, queue_ids)  # type: ignore[arg-type]
+            return
+        self._answer_results(channel, msgs, held, results, responses, self._answer_template())
+
+    def _answer_results(
+        self,
+        channel,
+        msgs: list[MessageExtBrokerInner | tuple],
+        held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]],
+        results: list,
+        responses: list[RemotingCommand | Exception | None],
+        template: SendResultTemplate,
+    ) -> None:
+        """The held sends' answers to the store's `results` (each put counted), into `responses`."""
         # the rows stored in the store's one pass: answered from their (msg_id, queue offset, size)
         others = False
         for (i, request, _hdr, queue_id), result in zip(held, results):
@@ -532,7 +549,7 @@ class SendMessageProcessor:
             topics = set(map(_ROW_TOPIC, msgs))
             if len(topics) == 1:
                 self.stats.on_put(topics.pop(), len(msgs), sum(map(_ROW_SIZE, results)))
-                return None
+                return
         on_put = self.stats.on_put
         run_topic, run_msgs, run_bytes = None, 0, 0  # consecutive sends to one topic: one stats update
         for (i, request, hdr, queue_id), msg, result in zip(held, msgs, results):
@@ -570,7 +587,6 @@ class SendMessageProcessor:
             responses[i] = response
         if run_msgs:
             on_put(run_topic, run_msgs, run_bytes)
-        return None
 
     async def _process_guarded(self, channel, request: RemotingCommand) -> RemotingCommand | Exception | None:
         """``process_request`` for one request of a group: an exception is that request's outcome (answered by

@@ -18,6 +18,7 @@ from broker_helpers import send_request, start_broker
 
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
+from remoting.send_answer import SentAnswers
 from store.message import decode_records, encode_properties
 
 
@@ -372,7 +373,7 @@ def _without_port(frame: bytes, port: int) -> bytes:
 async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer_objects_write(tmp_path) -> None:
     """Differential: groups answered as the store's results (``SentAnswers``, every request a single send stored in
     the store's one pass to one topic) against the same groups answered with one ``SendResultAnswer`` a send (the
-    processor's ``_put_group`` without the group's requests), over seeded random groups of one read: plain sends to
+    processor's ``_put_group`` in place of ``_put_whole``), over seeded random groups of one read: plain sends to
     one or two topics, refused queue ids, a half message, oneway sends, JSON requests; and against each send alone
     (the lone path). The same answer bytes (but the broker's port in the msgId and the client's address in a
     refusal), records and put statistics; the results' answers taken where expected."""
@@ -409,20 +410,22 @@ async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer
     taken: list[bool] = []
     try:
         processor = fast.send_processor
-        real_fast = processor._put_group
+        real_fast = processor._put_whole
 
-        async def spy(channel, msgs, held, responses, whole=None, queue_ids=None):
-            result = await real_fast(channel, msgs, held, responses, whole, queue_ids)
-            taken.append(result is not None)
+        async def spy(channel, msgs, requests, queue_ids):
+            result = await real_fast(channel, msgs, requests, queue_ids)
+            taken.append(result.__class__ is SentAnswers)
             return result
 
-        processor._put_group = spy
-        real_objects = objects.send_processor._put_group
+        processor._put_whole = spy
 
-        async def without_whole(channel, msgs, held, responses, whole=None, queue_ids=None):
-            return await real_objects(channel, msgs, held, responses)
+        async def with_answer_objects(channel, msgs, requests, queue_ids):
+            responses = [None] * len(requests)
+            held = [(i, r, r.custom_header, q) for i, (r, q) in enumerate(zip(requests, queue_ids))]
+            await objects.send_processor._put_group(channel, msgs, held, responses)
+            return responses
 
-        objects.send_processor._put_group = without_whole
+        objects.send_processor._put_whole = with_answer_objects
         for opaque_base, group in enumerate(groups):
             for i, request in enumerate(group):
                 request.opaque = opaque_base * 100 + i

@@ -375,8 +375,8 @@ class SentAnswers:
     def encode(self) -> bytes | None:
         """The group's frames in one buffer: the bytes ``encode_answers(requests, answers())`` gives (and so those
         ``RequestGroup`` writes one by one), or, where that gives None or raises ``struct.error``, either of them
-        (both send the group the general way, which writes or refuses each answer itself). Once the answers were read (``answers``: they may have been changed),
-        it is ``encode_answers`` over them."""
+        (both send the group the general way, which writes or refuses each answer itself). Once the answers were
+        read (``answers``: they may have been changed), it is ``encode_answers`` over them."""
         requests = self.requests
         if self._answers is not None:
             return encode_answers(requests, self._answers)
@@ -396,7 +396,7 @@ class SentAnswers:
         # the key and length of msgId and the fixed tail in the format itself; each head as one pack; all in C
         ext_format = self.template.ext_formats.get(id_length) or self.template.ext_format(id_length)
         try:
-            queue_fields = list(map(_QUEUE_ID_FIELDS.__getitem__, self.queue_ids))
+            queue_fields = list(map(_QUEUE_FIELD, self.queue_ids))
         except KeyError:  # a queue id not in the table
             return None
         offsets = list(map(str, map(_SECOND, results)))
@@ -420,3 +420,4 @@ _OPAQUE = operator.attrgetter("opaque")
 _PLUS_25 = (25).__add__
 _PLUS_WORD = _WORD_ROCKETMQ.__add__
 _LATIN1 = operator.methodcaller("encode", "latin-1")
+_QUEUE_FIELD = _QUEUE_ID_FIELDS.__getitem__

@@ -21,6 +21,7 @@ from broker.logging_setup import REQUEST_LOGGER
 from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand
 from remoting.pending import Pending, finish, start
+from remoting.send_answer import SentAnswers
 
 request_log = structlog.get_logger(REQUEST_LOGGER)
 
@@ -234,13 +235,16 @@ class InstrumentedProcessor:
     ) -> None:
         metrics = self.metrics
         # the common case, every request of one code answered with one code: one cell update for the group (told
-        # by map and set, in C: no bytecode per request)
+        # by map and set, in C: no bytecode per request; a group of stored sends is answered with one code)
         request_codes = set(map(_CODE, requests))
-        answer_codes = (
-            set(map(_CODE, responses))
-            if len(request_codes) == 1 and all(issubclass(t, RemotingCommand) for t in set(map(type, responses)))
-            else ()
-        )
+        if responses.__class__ is SentAnswers:
+            answer_codes: Any = {responses.code} if len(request_codes) == 1 else ()
+        else:
+            answer_codes = (
+                set(map(_CODE, responses))
+                if len(request_codes) == 1 and all(issubclass(t, RemotingCommand) for t in set(map(type, responses)))
+                else ()
+            )
         if len(answer_codes) == 1:
             metrics.observe_many(request_codes.pop(), answer_codes.pop(), elapsed_ms, len(requests))  # type: ignore[union-attr]
         else:

@@ -37,7 +37,7 @@ from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.pending import Pending, finish, start
-from remoting.send_answer import SendResultAnswer, encode_answers
+from remoting.send_answer import SendResultAnswer, SentAnswers, encode_answers
 
 if TYPE_CHECKING:
     from remoting.channel import Channel
@@ -228,6 +228,19 @@ class RequestGroup:
         """Write each answer (not to oneway requests) as ``write_response`` would, in one ``Channel.send_many``
         call: one closed check and one scheduled flush for the group instead of one ``send`` per answer."""
         channel = self.channel
+        if responses.__class__ is SentAnswers:
+            # a group of single sends all stored (the processor's answers as the store's results): written from them
+            # in one buffer where the flags allow it, else answer by answer as below
+            send_encoded = getattr(channel, "send_encoded", None)
+            if send_encoded is not None and set(map(_FLAG, requests)) == _PLAIN_REQUEST_FLAGS:
+                try:
+                    data = responses.encode()
+                except Exception:  # noqa: BLE001 - a number out of range: the loop below says which answer
+                    data = None
+                if data is not None:
+                    send_encoded(data, len(requests))
+                    return
+            responses = responses.answers()
         kinds = set(map(type, responses))  # (one pass in C; answers are often a RemotingCommand subclass)
         if kinds == _SEND_ANSWERS_ONLY and set(map(_FLAG, requests)) == _PLAIN_REQUEST_FLAGS:
             # the common group (stored single sends, none oneway): written in one buffer (encode_answers), every

@@ -8,6 +8,7 @@ The frames go out in one write, so the broker decodes them from one read. Withou
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import struct
 import time
@@ -16,7 +17,8 @@ import structlog
 from broker_helpers import send_request, start_broker
 
 from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
+from remoting.command import FLAG_ONEWAY, RemotingCommand
+from remoting.send_answer import SentAnswers
 from store.message import decode_records, encode_properties
 
 
@@ -328,3 +330,119 @@ async def test_each_property_that_changes_a_send_is_seen_in_a_group(tmp_path) ->
             assert topics[b"special%d" % k] == where, (k, topics[b"special%d" % k])
     finally:
         await broker.shutdown()
+
+
+async def _raw_frames(broker, requests: list[RemotingCommand]) -> list[bytes]:
+    """The answer frames of ``requests`` written in one write (one read on the broker's side), in the order they
+    came back; oneway requests get none."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.server.port)
+    try:
+        writer.write(b"".join(r.to_bytes() for r in requests))
+        frames = []
+        for _ in [r for r in requests if not r.flag & FLAG_ONEWAY]:
+            (length,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+            frames.append(await asyncio.wait_for(reader.readexactly(length), 5))
+    finally:
+        writer.close()
+    return frames
+
+
+async def _frames_one_by_one(broker, requests: list[RemotingCommand]) -> list[bytes]:
+    """``_raw_frames``, each request in a write of its own after the answer to the one before (a lone send each)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.server.port)
+    try:
+        frames = []
+        for request in requests:
+            writer.write(request.to_bytes())
+            if not request.flag & FLAG_ONEWAY:
+                (length,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+                frames.append(await asyncio.wait_for(reader.readexactly(length), 5))
+    finally:
+        writer.close()
+    return frames
+
+
+def _without_port(frame: bytes, port: int) -> bytes:
+    """An answer frame with its msgId's port (8 hex digits after the 8 of the IP) made neutral: two brokers differ
+    in it alone; a refusal's remark names the client's address (and its header's length follows it)."""
+    frame = frame.replace(f"{port:08X}".encode(), b"PORTPORT")
+    neutral = re.sub(rb"127\.0\.0\.1:\d+", b"ADDR", frame)
+    return frame if neutral == frame else b"~" + neutral[4:]
+
+
+async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer_objects_write(tmp_path) -> None:
+    """Differential: groups answered as the store's results (``SentAnswers``, every request a single send stored in
+    the store's one pass to one topic) against the same groups answered with one ``SendResultAnswer`` a send (the
+    processor's ``_put_group`` in place of ``_put_whole``), over seeded random groups of one read: plain sends to
+    one or two topics, refused queue ids, a half message, oneway sends, JSON requests; and against each send alone
+    (the lone path). The same answer bytes (but the broker's port in the msgId and the client's address in a
+    refusal), records and put statistics; the results' answers taken where expected."""
+    rng = random.Random(15)
+    groups = []
+    for g in range(60):
+        topics = ["ResA"] if rng.random() < 0.7 else ["ResA", "ResB"]
+        group = []
+        for i in range(rng.randint(1, 9)):
+            odd = rng.random()
+            props = {"UNIQ_KEY": f"K{g}x{i}", "WAIT": "true"}
+            queue_id = rng.randrange(4)
+            if odd < 0.04:
+                queue_id = 99  # refused
+            elif odd < 0.07:
+                props = {"TRAN_MSG": "true", "PGROUP": "PG"}  # a half message: put as a message
+            request = send_request(
+                rng.choice(topics),
+                bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))),
+                queue_id=queue_id,
+                props=props,
+            )
+            if rng.random() < 0.05:
+                request.serialize_type = 0
+            if rng.random() < 0.03 and i:  # (not a group's first: its lone copy has an answer after it)
+                request.flag |= FLAG_ONEWAY
+            group.append(request)
+        groups.append(group)
+    for group in groups:
+        group.reverse()  # (a oneway send never last: the next group's answers come after it is stored)
+    fast = await start_broker(tmp_path / "fast")
+    objects = await start_broker(tmp_path / "objects")
+    alone = await start_broker(tmp_path / "alone")
+    taken: list[bool] = []
+    try:
+        processor = fast.send_processor
+        real_fast = processor._put_whole
+
+        async def spy(channel, msgs, requests, queue_ids):
+            result = await real_fast(channel, msgs, requests, queue_ids)
+            taken.append(result.__class__ is SentAnswers)
+            return result
+
+        processor._put_whole = spy
+
+        async def with_answer_objects(channel, msgs, requests, queue_ids):
+            responses = [None] * len(requests)
+            held = [(i, r, r.custom_header, q) for i, (r, q) in enumerate(zip(requests, queue_ids))]
+            await objects.send_processor._put_group(channel, msgs, held, responses)
+            return responses
+
+        objects.send_processor._put_whole = with_answer_objects
+        for opaque_base, group in enumerate(groups):
+            for i, request in enumerate(group):
+                request.opaque = opaque_base * 100 + i
+            a = await _raw_frames(fast, group)
+            b = await _raw_frames(objects, group)
+            c = await _frames_one_by_one(alone, group)
+            neutral = [_without_port(f, fast.server.port) for f in a]
+            assert neutral == [_without_port(f, objects.server.port) for f in b], opaque_base
+            assert neutral == [_without_port(f, alone.server.port) for f in c], opaque_base
+        assert _stored(fast) == _stored(objects) == _stored(alone)
+        assert dict(fast.stats.put_nums) == dict(objects.stats.put_nums) == dict(alone.stats.put_nums)
+        counts = [
+            {key: cell.count for key, cell in broker.metrics.requests.latency.items()} for broker in (fast, objects)
+        ]
+        assert counts[0] == counts[1] and counts[0]
+        assert any(taken) and not all(taken)
+    finally:
+        await fast.shutdown()
+        await objects.shutdown()
+        await alone.shutdown()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from remoting.command import DEFAULT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingCommandError
-from remoting.send_answer import SendResultAnswer, SendResultTemplate, encode_answers
+from remoting.send_answer import SendResultAnswer, SendResultTemplate, SentAnswers, encode_answers
 
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 # the store's msgId is 32 hex digits; anything else must give the generic bytes too (quotes, non-ASCII, long)
@@ -234,3 +234,77 @@ def test_a_group_s_answers_in_one_buffer_are_the_bytes_written_one_by_one(specs,
         assert got == expected and got is not None
     else:
         assert got is None or got == expected
+
+
+_SENT = st.fixed_dictionaries(
+    {
+        "serialize_type": st.sampled_from([1, 1, 1, 1, 0]),
+        "opaque": st.one_of(_INT32, st.integers(2**31, 2**40)),
+        "msg_id": st.one_of(st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32), _MSG_IDS),
+        "queue_id": st.one_of(st.integers(0, 300), st.integers(-(2**31), 2**31 - 1)),
+        "queue_offset": st.one_of(st.integers(0, 2**40), st.integers(-(2**63), 2**63 - 1)),
+    }
+)
+_TEMPLATES = st.sampled_from(
+    [("DefaultRegion", "true"), ("DefaultRegion", "false"), ("é", "true"), ("{r}", "{0}"), ("}{", "{}")]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_SENT, min_size=1, max_size=20), _TEMPLATES, st.booleans(), st.sampled_from([None, "read", "remark"]))
+def test_a_stored_group_s_answers_from_the_results_are_the_bytes_of_its_answers(specs, key, common, changed) -> None:
+    """``SentAnswers`` (a group of stored sends answered as the store's results): its ``encode`` gives what
+    ``encode_answers`` gives for the same ``SendResultAnswer``s (the bytes the general loop writes, or, as it does,
+    None or an error: the general way), its answers read one by one are those answers, and once read (and perhaps changed) it writes them.
+    ``common``: the benchmark Producer's group (ROCKETMQ, hex ids, queue ids of the table), which it must write."""
+    template = SendResultTemplate(*key)
+    requests, results, queue_ids = [], [], []
+    for spec in specs:
+        if common:
+            spec = {**spec, "serialize_type": 1, "queue_id": spec["queue_id"] % 256, "opaque": spec["opaque"] % 2**31}
+            spec["msg_id"] = (spec["msg_id"] * 32 + "0" * 32)[:32].encode().hex()[:32].upper()
+            spec["queue_offset"] %= 2**63
+        requests.append(_request(spec["serialize_type"], spec["opaque"]))
+        results.append((spec["msg_id"], spec["queue_offset"], 100))
+        queue_ids.append(spec["queue_id"])
+    expected_answers = [
+        SendResultAnswer(template, request, 0, msg_id, queue_id, offset)
+        for request, (msg_id, offset, _), queue_id in zip(requests, results, queue_ids)
+    ]
+    sent = SentAnswers(template, requests, results, queue_ids)
+    if changed is not None:  # an answer read (the metrics' per-request path, a log) and perhaps changed
+        answers = sent.answers()
+        if changed == "remark":
+            answers[-1].remark = "note"
+            expected_answers[-1].remark = "note"
+    try:
+        got = sent.encode()
+    except struct.error:
+        got = "error"
+    try:
+        expected = encode_answers(requests, expected_answers)
+    except struct.error:
+        expected = "error"
+    # (None and the error both send the group the general way, which writes or refuses each answer itself)
+    if got is None or got == "error":
+        assert expected is None or expected == "error"
+    else:
+        assert got == expected
+    if common and changed != "remark":
+        assert got is not None and got == _written_one_by_one(requests, expected_answers)
+    assert len(sent) == len(requests)
+    for answer, other in zip(sent, expected_answers):
+        assert (answer.code, answer.opaque, answer.flag, answer.serialize_type, answer.remark) == (
+            other.code,
+            other.opaque,
+            other.flag,
+            other.serialize_type,
+            other.remark,
+        )
+        assert (answer.msg_id, answer.queue_id, answer.queue_offset, answer.template) == (
+            other.msg_id,
+            other.queue_id,
+            other.queue_offset,
+            other.template,
+        )
+    assert sent[0] is sent.answers()[0]

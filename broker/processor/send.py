@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.stats import BrokerStats
     from broker.subscription_group_manager import SubscriptionGroupManager
+    from broker.topic import TopicConfig
     from broker.topic_config_manager import TopicConfigManager
     from broker.transaction.service import TransactionalMessageService
     from store.message_store import MessageStore
@@ -116,6 +117,19 @@ _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 _CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
 _LONE_TOPICS_MAX = 1024  # topics whose checks the lone sends keep (`SendMessageProcessor._lone_checked`)
 _VALID_TOPICS_MAX = 4096  # names that passed check_topic_name, remembered so each is checked once
+
+
+def _lone_stamp_of(tc: TopicConfig, cfg: BrokerConfig) -> tuple:
+    """What a topic's kept checks (`SendMessageProcessor._lone_checked`) depend on besides the topic's config object
+    itself: any difference makes them again. A field `_msg_check` or `_topic_check` starts to read belongs here."""
+    return (
+        tc.write_queue_nums,
+        tc.read_queue_nums,
+        cfg.broker_permission,
+        cfg.broker_role,
+        cfg.max_message_size,
+        cfg.broker_cluster_name,
+    )
 
 
 def born_host(channel: Any) -> tuple[str, int]:
@@ -295,14 +309,8 @@ class SendMessageProcessor:
         entry = checked.get(topic)
         if entry is not None:
             tc = entry[4]
-            cfg = self.config
-            if self.topic_config_manager.table.get(topic) is not tc or self._lone_stamps.get(topic) != (
-                tc.write_queue_nums,
-                tc.read_queue_nums,
-                cfg.broker_permission,
-                cfg.broker_role,
-                cfg.max_message_size,
-                cfg.broker_cluster_name,
+            if self.topic_config_manager.table.get(topic) is not tc or self._lone_stamps.get(topic) != _lone_stamp_of(
+                tc, self.config
             ):
                 del checked[topic]
                 entry = None
@@ -338,16 +346,7 @@ class SendMessageProcessor:
             stamps.clear()
             checked.clear()
             checked[topic] = entry
-        tc = entry[4]
-        cfg = self.config
-        stamps[topic] = (
-            tc.write_queue_nums,
-            tc.read_queue_nums,
-            cfg.broker_permission,
-            cfg.broker_role,
-            cfg.max_message_size,
-            cfg.broker_cluster_name,
-        )
+        stamps[topic] = _lone_stamp_of(entry[4], self.config)
 
     async def _answer_later(self, channel, request: RemotingCommand, hdr, results, items: list, queue_id: int) -> Any:
         """``process_request_now``'s send whose put had to wait: its answer once stored."""

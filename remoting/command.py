@@ -679,13 +679,14 @@ class LayoutCommand(RemotingCommand):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemotingCommand):
             return NotImplemented
-        return _compared(self) == _compared(other)
+        return equality_fields(self) == equality_fields(other)
 
     __hash__ = None  # type: ignore[assignment]  # (as the dataclass: mutable)
 
 
-def _compared(cmd: RemotingCommand) -> tuple[object, ...]:
-    """The fields a command's equality compares (the dataclass's: not the layout, its values or the header)."""
+def equality_fields(cmd: RemotingCommand) -> tuple[object, ...]:
+    """The fields a command's equality compares (the dataclass's: not the layout, its values or the header); the
+    tests that pin a decode against another compare these and add what they pin besides."""
     return (
         cmd.code,
         cmd.opaque,

@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from remoting import command as cmdmod
-from remoting.command import RemotingCommand
+from remoting.command import RemotingCommand, equality_fields
 from remoting.errors import RemotingCommandError
 
 
@@ -24,17 +24,7 @@ def _outcome(fn, *args):
         cmd = fn(*args)
     except RemotingCommandError as exc:
         return ("error", str(exc), exc.opaque, exc.flag, exc.serialize_type)
-    return (
-        cmd.code,
-        cmd.opaque,
-        cmd.flag,
-        cmd.remark,
-        cmd.ext_fields,
-        cmd.body,
-        cmd.language,
-        cmd.version,
-        cmd.serialize_type,
-    )
+    return equality_fields(cmd)
 
 
 def _ext_bytes(fields) -> bytes:

@@ -302,6 +302,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for size in sizes:
         for kind in args.cases.split(","):
             cases.append((size, *kinds[kind]))
+    os.makedirs(args.dir, exist_ok=True)  # (a --dir that does not exist yet is made, not a traceback)
     print(
         f"store append benchmark in {args.dir}  (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus, "
         f"{'preallocated' if args.preallocate else 'default (sparse)'} CommitLog files, "

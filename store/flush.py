@@ -364,7 +364,7 @@ class FlushConsumeQueueService(_Service):
         checkpoint: StoreCheckpoint,
         run_blocking: RunBlocking,
         now_ms: Callable[[], int],
-        flush_index: Callable[[], object] | None = None,
+        flush_index: Callable[[bool], object] | None = None,
         release: WrittenPageReleaser | None = None,
     ) -> None:
         super().__init__()
@@ -402,8 +402,8 @@ class FlushConsumeQueueService(_Service):
                         f.release()
             for mfq, held in plans:
                 mfq.apply_flush(held, 0)
-        if self.flush_index is not None:
-            result = self.flush_index()
+        if self.flush_index is not None:  # (told whether this round is thorough: the index decides what it flushes)
+            result = self.flush_index(least == 0)
             if asyncio.iscoroutine(result):
                 await result
         if least == 0:

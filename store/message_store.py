@@ -576,7 +576,18 @@ class MessageStore:
         if self._flush_service is not None:
             self._flush_service.wakeup()
 
-    async def _flush_index(self) -> None:
+    async def _flush_index(self, thorough: bool) -> None:
+        """The consume-queue flush's part for the index: the current index file is made durable on the thorough
+        rounds (`flushConsumeQueueThoroughInterval`, 60 s by default), on every round only with `messageIndexSafe`
+        (whose crash recovery starts from the index's checkpoint time, so it must stay recent).
+
+        Upstream flushes an index file only when it is full and at shutdown. A round's fdatasync would write back
+        every slot page the sends since the last one touched (the slots are hashed, so at a few thousand keys a
+        second that is most of the 20 MB slot table, every second), and each page written back is write-protected
+        again: the next key hashed to it takes a page fault on the event loop. A full file is still flushed when the next one is made, and shutdown flushes
+        them all."""
+        if not (thorough or self.config.message_index_safe):
+            return
         self.dispatcher.build_index_keys()
         await self.index_service.flush(self.checkpoint)
 

@@ -118,3 +118,63 @@ async def test_consume_queues_index_and_checkpoint_are_flushed(store_factory, co
     raw = Path(s.config.store_checkpoint).read_bytes()[:24]
     _physic, logics, _index = struct.unpack(">qqq", raw)
     assert logics > 0  # written to the checkpoint file itself
+
+
+async def _index_fsyncs(monkeypatch, s: MessageStore, keys: int) -> list[str]:
+    """Put `keys` keyed messages, let ten consume-queue flush rounds pass; the index files fdatasync'ed meanwhile."""
+    from store.index_service import IndexFile
+
+    synced: list[str] = []
+    real = IndexFile.flush_blocking
+
+    def spy(self: IndexFile) -> None:
+        synced.append(self.file_name)
+        real(self)
+
+    monkeypatch.setattr(IndexFile, "flush_blocking", spy)
+    for i in range(keys):
+        await s.put_message(make_msg(queue_id=i % 3, keys=f"k{i}"))
+    cqs = [s.find_consume_queue("T", q).mapped_file_queue for q in range(3)]
+    for _ in range(300):
+        if all(m.flushed_where == m.max_offset() for m in cqs):
+            break
+        await asyncio.sleep(0.01)
+    assert all(m.flushed_where == m.max_offset() for m in cqs), "the consume queues are flushed every round"
+    await asyncio.sleep(0.2)  # ten more rounds of 20 ms
+    return synced
+
+
+async def test_index_is_fsynced_on_thorough_rounds_only(store_factory, config_factory, monkeypatch):
+    """Between thorough rounds the current index file is left to the page cache (upstream flushes it when full and at
+    shutdown): a round's fdatasync would write back most of the hashed slot table and fault it in again."""
+    s = await store_factory(
+        config_factory(
+            flush_interval_consume_queue=20,
+            flush_consume_queue_least_pages=1,
+            flush_consume_queue_thorough_interval=10**9,
+        )
+    )
+    synced = await _index_fsyncs(monkeypatch, s, 30)
+    # (the first round is thorough: it runs before any key)
+    before = len(synced)
+    await asyncio.sleep(0.2)
+    assert len(synced) == before
+    stamp = s.checkpoint.index_msg_timestamp
+    await s.shutdown()
+    assert len(synced) > before, "shutdown flushes the index"
+    assert s.index_service.index_files[-1].end_timestamp >= stamp
+
+
+async def test_index_safe_fsyncs_the_index_every_round(store_factory, config_factory, monkeypatch):
+    """messageIndexSafe: recovery starts from the index's checkpoint time, so every round keeps it recent."""
+    s = await store_factory(
+        config_factory(
+            flush_interval_consume_queue=20,
+            flush_consume_queue_least_pages=1,
+            flush_consume_queue_thorough_interval=10**9,
+            message_index_safe=True,
+        )
+    )
+    synced = await _index_fsyncs(monkeypatch, s, 30)
+    assert len(synced) >= 5
+    assert s.checkpoint.index_msg_timestamp > 0

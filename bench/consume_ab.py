@@ -218,7 +218,7 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
         cpu_last, machine_last, t1 = [cpu_seconds(p) for p in pids], machine_cpu(), time.monotonic()
         last = asyncio.run(consumed(ns, group, topic))
         rec.stop()
-        if last > first:
+        if last - first >= 1000:  # (a round whose Consumer never got going: no per-message figure)
             per = [(b - a) / (last - first) * 1e6 for a, b in zip(cpu_first, cpu_last, strict=True)]
             busy = (machine_last[0] - machine_first[0]) / max(1, machine_last[1] - machine_first[1])
             row = target.pulls.get("mixed", [None])[-1] if target.metrics_port is not None else None

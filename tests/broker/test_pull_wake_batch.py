@@ -232,3 +232,37 @@ async def test_rounds_of_zero_or_longer_than_a_busy_one_keep_their_length(monkey
     timers.fire()
     long.wake(Pr())
     assert long.busy and [delay for delay, _ in timers.armed] == [60.0, 60.0]
+
+
+async def test_the_processor_counts_the_offsets_its_found_answers_advanced():
+    """What decides a busy round: a found answer counts nextBeginOffset less the pull's offset (its messages, and those
+    a filter skipped); not-found and error answers, a closed channel's pull and a failed write's count nothing more."""
+    from broker.processor.pull_answer import PullAnswer
+
+    processor = PullMessageProcessor.__new__(PullMessageProcessor)
+
+    class Req:
+        opaque, serialize_type = 1, 1
+
+        def response(self, code, remark):  # noqa: ANN001, ANN202
+            return ("error", code, remark)
+
+    def process(channel, request, allow_suspend, header):  # noqa: ANN001, ANN202
+        code, next_begin = header
+        if code is None:
+            raise ValueError("boom")
+        return PullAnswer(
+            request, code, "FOUND", next_begin, 0, next_begin, b"x" if code == ResponseCode.SUCCESS else None
+        )
+
+    processor._process = process  # type: ignore[method-assign]
+    cases = [  # (channel, pulled from, (code, nextBeginOffset)), and what each adds
+        (Channel(), 10, (ResponseCode.SUCCESS, 17), 7),
+        (Channel(), 3, (ResponseCode.PULL_NOT_FOUND, 3), 0),
+        (Channel(), 5, (None, 0), 0),  # its re-run raised: SYSTEM_ERROR
+        (Channel(active=False), 0, (ResponseCode.SUCCESS, 40), 0),  # not run
+        (Channel(fail=True), 100, (ResponseCode.SUCCESS, 132), 32),  # its answer was made; the write failed
+        (Channel(), 0, (ResponseCode.PULL_OFFSET_MOVED, 50), 0),
+    ]
+    prs = [PullRequest(Req(), ch, "T", 0, offset, None, None, header) for ch, offset, header, _ in cases]
+    assert processor.execute_requests_when_wakeup(prs) == sum(adds for *_, adds in cases)

@@ -24,15 +24,16 @@ pool's hand-off. Below 1 ms is not on offer: uvloop's timers count whole millise
 ``call_soon``). The figures are in docs/design.md "Speed: consume path", "Wake-ups in rounds".
 
 Why longer when busy (fourteenth session): under RocketMQ's benchmark Producer and Consumer on two shared cores the
-machine's CPU is saturated, and the Java push consumer spends ~180 µs and our broker ~100 µs of CPU per pull whatever
-it carries (``bench.consume_ab --phases mixed`` prints each process's CPU per consumed message): at 9 messages a pull
-(2 ms rounds) the three processes took ~96 µs a message, at 16-17 (10 ms) ~78, and the Producer's TPS, which the
-Consumer follows, rose with what was left to it. A round's pulls that answered ``BUSY_MESSAGES_PER_PULL`` (4) or more
-messages each on average say the queues fill faster than a round: the next round is then ``BUSY_ROUND_S`` (10 ms) long,
-until a round's pulls answer fewer. A consumer woken by lone arrivals (a low rate, one message a pull) keeps the 2 ms
-round and its latency; a busy one gets what a longer round gathers: 10 ms fills most of a 32-message pull at the
-benchmark's ~4k messages a second a queue, and keeps its messages' send-to-consume time under the Java broker's ~19 ms
-on the same load (figures in docs/design.md "Speed: consume path", "Longer rounds when busy").
+machine's CPU is (nearly) saturated, and every pull costs the Java push consumer ~85-180 µs and our broker ~80-100 µs
+of CPU whatever it carries (``bench.consume_ab --phases mixed`` prints each process's CPU per consumed message): at 9
+messages a pull (2 ms rounds) the three processes took ~96 µs a message, at 16-17 (10 ms) ~78, and the Producer's TPS,
+which the Consumer follows, rose with what was left to it. A round's pulls that answered ``BUSY_MESSAGES_PER_PULL``
+(4) or more messages each on average say the queues fill faster than a round: the next round is then ``BUSY_ROUND_S``
+(10 ms) long, until a round's pulls answer fewer. A consumer woken by lone arrivals (a low rate, one message a pull)
+keeps the 2 ms round and its latency; a busy one gets what a longer round gathers: 10 ms fills most of a 32-message
+pull at the benchmark's ~4k messages a second a queue, and its messages' send-to-consume time stays well under the
+Java broker's on the same load (5.7 against 23.1 ms; figures in docs/design.md "Speed: consume path", "Longer rounds
+when busy").
 
 What is not delayed: a pull whose deadline passed (``wake_now``: answered on time, in the next loop turn, and the round
 pending then with it, in wake order); the broker's shutdown (``run_now``). A woken pull whose channel closed in its

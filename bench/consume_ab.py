@@ -16,7 +16,10 @@ messages pulled, so each phase also reports pulls per second and messages per pu
 docs/design.md "Speed: consume path", seen rather than inferred; Java's broker has no such exporter: "-").
 ``--profile DIR`` also records each phase with py-spy (raw collapsed stacks). The broker's CPU share is printed for
 each phase, and for the drain its CPU per drained message (between two reads of the group's offsets on the broker):
-the figure a busy machine moves least, since the drain itself is bound by the consumer's round trip.
+the figure a busy machine moves least, since the drain itself is bound by the consumer's round trip. For the mixed
+phase each of the three processes' CPU per consumed message (broker, Producer JVM, Consumer JVM; utime + stime from
+/proc over the window, messages from the group's offsets, so Java's broker gets it too) and the machine's busy share
+of all its cores: saturated, the three's CPU per message decides the TPS; idle, their turn-taking does.
 Skips (exit 0) when the Java tools are missing, like ``bench.vs_java``. A root named ``java`` is Apache RocketMQ
 4.9.7 (``rmq-anchor`` on free ports, one at a time): ``--roots .,java`` interleaves ours with the reference.
 
@@ -62,6 +65,9 @@ class Target:
     # per phase, per round: (pull requests, of which parked, messages pulled, seconds, broker CPU seconds) over the
     # recorded window
     pulls: dict[str, list[tuple[float, float, float, float, float]]] = field(default_factory=dict)
+    # per mixed round: CPU µs per consumed message of the broker, the Producer JVM and the Consumer JVM, and the
+    # machine's busy share of all its cores, over the recorded window (messages: the group's offsets' growth)
+    mixed_cpu: list[MixedCpu] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -69,6 +75,36 @@ class Target:
             return self.broker.pid
         assert self.broker.proc is not None
         return self.broker.proc.pid
+
+
+@dataclass
+class MixedCpu:
+    """Where a consume-while-producing window's CPU went: each process's µs per consumed message, and whether the
+    machine had CPU to spare (the busy share of all its cores), which says whether CPU or turn-taking decides."""
+
+    messages: float
+    seconds: float
+    broker_us: float
+    producer_us: float
+    consumer_us: float
+    machine_busy: float  # 0..1 of all cores
+    msg_per_pull: float | None  # from our exporter (None: Java's broker)
+
+    def line(self) -> str:
+        per_pull = "-" if self.msg_per_pull is None else f"{self.msg_per_pull:.2f}"
+        return (
+            f"CPU us/consumed msg broker {self.broker_us:.0f}, producer {self.producer_us:.0f},"
+            f" consumer {self.consumer_us:.0f} (sum {self.broker_us + self.producer_us + self.consumer_us:.0f});"
+            f" machine {self.machine_busy:.0%} busy; {self.messages / self.seconds:,.0f} msg/s; msg/pull {per_pull}"
+        )
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of all cores since boot, from /proc/stat (idle and iowait are not busy)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    total = sum(values[:8])  # (guest time is already in user)
+    return total - values[3] - values[4], total
 
 
 def pull_counts(port: int | None) -> tuple[float, float, float] | None:
@@ -134,12 +170,12 @@ class Recorder:
                 print(f"py-spy over {self.target.label} {self.phase} did not finish in time: killed", file=sys.stderr)
 
 
-async def consumed(namesrv: str, group: str) -> int:
-    """The group's offsets on the backlog, summed over the queues: the broker takes each pull's commit offset, so
+async def consumed(namesrv: str, group: str, topic: str = BACKLOG_TOPIC) -> int:
+    """The group's offsets on ``topic``, summed over the queues: the broker takes each pull's commit offset, so
     this trails what the consumer holds by at most a pull per queue."""
     async with AdminClient(namesrv) as admin:
-        addr = next(iter((await admin.route_masters(BACKLOG_TOPIC)).values()))
-        offsets = [await admin.consumer_offset(addr, group, BACKLOG_TOPIC, q) for q in range(4)]
+        addr = next(iter((await admin.route_masters(topic)).values()))
+        offsets = [await admin.consumer_offset(addr, group, topic, q) for q in range(4)]
     return sum(o for o in offsets if o is not None and o > 0)
 
 
@@ -169,13 +205,25 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
     # created first, so neither tool's start-up races the other's for the topic (a consumer that asked for
     # the route before the topic existed would wait for its next route poll, 30 s later)
     asyncio.run(create_topic(ns, topic))
-    consumer = JavaTool(rmqjava, "Consumer", ["-n", ns, "-t", topic, "-g", f"mixed_{target.label}_{n}"])
+    group = f"mixed_{target.label}_{n}"
+    consumer = JavaTool(rmqjava, "Consumer", ["-n", ns, "-t", topic, "-g", group])
     producer = JavaTool(rmqjava, "Producer", ["-n", ns, "-t", topic, "-w", "16", "-s", "1024"])
+    pids = (target.pid, producer.proc.pid, consumer.proc.pid)  # (rmqjava execs its JVM: the pid is the JVM's)
     try:  # (both tools stopped whatever fails here)
         time.sleep(5)
         rec = Recorder(target, "mixed", profile, seconds - 7)
+        first = asyncio.run(consumed(ns, group, topic))
+        cpu_first, machine_first, t0 = [cpu_seconds(p) for p in pids], machine_cpu(), time.monotonic()
         time.sleep(seconds - 5)
+        cpu_last, machine_last, t1 = [cpu_seconds(p) for p in pids], machine_cpu(), time.monotonic()
+        last = asyncio.run(consumed(ns, group, topic))
         rec.stop()
+        if last - first >= 1000:  # (a round whose Consumer never got going: no per-message figure)
+            per = [(b - a) / (last - first) * 1e6 for a, b in zip(cpu_first, cpu_last, strict=True)]
+            busy = (machine_last[0] - machine_first[0]) / max(1, machine_last[1] - machine_first[1])
+            row = target.pulls.get("mixed", [None])[-1] if target.metrics_port is not None else None
+            per_pull = row[2] / row[0] if row and row[0] else None
+            target.mixed_cpu.append(MixedCpu(last - first, t1 - t0, *per, busy, per_pull))
     finally:
         sent_lines, consumed_lines = producer.stop(), consumer.stop()
     sent_rows = [m for m in map(SEND_LINE.search, sent_lines) if m]
@@ -251,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                             run_drain(rmqjava, target, args.drain_s, args.profile, n)
                             print(f"round {n} drain {target.label}: {target.drain[-1]:,.0f}", flush=True)
                         else:
+                            cpu_rows = len(target.mixed_cpu)
                             run_mixed(rmqjava, target, args.mixed_s, args.profile, n)
                             rows = target.pulls.get("mixed")
                             print(
@@ -259,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                                 + (f"; {pull_line(rows[-1])}" if rows else ""),
                                 flush=True,
                             )
+                            if len(target.mixed_cpu) > cpu_rows:
+                                print(f"    {target.mixed_cpu[-1].line()}", flush=True)
         finally:
             for target in targets:
                 target.broker.stop()
@@ -293,6 +344,8 @@ def report(targets: list[Target], backlog: int) -> str:
         out.append(f"{'':10} broker CPU (median): {cpu}")
         for phase, rows in t.pulls.items():
             out.append(f"{'':10} {phase} pulls (each round): {'; '.join(map(pull_line, rows))}")
+        for mixed_cpu in t.mixed_cpu:
+            out.append(f"{'':10} mixed: {mixed_cpu.line()}")
         if t.drain_cpu_us:
             per = ", ".join(f"{v:.2f}" for v in t.drain_cpu_us)
             out.append(f"{'':10} broker CPU per drained message, us (each round): {per}")

@@ -23,6 +23,18 @@ a round waits all of it, later ones less): 2 ms against the ~70 ms the Java brok
 pool's hand-off. Below 1 ms is not on offer: uvloop's timers count whole milliseconds (``call_later(0.0005)`` is a
 ``call_soon``). The figures are in docs/design.md "Speed: consume path", "Wake-ups in rounds".
 
+Why longer when busy (fourteenth session): under RocketMQ's benchmark Producer and Consumer on two shared cores the
+machine's CPU is (nearly) saturated, and every pull costs the Java push consumer ~85-180 µs and our broker ~80-100 µs
+of CPU whatever it carries (``bench.consume_ab --phases mixed`` prints each process's CPU per consumed message): at 9
+messages a pull (2 ms rounds) the three processes took ~96 µs a message, at 16-17 (10 ms) ~78, and the Producer's TPS,
+which the Consumer follows, rose with what was left to it. A round's pulls that answered ``BUSY_MESSAGES_PER_PULL``
+(4) or more messages each on average say the queues fill faster than a round: the next round is then ``BUSY_ROUND_S``
+(10 ms) long, until a round's pulls answer fewer. A consumer woken by lone arrivals (a low rate, one message a pull)
+keeps the 2 ms round and its latency; a busy one gets what a longer round gathers: 10 ms fills most of a 32-message
+pull at the benchmark's ~4k messages a second a queue, and its messages' send-to-consume time stays well under the
+Java broker's on the same load (5.7 against 23.1 ms; figures in docs/design.md "Speed: consume path", "Longer rounds
+when busy").
+
 What is not delayed: a pull whose deadline passed (``wake_now``: answered on time, in the next loop turn, and the round
 pending then with it, in wake order); the broker's shutdown (``run_now``). A woken pull whose channel closed in its
 round is skipped by the processor, as before.
@@ -39,16 +51,27 @@ if TYPE_CHECKING:
 
 #: a round: the time between the first wake-up of a round and the re-run of its woken pulls (see the module's docstring)
 WAKE_ROUND_S = 0.002
+#: a round after a busy one (its pulls answered BUSY_MESSAGES_PER_PULL or more messages each, on average)
+BUSY_ROUND_S = 0.010
+BUSY_MESSAGES_PER_PULL = 4
 
 
 class PullWakeRounds:
     """``wake`` (arrivals) and ``wake_now`` (deadlines) for the hold service; ``run`` re-runs a round's pulls in
-    order (the pull processor's ``execute_requests_when_wakeup``). ``round_s`` 0 re-runs them in the next loop turn
-    (the benchmark harness's per-message cycle)."""
+    order (the pull processor's ``execute_requests_when_wakeup``) and returns the messages they answered (None: not
+    counted, never busy). ``round_s`` 0 re-runs them in the next loop turn (the benchmark harness's per-message
+    cycle), busy or not; after a busy round the next is ``busy_round_s``, or ``round_s`` if that is longer."""
 
-    def __init__(self, run: Callable[[list[PullRequest]], None], round_s: float = WAKE_ROUND_S) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[PullRequest]], int | None],
+        round_s: float = WAKE_ROUND_S,
+        busy_round_s: float = BUSY_ROUND_S,
+    ) -> None:
         self._run_pulls = run
         self.round_s = round_s
+        self.busy_round_s = busy_round_s
+        self.busy = False  # the last round's pulls answered BUSY_MESSAGES_PER_PULL or more messages each
         self._pending: list[PullRequest] = []
         self._handle: asyncio.Handle | None = None
         self._at_once = False  # the armed run is a ``call_soon`` (a deadline's, or a round of 0)
@@ -60,6 +83,8 @@ class PullWakeRounds:
         if not pending:
             loop = asyncio.get_running_loop()
             round_s = self.round_s
+            if self.busy and 0 < round_s < self.busy_round_s:
+                round_s = self.busy_round_s
             if round_s > 0:
                 self._handle = loop.call_later(round_s, self._run)
                 self._at_once = False
@@ -83,7 +108,8 @@ class PullWakeRounds:
         self._at_once = False
         pending, self._pending = self._pending, []
         self.rounds += 1
-        self._run_pulls(pending)
+        answered = self._run_pulls(pending)
+        self.busy = answered is not None and answered >= BUSY_MESSAGES_PER_PULL * len(pending)
 
     def run_now(self) -> None:
         """Re-run the waiting pulls now (the broker's shutdown answers them before its server stops)."""

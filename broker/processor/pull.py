@@ -136,11 +136,13 @@ class PullMessageProcessor:
         if response is not None:
             pr.channel.send(response)
 
-    def execute_requests_when_wakeup(self, prs: list[PullRequest]) -> None:
-        """`execute_request_when_wakeup` for the pulls woken in one loop iteration, in order (one call for all: a
-        caught-up consumer's every message is one woken pull). A pull whose answer cannot be written is logged and
-        the others are still answered."""
+    def execute_requests_when_wakeup(self, prs: list[PullRequest]) -> int:
+        """`execute_request_when_wakeup` for the pulls woken in one round, in order (one call for all: a caught-up
+        consumer's every message is one woken pull). A pull whose answer cannot be written is logged and the others
+        are still answered. Returns the queue offsets the round's found answers advanced (the messages they carried,
+        and those a filter skipped): how busy the round was, which sets the next round's length (`broker.pull_wake`)."""
         rerun = self._rerun
+        answered = 0
         for pr in prs:
             channel = pr.channel
             if not channel.is_active:
@@ -151,10 +153,13 @@ class PullMessageProcessor:
                 log.exception("woken pull failed", topic=pr.topic, queue_id=pr.queue_id)
                 response = pr.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
             if response is not None:
+                if response.__class__ is PullAnswer and response.code == _SUCCESS:
+                    answered += response.next_begin_offset - pr.pull_from_this_offset
                 try:
                     channel.send(response)
                 except Exception:  # one pull's failed write must not cost the others their answers
                     log.exception("woken pull not answered", topic=pr.topic, queue_id=pr.queue_id)
+        return answered
 
     def _rerun(self, pr: PullRequest) -> RemotingCommand | None:
         """A parked pull's re-run: `_process` without suspend and commit (as upstream's wake-up runs it), whose

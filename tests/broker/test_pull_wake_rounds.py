@@ -1,8 +1,10 @@
 """Wake-ups in rounds through a broker (`broker.pull_wake`): a parked pull woken by the first of several arrivals in
 one round answers all of them (before the rounds it answered the first alone: its re-run was one loop turn later),
 an arrival after the round wakes the next parked pull in a round of its own, a deadline still answers on time while
-a round waits, and the shutdown answers a pull waiting for its round. The round is lengthened here so a loaded
-machine cannot end it between the test's sends; loop turns pass between them, as between a connection's reads."""
+a round waits, and the shutdown answers a pull waiting for its round; a round whose pulls answered several messages
+each makes the next one longer (BUSY_ROUND_S) and one that answered a lone message the short one again. The round is
+lengthened here so a loaded machine cannot end it between the test's sends; loop turns pass between them, as between
+a connection's reads."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import asyncio
 
 from broker_helpers import FakeChannel, pull_request, send_request, start_broker, woken_answers
 
+from broker.pull_wake import BUSY_MESSAGES_PER_PULL, BUSY_ROUND_S, WAKE_ROUND_S
 from remoting.codes import ResponseCode
 
 ROUND_S = 0.3
@@ -107,3 +110,40 @@ async def test_the_shutdown_answers_a_pull_waiting_for_its_round(tmp_path) -> No
     finally:
         if not stopped:
             await broker.shutdown()
+
+
+async def test_a_round_of_many_messages_a_pull_makes_the_next_round_longer(tmp_path) -> None:
+    """Through the broker with its own round lengths: the processor counts what the woken pulls answered (the offsets
+    they advanced), and the next round's timer is armed at the busy length, then at the short one again."""
+    broker = await start_broker(tmp_path)
+    try:
+        wake = broker.pull_wake
+        assert (wake.round_s, wake.busy_round_s) == (WAKE_ROUND_S, BUSY_ROUND_S)
+        loop = asyncio.get_running_loop()
+        pull = broker.pull_processor
+        await _send(broker, "RoundB")
+        offset = 1
+
+        async def round_of(messages: int, length: float) -> None:
+            """Park a pull at the queue's end, send ``messages``: its round was armed ``length`` after the first send
+            (between the loop's times before and after the sends, within the timers' millisecond)."""
+            nonlocal offset
+            channel = FakeChannel()
+            assert await pull.process_request(channel, pull_request("RoundG", "RoundB", 0, offset)) is None
+            before = loop.time()
+            for _ in range(messages):
+                await _send(broker, "RoundB")
+            after = loop.time()
+            assert wake._handle is not None
+            assert before + length - 0.001 <= wake._handle.when() <= after + length + 0.001
+            [answer] = await woken_answers(channel)
+            assert (answer.code, answer.next_begin_offset) == (ResponseCode.SUCCESS, offset + messages)
+            offset += messages
+
+        await round_of(BUSY_MESSAGES_PER_PULL, WAKE_ROUND_S)
+        assert wake.busy
+        await round_of(1, BUSY_ROUND_S)  # (a lone message, after a busy round: the long one)
+        assert not wake.busy
+        await round_of(1, WAKE_ROUND_S)
+    finally:
+        await broker.shutdown()

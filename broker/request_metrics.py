@@ -278,7 +278,14 @@ class InstrumentedProcessor:
             raise
         if responses.__class__ is Pending:
             return start(self._group_rest(channel, requests, responses, start_))
-        self._group_done(channel, requests, responses, (self._clock() - start_) * 1000.0)
+        elapsed_ms = (self._clock() - start_) * 1000.0
+        if responses.__class__ is SentAnswers and not self._std_log.isEnabledFor(logging.DEBUG):
+            # (`_group_done`'s common case inline: a group of stored sends of one request code, one answer code)
+            request_codes = set(map(_CODE, requests))
+            if len(request_codes) == 1:
+                self.metrics.observe_many(request_codes.pop(), responses.code, elapsed_ms, len(requests))
+                return responses
+        self._group_done(channel, requests, responses, elapsed_ms)
         return responses
 
     async def _group_rest(

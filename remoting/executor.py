@@ -454,19 +454,26 @@ class RequestExecutor:
 
     def run_group_now(self, group: RequestGroup) -> None:
         """``run_now`` for a ``RequestGroup`` (call only when ``can_run_now()``), through its synchronous
-        ``start``: no coroutine unless the group has to wait. Every request of it counts in ``completed``."""
-        waiter = self._idle.pop()
+        ``start``: no coroutine unless the group has to wait. Every request of it counts in ``completed``.
+
+        As ``answer_now`` does for one request: while the group runs on this stack nothing else runs on the loop, so
+        the worker it stands in for is lent (off the idle list) only when the group goes on past this call (a rest
+        to drive as a task); a group answered at once counts ``active`` while it runs and gives nothing back."""
         self.active += 1
         requests = len(group.requests)
         try:
             rest = group.start()
         except BaseException:
-            self._run_now_done(waiter, requests)
+            self.active -= 1
+            self.completed += requests
             raise
-        if rest is None:
-            self._run_now_done(waiter, requests)
-        else:
-            self._go_on(rest, waiter, requests)
+        if rest is not None:
+            self._go_on(rest, self._idle.pop(), requests)
+            return
+        self.active -= 1
+        self.completed += requests
+        if not self._accepting and not self.queue and self.active == 0 and self._drained is not None:
+            self._drained.set()
 
     def _go_on(self, coro: Coroutine[Any, Any, None], waiter: asyncio.Future[None], requests: int) -> None:
         """Run ``coro`` (a request lent ``waiter``'s worker, counted active) up to its first wait, and the rest as

@@ -563,13 +563,14 @@ class MessageStore:
     def put_sent_group_now(
         self, items: list, born_host: tuple[str, int], store_host: tuple[str, int]
     ) -> list | Awaitable[list]:
-        """`put_sent_group` on the caller's stack as far as it goes: the results when a lone row was stored without a
-        wait (SendRowPut.put_one_now), else an awaitable of them. For the send processor's synchronous entry, whose
-        caller (a read's callback) returns to the event loop after it: not a put "in a row" (no every-64th yield)."""
+        """`put_sent_group` on the caller's stack as far as it goes: the results when every row was stored in the one
+        pass without a wait (SendRowPut.put_one_now for a lone row, put_now for a group), else an awaitable of them.
+        For the send processor's synchronous entries, whose caller (a read's callback) returns to the event loop after
+        it: not a put "in a row" (no every-64th yield)."""
         rows = self.putter.send_rows
         if len(items) == 1 and items[0].__class__ is tuple:
             return rows.put_one_now(items, born_host, store_host, False)
-        return rows.put(items, born_host, store_host)
+        return rows.put_now(items, born_host, store_host, False)
 
     def _on_committed(self) -> None:
         self.reput.wakeup()

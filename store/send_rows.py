@@ -165,14 +165,27 @@ class SendRowPut:
         """Put each item (a `SendRow`, or a `MessageExtBrokerInner`) as `put_message_group` would, in order; the rows'
         hosts are `born_host` and `store_host` (a group's sends share their connection and broker). Results in the
         order of `items`: `(msg_id, queue_offset, size)` for a row stored in the one pass, else the item's
-        `PutMessageResult` (its row, if it was one, replaced in `items` by the message put)."""
+        `PutMessageResult` (its row, if it was one, replaced in `items` by the message put). See `put_now`."""
+        results = self.put_now(items, born_host, store_host)
+        if results.__class__ is not list:
+            results = await results
+        return results  # type: ignore[no-any-return]
+
+    def put_now(
+        self, items: list[Any], born_host: tuple[str, int], store_host: tuple[str, int], in_a_row: bool = True
+    ) -> list[Any] | Awaitable[list[Any]]:
+        """`put` on the caller's stack: its results when every item was a row stored in the one pass and the put's
+        last steps needed no wait (the common group under ASYNC_FLUSH), else an awaitable of them (the general way
+        for the items from the first the pass did not take, a wait for the reput, the every-64th yield), which has
+        done what `put` had done by then. Why: the send processor's synchronous group entry answers a read's sends
+        without a coroutine when the store needed none. `in_a_row`: as `put_one_now`'s."""
         putter = self.putter
         cl = self.commit_log
         d = self.dispatcher
         reput = self.reput
         mf = cl.mapped_file_queue.last_mapped_file()
         if not self._open(cl, mf):
-            return await self._general(items, 0, [], born_host, store_host)
+            return self._general(items, 0, [], born_host, store_host)
         begin = store_ts = putter.now_ms()
         cl.begin_time_in_lock = begin
         results: list[Any] = []
@@ -335,8 +348,19 @@ class SendRowPut:
                 d.announce_rows(items, results, store_ts, topics_seen)
         cl._account(begin)
         if stored < len(items):  # the rest, appended before anything here awaits (the records stay in order)
-            return await self._general(items, stored, results, born_host, store_host, begin if stored else None, end)
-        await self._after(stored, begin, end)
+            return self._general(items, stored, results, born_host, store_host, begin if stored else None, end)
+        if not stored:
+            return results
+        # (`_after` of the stored records, on this stack unless it waits or yields)
+        wait = d.after_inline_put()
+        if in_a_row:
+            if wait or putter._inline_appends + stored >= _YIELD_EVERY_INLINE:
+                return self._after_rows(results, begin, end, wait)
+            putter._inline_appends += stored
+        elif wait:
+            return self._after_rows(results, begin, end, wait, False)
+        putter._after_put(_NO_RESULT, None, "")
+        putter.stats.put_done_many(stored, putter.now_ms() - begin)
         return results
 
     async def put_one(self, items: list[Any], born_host: tuple[str, int], store_host: tuple[str, int]) -> list[Any]:
@@ -476,19 +500,20 @@ class SendRowPut:
         putter = self.putter
         if in_a_row:
             if wait or putter._inline_appends >= _YIELD_EVERY_INLINE - 1:
-                return self._after_one(results, begin, end, wait)
+                return self._after_rows(results, begin, end, wait)
             putter._inline_appends += 1
         elif wait:
-            return self._after_one(results, begin, end, wait, False)
+            return self._after_rows(results, begin, end, wait, False)
         putter._after_put(_NO_RESULT, None, "")
         putter.stats.put_done_many(1, putter.now_ms() - begin)
         return results
 
-    async def _after_one(
+    async def _after_rows(
         self, results: list[Any], begin: int, end: int, wait: bool, in_a_row: bool = True
     ) -> list[Any]:
-        """The rest of `put_one_now`'s record: `_after` (the dispatcher asked already: `wait`), then its results."""
-        await self._after(1, begin, end, wait, in_a_row)
+        """The rest of `put_now`'s or `put_one_now`'s records (every result one of the pass): `_after` (the dispatcher
+        asked already: `wait`), then their results."""
+        await self._after(len(results), begin, end, wait, in_a_row)
         return results
 
     async def _general(

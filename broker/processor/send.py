@@ -419,31 +419,67 @@ class SendMessageProcessor:
             return [await self._process_guarded(channel, request) for request in requests]
         # topic → (its config, its queue-id bound), checked once for the group (the queue id: each send)
         checked: dict[str, Any] = {}
-        # the common group: every request a single send whose header was decoded ahead (``groupable``,
-        # ``remoting.send_run``), each checked and built in turn with nothing else done a send (no index, no held
-        # tuple); when one is not such a send, or `_message` raised for one (a refused send), the loop below takes
-        # the whole group one by one, with the topics checked so far (building a send again has no other effect).
-        # (A `map` of `_message` over the group took no loop bytecode, but a Python function called from C costs
-        # more than the loop it saves: 1.8-2.4x this loop's time, timeit.)
+        built = self._build_whole(channel, requests, checked)
+        if built is not None:  # (the put outside `_build_whole`'s try: what it raises is not a send's refusal)
+            return await self._put_whole(channel, built[0], requests, built[1])  # type: ignore[return-value]
+        return await self._one_by_one(channel, requests, checked)
+
+    def process_requests_now(self, channel, requests: list[RemotingCommand]) -> Any:
+        """The synchronous entry of ``process_requests`` (``RequestGroup.start``, through the metrics wrapper): a group
+        whose every request is a single send whose header was decoded ahead (the common group) is checked, built,
+        stored and answered on the caller's stack when the store's one pass took every row and needed no wait
+        (``MessageStore.put_sent_group_now``): what ``process_requests`` does with it, without its coroutine and the
+        store's. Anything else (fault injection, a refused send, a request that is not such a send) is
+        ``process_requests``' one-by-one loop run up to its first wait; a put that has to wait (SYNC_FLUSH, a new file
+        or queue, a stall, a half message or DELAY among the rows) is the ``Pending`` rest (``remoting.pending``)."""
+        if self.config.fault_injection_enable:
+            return start(self.process_requests(channel, requests))
+        checked: dict[str, Any] = {}
+        built = self._build_whole(channel, requests, checked)
+        if built is None:
+            return start(self._one_by_one(channel, requests, checked))
+        msgs, queue_ids = built
+        try:
+            results = self.store.put_sent_group_now(
+                msgs, channel.attrs.get("born_host") or born_host(channel), self.store_host
+            )
+        except Exception as exc:  # noqa: BLE001 - a store bug costs these sends (as `_put_whole`)
+            return [exc] * len(requests)
+        if results.__class__ is not list:
+            return start(self._answer_whole_later(channel, msgs, requests, queue_ids, results))
+        return self._answer_whole(channel, msgs, requests, queue_ids, results)
+
+    def _build_whole(
+        self, channel, requests: list[RemotingCommand], checked: dict[str, Any]
+    ) -> tuple[list[tuple], list[int]] | None:
+        """The common group's sends built (`_message` each, its row and answer queue id kept, nothing else done a
+        send: no index, no held tuple), when every request is a single send whose header was decoded ahead
+        (``groupable``, ``remoting.send_run``) and none was refused; else None, and `_one_by_one` takes the whole
+        group with the topics checked so far in `checked` (building a send again has no other effect).
+        (A `map` of `_message` over the group took no loop bytecode, but a Python function called from C costs more
+        than the loop it saves: 1.8-2.4x this loop's time, timeit.)"""
         message = self._message
-        msgs: list[MessageExtBrokerInner | tuple] = []  # rows, or messages (`_message`)
+        msgs: list[Any] = []  # rows, or messages (`_message`)
         queue_ids: list[int] = []
-        whole = False
         try:
             for request in requests:
                 hdr = request.custom_header
                 if hdr is None:
-                    break
+                    return None
                 msg, queue_id, _ = message(channel, request, hdr, checked)
                 msgs.append(msg)
                 queue_ids.append(queue_id)
-            else:
-                whole = True
-        except Exception:  # noqa: BLE001, S110 - answered by the loop below, as it answers it
-            pass
-        if whole:  # (the put outside the try: what it raises is not a send's refusal)
-            return await self._put_whole(channel, msgs, requests, queue_ids)  # type: ignore[return-value]
-        msgs = []
+        except Exception:  # noqa: BLE001 - answered by `_one_by_one`, as it answers it
+            return None
+        return msgs, queue_ids
+
+    async def _one_by_one(
+        self, channel, requests: list[RemotingCommand], checked: dict[str, Any]
+    ) -> list[RemotingCommand | Exception | None]:
+        """``process_requests`` for a group that is not the common one: each request checked and built in turn (the
+        topics in `checked` checked already), the held sends stored with one ``put_sent_group`` before a request
+        that is not a single send runs through ``process_request`` in its place."""
+        msgs: list[MessageExtBrokerInner | tuple] = []
         responses: list[RemotingCommand | Exception | None] = [None] * len(requests)
         held: list[tuple[int, RemotingCommand, SendMessageRequestHeader, int]] = []
         for i, request in enumerate(requests):
@@ -495,6 +531,22 @@ class SendMessageProcessor:
             )
         except Exception as exc:  # noqa: BLE001 - a store bug costs these sends
             return [exc] * len(requests)
+        return self._answer_whole(channel, msgs, requests, queue_ids, results)
+
+    async def _answer_whole_later(
+        self, channel, msgs: list, requests: list[RemotingCommand], queue_ids: list[int], results: Any
+    ) -> SentAnswers | list[RemotingCommand | Exception | None]:
+        """``process_requests_now``'s common group whose put had to wait: its answers once stored."""
+        try:
+            results = await results
+        except Exception as exc:  # noqa: BLE001 - a store bug costs these sends (as `_put_whole`)
+            return [exc] * len(requests)
+        return self._answer_whole(channel, msgs, requests, queue_ids, results)
+
+    def _answer_whole(
+        self, channel, msgs: list, requests: list[RemotingCommand], queue_ids: list[int], results: list
+    ) -> SentAnswers | list[RemotingCommand | Exception | None]:
+        """The answers of `_put_whole`'s group to the store's `results`."""
         # (`_answer_template`, its common case inline: the template made for the broker's MSG_REGION and TRACE_ON)
         cfg = self.config
         template = self._template

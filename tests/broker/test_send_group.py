@@ -373,7 +373,7 @@ def _without_port(frame: bytes, port: int) -> bytes:
 async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer_objects_write(tmp_path) -> None:
     """Differential: groups answered as the store's results (``SentAnswers``, every request a single send stored in
     the store's one pass to one topic) against the same groups answered with one ``SendResultAnswer`` a send (the
-    processor's ``_put_group`` in place of ``_put_whole``), over seeded random groups of one read: plain sends to
+    processor's ``_answer_results`` in place of ``_answer_whole``), over seeded random groups of one read: plain sends to
     one or two topics, refused queue ids, a half message, oneway sends, JSON requests; and against each send alone
     (the lone path). The same answer bytes (but the broker's port in the msgId and the client's address in a
     refusal), records and put statistics; the results' answers taken where expected."""
@@ -410,22 +410,23 @@ async def test_a_stored_group_answered_as_the_store_s_results_writes_what_answer
     taken: list[bool] = []
     try:
         processor = fast.send_processor
-        real_fast = processor._put_whole
+        real_fast = processor._answer_whole
 
-        async def spy(channel, msgs, requests, queue_ids):
-            result = await real_fast(channel, msgs, requests, queue_ids)
-            taken.append(result.__class__ is SentAnswers)
-            return result
+        def spy(channel, msgs, requests, queue_ids, results):
+            answers = real_fast(channel, msgs, requests, queue_ids, results)
+            taken.append(answers.__class__ is SentAnswers)
+            return answers
 
-        processor._put_whole = spy
+        processor._answer_whole = spy
+        other = objects.send_processor
 
-        async def with_answer_objects(channel, msgs, requests, queue_ids):
+        def with_answer_objects(channel, msgs, requests, queue_ids, results):
             responses = [None] * len(requests)
             held = [(i, r, r.custom_header, q) for i, (r, q) in enumerate(zip(requests, queue_ids))]
-            await objects.send_processor._put_group(channel, msgs, held, responses)
+            other._answer_results(channel, msgs, held, results, responses, other._answer_template())
             return responses
 
-        objects.send_processor._put_whole = with_answer_objects
+        other._answer_whole = with_answer_objects
         for opaque_base, group in enumerate(groups):
             for i, request in enumerate(group):
                 request.opaque = opaque_base * 100 + i

@@ -308,6 +308,58 @@ async def test_a_lone_row_is_put_as_put_stores_it(tmp_path):
             await s.shutdown()
 
 
+_GN_QUEUES = [("GN", q) for q in range(4)]  # (under 100 entries each: no consume queue's next file)
+
+
+async def test_put_now_answers_at_once_and_yields_every_64th_only_in_a_row(tmp_path):
+    """`put_now` (the group entry's put) against `put` on the same groups, two stores: its results at once (a list)
+    while the pass took every row and nothing waits; in a row (`put`'s way) the group that reaches the 64th append
+    on the caller's stack is an awaitable (the yield), after which the count starts again; with `in_a_row` False
+    (a read's callback) no group counts or yields. Same results, CommitLog bytes, entries, index and statistics."""
+    stores = [await _open(tmp_path / name) for name in ("now", "put")]
+    try:
+        groups = [
+            [make_msg("GN", f"g{g}m{k}".encode() * k, queue_id=k % 4, uniq=f"U{g}x{k}") for k in range(2 + g % 7)]
+            for g in range(40)
+        ]
+        got = []
+        for s, _ in stores:
+            await _warm(s, _GN_QUEUES)
+            rows_put = s.putter.send_rows
+            results = []
+            yields = 0
+            for g, msgs in enumerate(groups):
+                born, store = _hosts(msgs)
+                if s is stores[1][0]:
+                    results += await rows_put.put([row(m) for m in msgs], born, store)
+                    continue
+                in_a_row = g < 20
+                before = s.putter._inline_appends
+                out = rows_put.put_now([row(m) for m in msgs], born, store, in_a_row)
+                if not in_a_row:
+                    assert out.__class__ is list and s.putter._inline_appends == before, g
+                elif before + len(msgs) >= 64:
+                    assert out.__class__ is not list, g  # (the every-64th yield: the rest to await)
+                    out = await out
+                    assert s.putter._inline_appends == 0
+                    yields += 1
+                else:
+                    assert out.__class__ is list and s.putter._inline_appends == before + len(msgs), g
+                results += out
+            got.append(results)
+            assert yields == 1 or s is stores[1][0]
+        assert all(r.__class__ is tuple for r in got[0]) and got[0] == got[1]
+        a, b = (s.commit_log for s, _ in stores)
+        assert bytes(a.get_data(0)[1][: a.get_max_offset()]) == bytes(b.get_data(0)[1][: b.get_max_offset()])
+        keys = [("GN", f"U{g}x{k}") for g in range(0, 40, 3) for k in range(2)]
+        assert _seen(stores[0][0], _GN_QUEUES, keys) == _seen(stores[1][0], _GN_QUEUES, keys)
+        assert stores[0][1] == stores[1][1]
+        assert stores[0][0].stats.put_count == stores[1][0].stats.put_count
+    finally:
+        for s, _ in stores:
+            await s.shutdown()
+
+
 async def test_the_pass_stops_where_a_consume_queue_needs_its_next_file(tmp_path):
     """A queue file holds 100 entries: rows of one queue are entered up to its end, the rest (the next file,
     made in a worker thread) go the general way; every entry once, in order."""

@@ -16,7 +16,11 @@ messages pulled, so each phase also reports pulls per second and messages per pu
 docs/design.md "Speed: consume path", seen rather than inferred; Java's broker has no such exporter: "-").
 ``--profile DIR`` also records each phase with py-spy (raw collapsed stacks). The broker's CPU share is printed for
 each phase, and for the drain its CPU per drained message (between two reads of the group's offsets on the broker):
-the figure a busy machine moves least, since the drain itself is bound by the consumer's round trip. For the mixed
+the figure a busy machine moves least, since the drain itself is bound by the consumer. Each drain round also
+splits its window's CPU a drained message into the broker's user and system time and the Consumer JVM's, with the
+cores each took and the machine's busy share, and says how far a broker of no CPU could have lifted it (the consumer
+given the broker's cores as well, at its own cost a message): against Java's broker, that factor is the best drain
+ratio any broker could reach on this machine under this consumer. For the mixed
 phase each of the three processes' CPU per consumed message (broker, Producer JVM, Consumer JVM; utime + stime from
 /proc over the window, messages from the group's offsets, so Java's broker gets it too) and the machine's busy share
 of all its cores: saturated, the three's CPU per message decides the TPS; idle, their turn-taking does.
@@ -61,6 +65,8 @@ class Target:
     mixed_send_rt: list[float] = field(default_factory=list)  # the producer's average send RT (ms), median of its lines
     cpu: dict[str, list[float]] = field(default_factory=dict)
     drain_cpu_us: list[float] = field(default_factory=list)  # broker CPU per message drained in the recorded window
+    # per drain round: where the window's CPU went (broker, Consumer JVM, the machine), per drained message
+    drain_split: list[DrainCpu] = field(default_factory=list)
     metrics_port: int | None = None  # our broker's Prometheus exporter (None: Java's)
     # per phase, per round: (pull requests, of which parked, messages pulled, seconds, broker CPU seconds) over the
     # recorded window
@@ -99,6 +105,49 @@ class MixedCpu:
         )
 
 
+@dataclass
+class DrainCpu:
+    """Where a drain window's CPU went. The drain is bound by the benchmark Consumer (one pull in flight a queue, its
+    20 threads decoding and counting every message), so what a broker can change is mostly the cores it leaves to
+    the consumer: ``bound`` says how far a broker that took no CPU at all could lift this round, if the consumer
+    got the broker's cores too at its own cost a message."""
+
+    messages: float
+    seconds: float
+    broker_user_us: float
+    broker_sys_us: float
+    consumer_us: float
+    machine_busy: float  # 0..1 of all cores
+
+    @property
+    def broker_us(self) -> float:
+        return self.broker_user_us + self.broker_sys_us
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def cores(self, us_per_message: float) -> float:
+        """The cores a process used over the window, from its CPU a message."""
+        return us_per_message * self.rate / 1e6
+
+    @property
+    def bound(self) -> float:
+        """(consumer + broker cores) / consumer cores: the factor a broker of no CPU could give this round. An upper
+        bound only where CPU decides (the machine near saturation, `SATURATED`); on a machine with cores to spare the
+        consumer waits on its own threads and a cheaper broker gives it nothing."""
+        consumer = self.cores(self.consumer_us)
+        return (consumer + self.cores(self.broker_us)) / consumer if consumer > 0 else 0.0
+
+    def line(self) -> str:
+        return (
+            f"CPU us/drained msg broker {self.broker_us:.1f} (user {self.broker_user_us:.1f},"
+            f" sys {self.broker_sys_us:.1f}), consumer {self.consumer_us:.1f}; cores broker"
+            f" {self.cores(self.broker_us):.2f}, consumer {self.cores(self.consumer_us):.2f};"
+            f" machine {self.machine_busy:.0%} busy; {self.rate:,.0f} msg/s; a broker of no CPU: x{self.bound:.2f}"
+        )
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) jiffies of all cores since boot, from /proc/stat (idle and iowait are not busy)."""
     with open("/proc/stat", encoding="ascii") as f:
@@ -129,10 +178,16 @@ def pull_counts(port: int | None) -> tuple[float, float, float] | None:
     return pulls, parked, messages
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process, from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 class Recorder:
@@ -186,17 +241,24 @@ def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
         time.sleep(2)
         rec = Recorder(target, "drain", profile, seconds - 4)
         first = asyncio.run(consumed(target.broker.namesrv, group))
-        cpu_first = cpu_seconds(target.pid)
+        broker_first, consumer_first = cpu_times(target.pid), cpu_seconds(tool.proc.pid)
+        machine_first, t0 = machine_cpu(), time.monotonic()
         time.sleep(seconds - 2)
-        cpu_last = cpu_seconds(target.pid)
+        broker_last, consumer_last = cpu_times(target.pid), cpu_seconds(tool.proc.pid)
+        machine_last, t1 = machine_cpu(), time.monotonic()
         last = asyncio.run(consumed(target.broker.namesrv, group))
         rec.stop()
     finally:
         lines = tool.stop()
     tps = [float(m.group(1)) for m in map(CONSUME_LINE.search, lines) if m]
     target.drain.append(max(tps, default=0.0))
-    if last > first:  # the broker's CPU between the two offset reads, per message drained between them
-        target.drain_cpu_us.append((cpu_last - cpu_first) / (last - first) * 1e6)
+    if last > first:  # the CPU between the two offset reads, per message drained between them
+        n = last - first
+        user, system = ((b - a) / n * 1e6 for a, b in zip(broker_first, broker_last, strict=True))
+        target.drain_cpu_us.append(user + system)
+        busy = (machine_last[0] - machine_first[0]) / max(1, machine_last[1] - machine_first[1])
+        consumer_us = (consumer_last - consumer_first) / n * 1e6
+        target.drain_split.append(DrainCpu(n, t1 - t0, user, system, consumer_us, busy))
 
 
 def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | None, n: int) -> None:
@@ -296,8 +358,11 @@ def main(argv: list[str] | None = None) -> int:
                 for phase in phases:
                     for target in targets:
                         if phase == "drain":
+                            splits = len(target.drain_split)
                             run_drain(rmqjava, target, args.drain_s, args.profile, n)
                             print(f"round {n} drain {target.label}: {target.drain[-1]:,.0f}", flush=True)
+                            if len(target.drain_split) > splits:
+                                print(f"    {target.drain_split[-1].line()}", flush=True)
                         else:
                             cpu_rows = len(target.mixed_cpu)
                             run_mixed(rmqjava, target, args.mixed_s, args.profile, n)
@@ -349,8 +414,11 @@ def report(targets: list[Target], backlog: int) -> str:
         if t.drain_cpu_us:
             per = ", ".join(f"{v:.2f}" for v in t.drain_cpu_us)
             out.append(f"{'':10} broker CPU per drained message, us (each round): {per}")
+        for split in t.drain_split:
+            out.append(f"{'':10} drain: {split.line()}")
         if t.drain and drain_ran_dry(max(t.drain), backlog):
             out.append(f"{'':10} the backlog may have run dry inside a line: raise --backlog")
+    out.extend(drain_bounds(targets))
     for t in targets[1:]:
         for name in ("drain", "mixed"):
             a, b = getattr(base, name), getattr(t, name)
@@ -359,6 +427,37 @@ def report(targets: list[Target], backlog: int) -> str:
                     f"{name}: {t.label}/{base.label} = {statistics.median(b) / statistics.median(a):.2f}x (medians)"
                 )
     return "\n".join(out)
+
+
+# the machine's busy share (of all cores) from which a drain counts as CPU-bound: below it the consumer had cores to
+# spare and waited on its own threads (its flow control, its consume pool's hand-offs), which a broker cannot change
+SATURATED = 0.9
+
+
+def drain_bounds(targets: list[Target]) -> list[str]:
+    """For each target with drain figures: the median factor a broker of no CPU could have given its rounds
+    (`DrainCpu.bound`), and what that makes of its median drain. Against a reference (Java's broker), the best ratio
+    any broker could reach on this machine under this consumer is that factor of the reference's rounds, unless the
+    consumer spends less a message beside it."""
+    out = []
+    for t in targets:
+        if not t.drain_split or not t.drain:
+            continue
+        bound = statistics.median(s.bound for s in t.drain_split)
+        consumer = statistics.median(s.consumer_us for s in t.drain_split)
+        busy = statistics.median(s.machine_busy for s in t.drain_split)
+        window = statistics.median(s.rate for s in t.drain_split)
+        out.append(
+            f"drain bound, {t.label}: a broker of no CPU x{bound:.2f} (median), {statistics.median(t.drain) * bound:,.0f}"
+            f" msg/s; the consumer's CPU {consumer:.1f} us a drained message; {window:,.0f} msg/s over the windows"
+            + (
+                ""
+                if busy >= SATURATED
+                else f"; the machine {busy:.0%} busy: not CPU-bound, the consumer waits on itself, and no broker's CPU"
+                " lifts that"
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":

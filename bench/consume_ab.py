@@ -19,8 +19,8 @@ each phase, and for the drain its CPU per drained message (between two reads of 
 the figure a busy machine moves least, since the drain itself is bound by the consumer. Each drain round also
 splits its window's CPU a drained message into the broker's user and system time and the Consumer JVM's, with the
 cores each took and the machine's busy share, and says how far a broker of no CPU could have lifted it (the consumer
-given the broker's cores as well, at its own cost a message): against Java's broker, that factor is the best drain
-ratio any broker could reach on this machine under this consumer. For the mixed
+given the broker's cores as well, at its own cost a message): where CPU decides (the machine saturated), that factor
+of Java's rounds is the best drain ratio any broker could reach on this machine under this consumer. For the mixed
 phase each of the three processes' CPU per consumed message (broker, Producer JVM, Consumer JVM; utime + stime from
 /proc over the window, messages from the group's offsets, so Java's broker gets it too) and the machine's busy share
 of all its cores: saturated, the three's CPU per message decides the TPS; idle, their turn-taking does.
@@ -64,8 +64,7 @@ class Target:
     mixed_send: list[float] = field(default_factory=list)  # the producer's TPS meanwhile (consume keeps up?)
     mixed_send_rt: list[float] = field(default_factory=list)  # the producer's average send RT (ms), median of its lines
     cpu: dict[str, list[float]] = field(default_factory=dict)
-    drain_cpu_us: list[float] = field(default_factory=list)  # broker CPU per message drained in the recorded window
-    # per drain round: where the window's CPU went (broker, Consumer JVM, the machine), per drained message
+    # per drain round: where the recorded window's CPU went (broker, Consumer JVM, the machine), per drained message
     drain_split: list[DrainCpu] = field(default_factory=list)
     metrics_port: int | None = None  # our broker's Prometheus exporter (None: Java's)
     # per phase, per round: (pull requests, of which parked, messages pulled, seconds, broker CPU seconds) over the
@@ -255,7 +254,6 @@ def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
     if last > first:  # the CPU between the two offset reads, per message drained between them
         n = last - first
         user, system = ((b - a) / n * 1e6 for a, b in zip(broker_first, broker_last, strict=True))
-        target.drain_cpu_us.append(user + system)
         busy = (machine_last[0] - machine_first[0]) / max(1, machine_last[1] - machine_first[1])
         consumer_us = (consumer_last - consumer_first) / n * 1e6
         target.drain_split.append(DrainCpu(n, t1 - t0, user, system, consumer_us, busy))
@@ -411,8 +409,8 @@ def report(targets: list[Target], backlog: int) -> str:
             out.append(f"{'':10} {phase} pulls (each round): {'; '.join(map(pull_line, rows))}")
         for mixed_cpu in t.mixed_cpu:
             out.append(f"{'':10} mixed: {mixed_cpu.line()}")
-        if t.drain_cpu_us:
-            per = ", ".join(f"{v:.2f}" for v in t.drain_cpu_us)
+        if t.drain_split:
+            per = ", ".join(f"{split.broker_us:.2f}" for split in t.drain_split)
             out.append(f"{'':10} broker CPU per drained message, us (each round): {per}")
         for split in t.drain_split:
             out.append(f"{'':10} drain: {split.line()}")
@@ -437,8 +435,9 @@ SATURATED = 0.9
 def drain_bounds(targets: list[Target]) -> list[str]:
     """For each target with drain figures: the median factor a broker of no CPU could have given its rounds
     (`DrainCpu.bound`), and what that makes of its median drain. Against a reference (Java's broker), the best ratio
-    any broker could reach on this machine under this consumer is that factor of the reference's rounds, unless the
-    consumer spends less a message beside it."""
+    any broker could reach on this machine under this consumer is that factor of the reference's rounds where CPU
+    decides, unless the consumer spends less a message beside it; where the machine was not saturated, the line says
+    so."""
     out = []
     for t in targets:
         if not t.drain_split or not t.drain:

@@ -57,6 +57,7 @@ def test_the_report_names_each_targets_bound_from_its_median_round() -> None:
     )
     report = consume_ab.report([ours, java], 1_200_000)
     assert "drain: CPU us/drained msg broker 4.0" in report and "drain bound, java" in report
+    assert "broker CPU per drained message, us (each round): 4.00, 8.00, 4.00" in report
 
 
 def test_cpu_times_split_user_and_system() -> None:

@@ -155,6 +155,11 @@ def machine_cpu() -> tuple[float, float]:
     return total - values[3] - values[4], total
 
 
+def busy_share(first: tuple[float, float], last: tuple[float, float]) -> float:
+    """The machine's busy share of all its cores between two `machine_cpu` readings (0..1)."""
+    return (last[0] - first[0]) / max(1, last[1] - first[1])
+
+
 def pull_counts(port: int | None) -> tuple[float, float, float] | None:
     """(PULL_MESSAGE requests answered or parked, of which parked, messages pulled) since the broker started, from its
     Prometheus exporter; None without one."""
@@ -254,7 +259,7 @@ def run_drain(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
     if last > first:  # the CPU between the two offset reads, per message drained between them
         n = last - first
         user, system = ((b - a) / n * 1e6 for a, b in zip(broker_first, broker_last, strict=True))
-        busy = (machine_last[0] - machine_first[0]) / max(1, machine_last[1] - machine_first[1])
+        busy = busy_share(machine_first, machine_last)
         consumer_us = (consumer_last - consumer_first) / n * 1e6
         target.drain_split.append(DrainCpu(n, t1 - t0, user, system, consumer_us, busy))
 
@@ -280,7 +285,7 @@ def run_mixed(rmqjava: Path, target: Target, seconds: float, profile: Path | Non
         rec.stop()
         if last - first >= 1000:  # (a round whose Consumer never got going: no per-message figure)
             per = [(b - a) / (last - first) * 1e6 for a, b in zip(cpu_first, cpu_last, strict=True)]
-            busy = (machine_last[0] - machine_first[0]) / max(1, machine_last[1] - machine_first[1])
+            busy = busy_share(machine_first, machine_last)
             row = target.pulls.get("mixed", [None])[-1] if target.metrics_port is not None else None
             per_pull = row[2] / row[0] if row and row[0] else None
             target.mixed_cpu.append(MixedCpu(last - first, t1 - t0, *per, busy, per_pull))

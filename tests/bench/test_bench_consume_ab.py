@@ -64,3 +64,8 @@ def test_cpu_times_split_user_and_system() -> None:
     user, system = consume_ab.cpu_times(os.getpid())
     assert user > 0 and system >= 0
     assert consume_ab.cpu_seconds(os.getpid()) >= user + system
+
+
+def test_the_busy_share_is_busy_jiffies_over_all_between_two_readings() -> None:
+    assert consume_ab.busy_share((100, 1_000), (190, 1_100)) == 0.9
+    assert consume_ab.busy_share((5, 10), (5, 10)) == 0.0  # (no tick between them: no division by zero)

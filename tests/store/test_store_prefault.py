@@ -284,3 +284,78 @@ async def test_the_window_keeps_up_with_a_writer_that_never_yields(tmp_path, nee
         assert behind == 0
     finally:
         await store.shutdown()
+
+
+async def test_batches_past_the_window_are_written_by_pwrite_without_waking_it(tmp_path, needs_populate_write):
+    """A large append (a batch of STAGED_APPEND_BYTES or more) does not wake the service: once the populated window
+    is used up, batches go to the file by one pwrite each (no page of theirs zero-filled first), the disk holds just
+    the data, the write-behind is kicked every `step` bytes all the same, and every record reads back intact."""
+    ahead = 1 * MiB
+    cfg = small_config(
+        tmp_path,
+        mapped_file_size_commit_log=64 * MiB,
+        mapped_file_size_consume_queue=10_000 * 20,
+        max_hash_slot_num=4096,
+        max_index_num=20_000,
+        prefault_ahead_bytes=ahead,
+    )
+    store = MessageStore(cfg)
+    assert await store.load()
+    await store.start()
+    svc = store._prefault
+    assert svc is not None and svc.enabled
+    kicks = []
+    if svc.write_behind is not None:
+        original_kick = svc.write_behind.kick
+        svc.write_behind.kick = lambda: (kicks.append(1), original_kick())
+    writes = []
+    original_write_at = MappedFile.write_at
+
+    def write_at(self, data, pos):
+        writes.append(len(data))
+        return original_write_at(self, data, pos)
+
+    body = os.urandom(4000)
+    try:
+        MappedFile.write_at = write_at
+        await store.put_message(make_msg(body=body))  # a single send: it wakes the service (first window)
+        for _ in range(200):
+            if svc.populated_bytes:
+                break
+            await asyncio.sleep(0.01)
+        mf = store.commit_log.mapped_file_queue.last_mapped_file()
+        window_end = mf.prefaulted_position
+        populated = svc.populated_bytes
+        assert window_end >= ahead // 2
+        for i in range(64):  # 64 batches of 32 x ~4 KiB: ~8.5 MB, eight windows
+            r = await store.put_messages([make_msg(body=body) for _ in range(32)])
+            assert r.status == PutMessageStatus.PUT_OK
+            if i % 8 == 0:
+                await asyncio.sleep(0.02)  # the service would refill here if it had been woken
+        assert mf.wrote_position > 8_000_000
+        assert svc.populated_bytes == populated  # nothing zero-filled ahead of the batches
+        assert mf.prefaulted_position == window_end
+        staged = [n for n in writes if n >= 32 * 4000]
+        assert len(staged) >= 64 - window_end // (32 * 4000) - 2  # the batches past the window: one pwrite each
+        if svc.write_behind is not None:
+            assert len(kicks) >= mf.wrote_position // (2 * svc.step)  # (a kick once `step` bytes passed since the last)
+        assert _allocated(mf.file_name) <= mf.wrote_position + ahead + 64 * 1024
+        offset, seen = 1, 0
+        while seen < 32 * 64:
+            got = store.get_message("g", "T", 0, offset, 32)
+            assert got.message_count > 0
+            assert all(body in bytes(b) for b in got.buffers)
+            seen += got.message_count
+            offset += got.message_count
+        # single sends after the batches wake it again: the window follows them
+        for i in range(300):
+            r = await store.put_message(make_msg(body=b"s" * 200, keys=f"s{i}"))
+            assert r.status == PutMessageStatus.PUT_OK
+        for _ in range(200):
+            if mf.prefaulted_position > mf.wrote_position:
+                break
+            await asyncio.sleep(0.01)
+        assert mf.prefaulted_position > mf.wrote_position
+    finally:
+        MappedFile.write_at = original_write_at
+        await store.shutdown()

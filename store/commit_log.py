@@ -60,12 +60,6 @@ _FIXED_FORMAT = FIXED_PART.format  # (">" and the fixed part's fields; a record'
 _RECORD_STRUCTS_MAX = 64
 _BLANK = struct.Struct(">ii")
 MAX_DRAIN = 4096  # requests per lock section; bounds the time the section can take
-# An append of this many bytes or more (a batch) does not wake the pre-fault service: once the populated window is
-# used up, such appends go to the file by one pwrite from the staging buffer, which writes each page once, where
-# populating the window first zero-fills it (a fault on a sparse file's hole) and the copy then fills it again. On
-# 4 KiB batches that cost the pre-fault thread 0.6 of a core at 0.8 GB/s on a 2-core machine, and the appends ran
-# 0.87x as fast as with no window at all. Smaller appends (single sends) still keep the window ahead of them.
-STAGED_APPEND_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -172,7 +166,6 @@ class CommitLog:
         self._closed = False
         self._id_prefix: dict[tuple[str, int], str] = {}
         self._record_structs: dict[tuple[int, int], struct.Struct] = {}  # see _record_struct
-        self._write_behind_at = 0  # the end offset at which a large append kicks the write-behind next
         # statistics read by runtime_info
         self.put_message_times_total = 0
         self.put_message_size_total = 0
@@ -664,15 +657,8 @@ class CommitLog:
         mf.wrote_position = pos + total
         mf.store_timestamp = store_ts
         pf = self.prefault
-        if pf is not None:
-            end = wrote_offset + total
-            if total < STAGED_APPEND_BYTES:
-                if end >= pf.wake_offset:
-                    pf.wakeup()
-            elif end >= self._write_behind_at and pf.write_behind is not None:
-                # (the pre-fault service kicks it every `step` bytes when it refills; not woken by these)
-                self._write_behind_at = end + pf.step
-                pf.write_behind.kick()
+        if pf is not None and wrote_offset + total >= pf.wake_offset:
+            pf.wakeup()
         if counts:
             table[key] = queue_offset + n
         self.put_message_times_total += n

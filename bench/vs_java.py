@@ -302,7 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-s", type=float, default=25.0)
     parser.add_argument("--mixed-s", type=float, default=35.0)
     parser.add_argument(
-        "--drain-backlog", type=int, default=2_500_000, help="1 KiB messages to drain (≥ 10 s at the drain rate)"
+        "--drain-backlog",
+        type=int,
+        default=4_000_000,
+        help="1 KiB messages to drain (≥ 10 s at the drain rate; 2.5M ran dry inside a line at 225k msg/s)",
     )
     parser.add_argument("--latency-s", type=float, default=30.0, help="latency phase (SendLatency.java); 0: off")
     parser.add_argument(

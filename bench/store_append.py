@@ -17,8 +17,8 @@ each start right after a warm-up that writes and deletes 1.25 times what they ca
 the raw write, what the case wrote; for the case, the most of what it wrote before and of its seconds at the
 burst rate measured just before it (it cannot write faster), so that both write into page cache memory the guest
 has just freed (see `warm_page_cache`). Until the sixteenth session the case's first run had 2 GiB, and a case
-writing 3-4 GB met cold memory for its second half: 424-579 MB/s against 817-830 after 6 GiB (the same tree,
-interleaved), where its raw reference always had its whole volume warmed. These precautions matter on this VM,
+writing 3-4 GB met cold memory for its second half: 424-579 MB/s in five runs against 830 after 6 GiB (the same
+tree, separate runs), where its raw reference always had its whole volume warmed. These precautions matter on this VM,
 where the same 2 GiB raw write measured 427-1673 MB/s depending on the memory under it, and a long
 write with one fsync at the end stalls in write-back (470-482 MB/s where overlapped fdatasyncs gave
 1300-1690 MB/s). The cause of the first: the guest reports freed pages to the host at once (Firecracker
